@@ -1,0 +1,44 @@
+// fusor/config.hpp — macros every fusor header relies on, and feature detection.
+//
+// fusor compiles with plain g++/clang++ (host only: CCCL, cuda_bf16.h and
+// cuda_fp16.h are the only CUDA pieces it needs) and with nvcc. CUDA runtime
+// features (device memory, the cuda executor) exist only in translation units
+// compiled by nvcc, where FUSOR_HAS_CUDA is 1.
+#pragma once
+
+#if defined(__CUDACC__)
+#define FUSOR_HAS_CUDA 1
+#define FUSOR_HOST_DEVICE __host__ __device__
+#define FUSOR_DEVICE __device__
+#define FUSOR_FORCE_INLINE __forceinline__
+#else
+#define FUSOR_HAS_CUDA 0
+#define FUSOR_HOST_DEVICE
+#define FUSOR_DEVICE
+#define FUSOR_FORCE_INLINE inline __attribute__((always_inline))
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define FUSOR_DEVICE_PASS 1
+#else
+#define FUSOR_DEVICE_PASS 0
+#endif
+
+#if defined(_OPENMP)
+#define FUSOR_HAS_OPENMP 1
+#else
+#define FUSOR_HAS_OPENMP 0
+#endif
+
+// Hint to unroll a loop with a compile-time trip count, on both compilers.
+#if defined(__CUDACC__)
+#define FUSOR_UNROLL _Pragma("unroll")
+#else
+#define FUSOR_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace fusor {
+// Largest kernel-parameter block a launch may take: 32764 bytes on Volta and
+// later with CUDA 12.1+. Expression trees are checked against it at compile time.
+inline constexpr unsigned long kernel_parameter_limit = 32764;
+}  // namespace fusor

@@ -1,0 +1,63 @@
+// fusor/core/cuda_runtime.hpp — checked CUDA runtime calls, GPU detection and the
+// launch counter.
+//
+// Every CUDA call fusor makes goes through FUSOR_CUDA_CHECK, so a failure throws
+// fusor::cuda_error naming the call, file and line. fusor::cuda::available()
+// answers whether a GPU can be used; in a translation unit not compiled by nvcc
+// it is always false (such a unit is host only by design).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "fusor/config.hpp"
+#include "fusor/core/error.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace fusor::cuda {
+
+#if FUSOR_HAS_CUDA
+inline void check(cudaError_t status, const char* call, const char* file, int line) {
+  if (status != cudaSuccess)
+    throw cuda_error(std::string("fusor: CUDA call ") + call + " failed at " + file + ":" +
+                     std::to_string(line) + ": " + cudaGetErrorName(status) + " (" +
+                     cudaGetErrorString(status) + ")");
+}
+#define FUSOR_CUDA_CHECK(call) ::fusor::cuda::check((call), #call, __FILE__, __LINE__)
+
+inline bool available() {
+  static const bool has_device = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky "no device" status
+      return false;
+    }
+    return count > 0;
+  }();
+  return has_device;
+}
+#else
+inline bool available() { return false; }
+#endif
+
+// Throws a clear error where a GPU is needed and there is none.
+inline void require(const char* what) {
+  if (!available())
+    throw cuda_error(std::string("fusor: ") + what +
+                     " needs a CUDA GPU, and none is available" +
+                     (FUSOR_HAS_CUDA ? "" : " (this translation unit was not compiled by nvcc)"));
+}
+
+// Kernel launches made by fusor since the program started: lets tests check
+// that one assignment is one launch.
+inline std::atomic<std::uint64_t>& launch_counter() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter;
+}
+inline std::uint64_t launch_count() { return launch_counter().load(); }
+
+}  // namespace fusor::cuda

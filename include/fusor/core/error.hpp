@@ -1,0 +1,36 @@
+// fusor/core/error.hpp — the exceptions fusor throws, each naming what went wrong.
+//
+// shape_error names both shapes, cuda_error the call, file and line, and
+// allocation_error the bytes requested and the memory space.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace fusor {
+
+struct error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Two shapes that should agree (or broadcast) do not.
+struct shape_error : error {
+  using error::error;
+};
+
+// A CUDA runtime call returned an error, or CUDA is needed and absent.
+struct cuda_error : error {
+  using error::error;
+};
+
+// Memory could not be allocated.
+struct allocation_error : error {
+  allocation_error(std::size_t bytes, const char* space, const std::string& why)
+      : error("fusor: cannot allocate " + std::to_string(bytes) + " bytes of " + space +
+              " memory: " + why),
+        bytes_requested(bytes) {}
+  std::size_t bytes_requested;
+};
+
+}  // namespace fusor

@@ -1,0 +1,175 @@
+// fusor/core/extents.hpp — shapes: static and dynamic extents mixed freely
+// (::cuda::std::extents), numpy-style broadcasting of two shapes, and the
+// compile-time and run-time checks that name both shapes when they disagree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <cuda/std/array>
+#include <cuda/std/mdspan>
+#include <cuda/std/utility>
+
+#include "fusor/config.hpp"
+#include "fusor/core/error.hpp"
+
+namespace fusor {
+
+using index_t = std::int64_t;
+inline constexpr std::size_t dynamic = ::cuda::std::dynamic_extent;
+
+template <class IndexType, std::size_t... Extents>
+using extents = ::cuda::std::extents<IndexType, Extents...>;
+template <class IndexType, std::size_t Rank>
+using dextents = ::cuda::std::dextents<IndexType, Rank>;
+
+template <class E>
+inline constexpr bool is_extents_v = false;
+template <class I, std::size_t... Es>
+inline constexpr bool is_extents_v<::cuda::std::extents<I, Es...>> = true;
+
+// A shape as it appears in compile-time error messages: -1 is a dynamic extent.
+template <long long... Extents>
+struct shape {};
+
+namespace detail {
+template <class E, class Seq = ::cuda::std::make_index_sequence<E::rank()>>
+struct shape_of;
+template <class E, std::size_t... R>
+struct shape_of<E, ::cuda::std::index_sequence<R...>> {
+  using type = shape<(E::static_extent(R) == dynamic ? -1LL : (long long)E::static_extent(R))...>;
+};
+}  // namespace detail
+template <class E>
+using shape_of_t = typename detail::shape_of<E>::type;
+
+// "[3, 784]": for run-time error messages.
+template <class E>
+std::string shape_string(const E& e) {
+  std::string s = "[";
+  for (std::size_t r = 0; r != E::rank(); ++r) {
+    if (r) s += ", ";
+    s += std::to_string(static_cast<long long>(e.extent(r)));
+  }
+  return s + "]";
+}
+
+template <class E>
+FUSOR_HOST_DEVICE constexpr index_t element_count(const E& e) {
+  index_t n = 1;
+  for (std::size_t r = 0; r != E::rank(); ++r) n *= static_cast<index_t>(e.extent(r));
+  return n;
+}
+
+// ---- broadcasting ---------------------------------------------------------------
+namespace detail {
+// Extent of axis R (counted from the right) of E, or 1 where E has no such axis.
+template <class E>
+constexpr std::size_t static_extent_from_right(std::size_t r_from_right) {
+  if (r_from_right + 1 > E::rank()) return 1;
+  return E::static_extent(E::rank() - 1 - r_from_right);
+}
+constexpr bool static_axes_broadcast(std::size_t a, std::size_t b) {
+  return a == dynamic || b == dynamic || a == b || a == 1 || b == 1;
+}
+constexpr std::size_t broadcast_static_axis(std::size_t a, std::size_t b) {
+  if (a == dynamic && b == dynamic) return dynamic;
+  if (a == dynamic) return b == 1 ? dynamic : b;
+  if (b == dynamic) return a == 1 ? dynamic : a;
+  return a == 1 ? b : a;
+}
+template <class A, class B>
+constexpr bool static_shapes_broadcast() {
+  constexpr std::size_t rank = A::rank() > B::rank() ? A::rank() : B::rank();
+  for (std::size_t r = 0; r != rank; ++r)
+    if (!static_axes_broadcast(static_extent_from_right<A>(r), static_extent_from_right<B>(r))) return false;
+  return true;
+}
+template <class A, class B, class Seq>
+struct broadcast_extents;
+template <class A, class B, std::size_t... R>
+struct broadcast_extents<A, B, ::cuda::std::index_sequence<R...>> {
+  static constexpr std::size_t rank = sizeof...(R);
+  using type = ::cuda::std::extents<index_t, broadcast_static_axis(
+                                               static_extent_from_right<A>(rank - 1 - R),
+                                               static_extent_from_right<B>(rank - 1 - R))...>;
+};
+}  // namespace detail
+
+// The instantiation of this template names both static shapes in the compiler's
+// message; the static_assert explains it in words.
+template <class LeftShape, class RightShape, bool Broadcast>
+struct static_shapes_must_broadcast {
+  static_assert(Broadcast,
+                "fusor: the static shapes of two operands do not broadcast; both shapes are named "
+                "in static_shapes_must_broadcast<shape<...>, shape<...>> (-1 is a dynamic extent)");
+  static constexpr bool value = Broadcast;
+};
+template <class DestinationShape, class ExpressionShape, bool Fits>
+struct static_shapes_must_match {
+  static_assert(Fits,
+                "fusor: the expression's static shape does not match the destination's; both shapes "
+                "are named in static_shapes_must_match<shape<destination>, shape<expression>> (-1 is "
+                "a dynamic extent)");
+  static constexpr bool value = Fits;
+};
+
+template <class A, class B>
+using broadcast_extents_t = typename detail::broadcast_extents<
+    A, B, ::cuda::std::make_index_sequence<(A::rank() > B::rank() ? A::rank() : B::rank())>>::type;
+
+template <class A, class B>
+inline constexpr bool check_static_broadcast_v =
+    static_shapes_must_broadcast<shape_of_t<A>, shape_of_t<B>,
+                                 detail::static_shapes_broadcast<A, B>()>::value;
+
+// The broadcast of two run-time shapes; throws shape_error naming both.
+template <class A, class B>
+broadcast_extents_t<A, B> broadcast(const A& a, const B& b) {
+  static_assert(check_static_broadcast_v<A, B>);
+  using R = broadcast_extents_t<A, B>;
+  ::cuda::std::array<index_t, R::rank()> out{};
+  for (std::size_t r = 0; r != R::rank(); ++r) {
+    const std::size_t from_right = R::rank() - 1 - r;
+    const index_t ea = from_right + 1 <= A::rank() ? static_cast<index_t>(a.extent(A::rank() - 1 - from_right)) : 1;
+    const index_t eb = from_right + 1 <= B::rank() ? static_cast<index_t>(b.extent(B::rank() - 1 - from_right)) : 1;
+    if (ea != eb && ea != 1 && eb != 1)
+      throw shape_error("fusor: shapes " + shape_string(a) + " and " + shape_string(b) +
+                        " do not broadcast (axis " + std::to_string(r) + ": " + std::to_string(ea) +
+                        " vs " + std::to_string(eb) + ")");
+    out[r] = ea == 1 ? eb : ea;
+  }
+  return R(out);
+}
+
+// Whether an expression of shape `e` fits a destination of shape `d`: the same
+// rank or fewer, and every axis equal or 1. Static parts are checked at compile time.
+namespace detail {
+template <class D, class E>
+constexpr bool static_fits() {
+  if (E::rank() > D::rank()) return false;
+  for (std::size_t r = 0; r != E::rank(); ++r) {
+    const std::size_t d = static_extent_from_right<D>(r), e = static_extent_from_right<E>(r);
+    if (d != dynamic && e != dynamic && d != e && e != 1) return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+template <class D, class E>
+inline constexpr bool check_static_fit_v =
+    static_shapes_must_match<shape_of_t<D>, shape_of_t<E>, detail::static_fits<D, E>()>::value;
+
+template <class D, class E>
+void check_fits(const D& d, const E& e) {
+  static_assert(check_static_fit_v<D, E>);
+  for (std::size_t r = 0; r != E::rank(); ++r) {
+    const index_t de = d.extent(D::rank() - 1 - r), ee = e.extent(E::rank() - 1 - r);
+    if (de != ee && ee != 1)
+      throw shape_error("fusor: cannot assign an expression of shape " + shape_string(e) +
+                        " to a destination of shape " + shape_string(d));
+  }
+}
+
+}  // namespace fusor

@@ -1,0 +1,123 @@
+// fusor/core/memory.hpp — memory spaces (host, pinned host, device) and how each
+// allocates.
+//
+// Device memory comes from the device's stream-ordered pool (cudaMallocAsync),
+// never managed memory; the pool keeps freed blocks (release threshold raised)
+// so a training step that frees and reallocates does not reach the driver.
+// Every failure throws allocation_error naming the bytes and the space.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#include "fusor/config.hpp"
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/error.hpp"
+
+namespace fusor {
+
+#if FUSOR_HAS_CUDA
+using stream_t = cudaStream_t;
+#else
+using stream_t = void*;  // host-only units never touch a stream
+#endif
+
+// Host allocations are aligned for 16-byte vector access and cache lines.
+inline constexpr std::size_t host_alignment = 64;
+
+struct host_space {
+  static constexpr const char* name = "host";
+  static constexpr bool host_accessible = true;
+  static constexpr bool device_accessible = false;
+};
+// Page-locked host memory: fast, asynchronous copies; readable by kernels too.
+struct pinned_space {
+  static constexpr const char* name = "pinned host";
+  static constexpr bool host_accessible = true;
+  static constexpr bool device_accessible = true;
+};
+struct device_space {
+  static constexpr const char* name = "device";
+  static constexpr bool host_accessible = false;
+  static constexpr bool device_accessible = true;
+};
+
+template <class S>
+concept memory_space = requires {
+  { S::name } -> std::convertible_to<const char*>;
+  S::host_accessible;
+  S::device_accessible;
+};
+
+namespace detail {
+template <class>
+inline constexpr bool needs_nvcc = false;
+
+#if FUSOR_HAS_CUDA
+// The current device's default pool, set to keep what is freed.
+inline cudaMemPool_t device_pool() {
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool{};
+  FUSOR_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  static thread_local int configured_for = -1;
+  if (configured_for != device) {
+    std::uint64_t keep_everything = UINT64_MAX;
+    FUSOR_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+    configured_for = device;
+  }
+  return pool;
+}
+#endif
+}  // namespace detail
+
+template <memory_space Space>
+void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
+  if (bytes == 0) return nullptr;
+  if constexpr (std::is_same_v<Space, host_space>) {
+    const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
+    void* p = std::aligned_alloc(host_alignment, rounded);
+    if (!p) throw allocation_error(bytes, Space::name, "out of host memory");
+    return p;
+  } else {
+#if FUSOR_HAS_CUDA
+    cuda::require(Space::name == device_space::name ? "device memory" : "pinned host memory");
+    void* p = nullptr;
+    cudaError_t status;
+    if constexpr (std::is_same_v<Space, pinned_space>)
+      status = cudaMallocHost(&p, bytes);
+    else
+      status = cudaMallocFromPoolAsync(&p, bytes, detail::device_pool(), stream);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw allocation_error(bytes, Space::name, cudaGetErrorString(status));
+    }
+    return p;
+#else
+    static_assert(detail::needs_nvcc<Space>,
+                  "fusor: pinned and device memory need a translation unit compiled by nvcc");
+    return nullptr;
+#endif
+  }
+}
+
+template <memory_space Space>
+void deallocate(void* p, [[maybe_unused]] stream_t stream = {}) noexcept {
+  if (!p) return;
+  if constexpr (std::is_same_v<Space, host_space>) {
+    std::free(p);
+  } else {
+#if FUSOR_HAS_CUDA
+    // Errors here cannot be thrown from a destructor; a failed free of a valid
+    // pointer means the context is already broken and the next checked call says so.
+    if constexpr (std::is_same_v<Space, pinned_space>)
+      (void)cudaFreeHost(p);
+    else
+      (void)cudaFreeAsync(p, stream);
+#endif
+  }
+}
+
+}  // namespace fusor

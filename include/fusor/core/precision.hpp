@@ -1,0 +1,89 @@
+// fusor/core/precision.hpp — precision policies: what a tensor stores, what its
+// elementwise work computes in, and what reductions accumulate in.
+//
+// A tensor's first template argument is either a plain element type (float,
+// double, __nv_bfloat16, __half, integers) or one of the policy tags below;
+// precision_traits resolves both, so `tensor<float, ...>` and `tensor<bf16, ...>`
+// read naturally. bf16/fp16 storage computes and accumulates in fp32.
+#pragma once
+
+#include <cuda/std/type_traits>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fusor/config.hpp"
+
+namespace fusor {
+
+using bfloat16 = __nv_bfloat16;
+using float16 = __half;
+
+// Storage, compute and accumulate types named separately.
+template <class Storage, class Compute = float, class Accumulate = Compute>
+struct mixed {
+  using storage_type = Storage;
+  using compute_type = Compute;
+  using accumulate_type = Accumulate;
+  static constexpr bool tensor_float_32 = false;
+};
+
+struct fp32 : mixed<float, float, float> {};
+struct fp64 : mixed<double, double, double> {};
+struct bf16 : mixed<bfloat16, float, float> {};
+struct fp16 : mixed<float16, float, float> {};
+// fp32 storage; matrix products may round their inputs to tf32 on tensor cores.
+struct tf32 : mixed<float, float, float> {
+  static constexpr bool tensor_float_32 = true;
+};
+
+namespace detail {
+template <class T>
+concept precision_policy = requires {
+  typename T::storage_type;
+  typename T::compute_type;
+  typename T::accumulate_type;
+};
+template <class T>
+struct default_compute { using type = T; };
+template <> struct default_compute<bfloat16> { using type = float; };
+template <> struct default_compute<float16> { using type = float; };
+}  // namespace detail
+
+template <class P>
+struct precision_traits {
+  using storage_type = P;
+  using compute_type = typename detail::default_compute<P>::type;
+  using accumulate_type = compute_type;
+  static constexpr bool tensor_float_32 = false;
+};
+template <detail::precision_policy P>
+struct precision_traits<P> {
+  using storage_type = typename P::storage_type;
+  using compute_type = typename P::compute_type;
+  using accumulate_type = typename P::accumulate_type;
+  static constexpr bool tensor_float_32 = P::tensor_float_32;
+};
+
+template <class P> using storage_t = typename precision_traits<P>::storage_type;
+template <class P> using compute_t = typename precision_traits<P>::compute_type;
+template <class P> using accumulate_t = typename precision_traits<P>::accumulate_type;
+
+// Conversion between any two element types, on host and device. bf16 <-> fp16
+// goes through float: there is no direct conversion.
+template <class To, class From>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr To convert(const From& x) {
+  if constexpr (::cuda::std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (::cuda::std::is_same_v<From, bfloat16> || ::cuda::std::is_same_v<From, float16>) {
+    if constexpr (::cuda::std::is_same_v<To, bfloat16> || ::cuda::std::is_same_v<To, float16>)
+      return To(static_cast<float>(x));
+    else
+      return static_cast<To>(static_cast<float>(x));
+  } else if constexpr (::cuda::std::is_same_v<To, bfloat16> || ::cuda::std::is_same_v<To, float16>) {
+    return To(static_cast<float>(x));
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+}  // namespace fusor

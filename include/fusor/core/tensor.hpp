@@ -1,0 +1,88 @@
+// fusor/core/tensor.hpp — fusor::tensor, the owning side of the owner/view split.
+//
+// A tensor owns one allocation in its memory space and hands out views; it never
+// enters a kernel itself. Device tensors are allocated and freed in stream order
+// on the stream they were created with.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "fusor/core/extents.hpp"
+#include "fusor/core/layout.hpp"
+#include "fusor/core/memory.hpp"
+#include "fusor/core/precision.hpp"
+#include "fusor/core/view.hpp"
+
+namespace fusor {
+
+template <class Precision, class Extents, class Layout = row_major, class Space = host_space>
+class tensor {
+ public:
+  using view_type = ::fusor::view<Precision, Extents, Layout, Space>;
+  using element_type = typename view_type::element_type;
+  using value_type = typename view_type::value_type;
+  using extents_type = Extents;
+  using layout_type = Layout;
+  using space = Space;
+  using mapping_type = typename view_type::mapping_type;
+  static constexpr std::size_t rank = Extents::rank();
+  static_assert(mapping_type::is_always_exhaustive(),
+                "fusor: an owning tensor needs a gap-free layout (row_major, col_major, nchw, nhwc); "
+                "strided layouts are for views");
+
+  tensor() = default;
+  explicit tensor(const Extents& e, stream_t stream = {}) : stream_(stream) {
+    const mapping_type map(e);
+    const std::size_t bytes = static_cast<std::size_t>(map.required_span_size()) * sizeof(element_type);
+    auto* data = static_cast<element_type*>(allocate<Space>(bytes, stream));
+    view_ = view_type(data, map);
+  }
+  template <class... Sizes>
+    requires(sizeof...(Sizes) == Extents::rank_dynamic() && (std::is_integral_v<Sizes> && ...))
+  explicit tensor(Sizes... dynamic_sizes) : tensor(Extents(dynamic_sizes...)) {}
+
+  tensor(const tensor&) = delete;
+  tensor& operator=(const tensor&) = delete;
+  tensor(tensor&& other) noexcept
+      : view_(std::exchange(other.view_, view_type{})), stream_(other.stream_) {}
+  tensor& operator=(tensor&& other) noexcept {
+    if (this != &other) {
+      release();
+      view_ = std::exchange(other.view_, view_type{});
+      stream_ = other.stream_;
+    }
+    return *this;
+  }
+  ~tensor() { release(); }
+
+  const view_type& view() const { return view_; }
+  operator view_type() const { return view_; }
+
+  element_type* data() const { return view_.data(); }
+  const Extents& extents() const { return view_.extents(); }
+  index_t extent(std::size_t r) const { return view_.extent(r); }
+  index_t size() const { return view_.size(); }
+  stream_t stream() const { return stream_; }
+
+  template <class... Indices>
+  element_type& operator()(Indices... i) const {
+    static_assert(Space::host_accessible, "fusor: elements of a device tensor are not addressable on the host");
+    return view_(i...);
+  }
+
+ private:
+  void release() noexcept {
+    deallocate<Space>(view_.data(), stream_);
+    view_ = view_type{};
+  }
+  view_type view_{};
+  stream_t stream_{};
+};
+
+template <class T>
+inline constexpr bool is_tensor_v = false;
+template <class P, class E, class L, class S>
+inline constexpr bool is_tensor_v<tensor<P, E, L, S>> = true;
+
+}  // namespace fusor

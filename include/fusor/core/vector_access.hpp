@@ -1,0 +1,72 @@
+// fusor/core/vector_access.hpp — loading and storing V consecutive elements, as
+// 16-byte transactions on the GPU when the caller has checked alignment.
+//
+// Expressions evaluate V elements at a time on the fast path; this is the one
+// place that knows how those elements travel to and from memory.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda/std/array>
+
+#include "fusor/config.hpp"
+#include "fusor/core/precision.hpp"
+
+namespace fusor {
+
+// Whether V elements of T form whole 16-byte chunks.
+template <class T, int V>
+inline constexpr bool whole_chunks_v = (V * sizeof(T)) % 16 == 0;
+
+// V values held in registers; 16-byte aligned when they fill whole chunks so
+// they can be moved as such.
+template <class T, int V>
+struct alignas(whole_chunks_v<T, V> ? 16 : alignof(T)) lanes {
+  T value[V];
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T& operator[](int j) { return value[j]; }
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr const T& operator[](int j) const { return value[j]; }
+};
+
+namespace detail {
+struct alignas(16) sixteen_bytes {
+  unsigned int x, y, z, w;
+};
+}  // namespace detail
+
+template <int V, bool Aligned, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_lanes(const T* p) {
+  lanes<T, V> out;
+#if FUSOR_DEVICE_PASS
+  if constexpr (Aligned && whole_chunks_v<T, V>) {
+    // One 16-byte load per chunk: ld.global.v4 in the SASS.
+    auto* dst = reinterpret_cast<detail::sixteen_bytes*>(&out[0]);
+    const auto* src = reinterpret_cast<const detail::sixteen_bytes*>(p);
+    FUSOR_UNROLL
+    for (int c = 0; c < int(V * sizeof(T) / 16); ++c) dst[c] = src[c];
+    return out;
+  } else
+#endif
+  {
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) out[j] = p[j];
+    return out;
+  }
+}
+
+template <int V, bool Aligned, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_lanes(T* p, const lanes<T, V>& values) {
+#if FUSOR_DEVICE_PASS
+  if constexpr (Aligned && whole_chunks_v<T, V>) {
+    const auto* src = reinterpret_cast<const detail::sixteen_bytes*>(&values[0]);
+    auto* dst = reinterpret_cast<detail::sixteen_bytes*>(p);
+    FUSOR_UNROLL
+    for (int c = 0; c < int(V * sizeof(T) / 16); ++c) dst[c] = src[c];
+  } else
+#endif
+  {
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) p[j] = values[j];
+  }
+}
+
+}  // namespace fusor

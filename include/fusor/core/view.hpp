@@ -1,0 +1,147 @@
+// fusor/core/view.hpp — fusor::view, the non-owning, trivially copyable window
+// onto memory that kernels receive: a ::cuda::std::mdspan plus the precision and
+// memory space in its type.
+//
+// A view is also the leaf of every expression: it reads its elements converted
+// to the precision's compute type, by multi-index (any layout, broadcasting
+// size-1 and missing leading axes) or, on the fast path, V consecutive elements
+// at a linear position.
+#pragma once
+
+#include <cstdint>
+#include <cstddef>
+
+#include <cuda/std/array>
+#include <cuda/std/mdspan>
+#include <cuda/std/type_traits>
+
+#include "fusor/config.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/layout.hpp"
+#include "fusor/core/memory.hpp"
+#include "fusor/core/precision.hpp"
+#include "fusor/core/vector_access.hpp"
+
+namespace fusor {
+
+// Extents and strides of a destination, in its own rank: what an operand must
+// match to be read at the destination's linear positions.
+template <std::size_t Rank>
+struct dense_shape {
+  ::cuda::std::array<index_t, Rank> extent{};
+  ::cuda::std::array<index_t, Rank> stride{};
+};
+
+template <class Precision, class Extents, class Layout = row_major, class Space = host_space>
+class view {
+ public:
+  using precision = Precision;
+  using element_type = storage_t<Precision>;
+  using value_type = compute_t<Precision>;
+  using extents_type = Extents;
+  using layout_type = Layout;
+  using space = Space;
+  using mdspan_type = ::cuda::std::mdspan<element_type, Extents, Layout>;
+  using mapping_type = typename mdspan_type::mapping_type;
+  using index_type = typename Extents::index_type;
+  static constexpr std::size_t rank = Extents::rank();
+  static constexpr bool weak = false;  // a literal scalar is weak; a view never is
+  static constexpr std::size_t narrowest_element = sizeof(element_type);
+
+  static_assert(is_extents_v<Extents>, "fusor: a view's second argument must be fusor::extents<...>");
+  static_assert(memory_space<Space>, "fusor: a view's fourth argument must be a memory space");
+
+  view() = default;
+  FUSOR_HOST_DEVICE view(element_type* data, const mapping_type& map) : span_(data, map) {}
+  FUSOR_HOST_DEVICE explicit view(mdspan_type span) : span_(span) {}
+  template <class... Sizes>
+    requires(sizeof...(Sizes) == Extents::rank_dynamic() && (::cuda::std::is_convertible_v<Sizes, index_type> && ...))
+  FUSOR_HOST_DEVICE view(element_type* data, Sizes... dynamic_sizes) : span_(data, Extents(dynamic_sizes...)) {}
+
+  FUSOR_HOST_DEVICE element_type* data() const { return span_.data_handle(); }
+  FUSOR_HOST_DEVICE const mdspan_type& mdspan() const { return span_; }
+  FUSOR_HOST_DEVICE const mapping_type& mapping() const { return span_.mapping(); }
+  FUSOR_HOST_DEVICE const Extents& extents() const { return span_.extents(); }
+  FUSOR_HOST_DEVICE index_t extent(std::size_t r) const { return span_.extent(r); }
+  FUSOR_HOST_DEVICE index_t stride(std::size_t r) const { return span_.stride(r); }
+  FUSOR_HOST_DEVICE index_t size() const { return static_cast<index_t>(span_.size()); }
+  // No gaps and no overlap: element positions are exactly [0, size).
+  FUSOR_HOST_DEVICE bool is_contiguous() const {
+    return static_cast<index_t>(span_.mapping().required_span_size()) == size() && span_.is_unique();
+  }
+
+  template <class... Indices>
+  FUSOR_HOST_DEVICE element_type& operator()(Indices... i) const {
+    return span_(static_cast<index_type>(i)...);
+  }
+
+  // ---- leaf of an expression ------------------------------------------------
+  // Offset of the element that output multi-index `idx` (rank R >= rank) reads:
+  // leading axes are missing, size-1 axes broadcast.
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t offset_of(const ::cuda::std::array<index_t, R>& idx) const {
+    static_assert(R >= rank);
+    index_t offset = 0;
+    FUSOR_UNROLL
+    for (std::size_t k = 0; k != rank; ++k)
+      if (Extents::static_extent(k) != 1 && extent(k) != 1) offset += idx[R - rank + k] * stride(k);
+    return offset;
+  }
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at(const ::cuda::std::array<index_t, R>& idx) const {
+    return convert<value_type>(data()[offset_of(idx)]);
+  }
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load(index_t i) const {
+    const lanes<element_type, V> raw = load_lanes<V, Aligned>(data() + i);
+    lanes<value_type, V> out;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) out[j] = convert<value_type>(raw[j]);
+    return out;
+  }
+  // Whether this operand can be read at the destination's linear positions.
+  template <std::size_t R>
+  bool linear_with(const dense_shape<R>& dst) const {
+    if constexpr (R != rank) {
+      return false;
+    } else {
+      for (std::size_t k = 0; k != rank; ++k) {
+        if (extent(k) != dst.extent[k]) return false;
+        if (extent(k) != 1 && stride(k) != dst.stride[k]) return false;
+      }
+      return true;
+    }
+  }
+  bool aligned16() const { return reinterpret_cast<std::uintptr_t>(data()) % 16 == 0; }
+
+  // ---- destination of an assignment -------------------------------------------
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_at(const ::cuda::std::array<index_t, rank>& idx, const T& v) const {
+    data()[offset_of(idx)] = convert<element_type>(v);
+  }
+  template <int V, bool Aligned, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store(index_t i, const lanes<T, V>& values) const {
+    lanes<element_type, V> raw;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) raw[j] = convert<element_type>(values[j]);
+    store_lanes<V, Aligned>(data() + i, raw);
+  }
+  dense_shape<rank> shape_and_strides() const {
+    dense_shape<rank> s;
+    for (std::size_t k = 0; k != rank; ++k) {
+      s.extent[k] = extent(k);
+      s.stride[k] = stride(k);
+    }
+    return s;
+  }
+
+ private:
+  mdspan_type span_{};
+};
+
+template <class T>
+inline constexpr bool is_view_v = false;
+template <class P, class E, class L, class S>
+inline constexpr bool is_view_v<view<P, E, L, S>> = true;
+
+}  // namespace fusor

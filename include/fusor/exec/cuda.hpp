@@ -1,0 +1,111 @@
+// fusor/exec/cuda.hpp — the CUDA executor: a pass is one kernel launch on the
+// executor's stream.
+//
+// Three kernel variants per pass at most: linear with 16-byte vector access
+// (every pointer aligned), linear with scalar access, and strided. The launch
+// policy gives the block size and items per thread, or leaves them (0) to the
+// occupancy API. Only translation units compiled by nvcc see this header's content.
+#pragma once
+
+#include "fusor/config.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/exec/pass.hpp"
+
+namespace fusor {
+
+struct launch_policy {
+  int block_size = 0;        // threads per block; 0: the occupancy API's choice
+  int items_per_thread = 0;  // vector steps per thread; 0: enough to fill the GPU a few times over
+};
+
+namespace detail {
+template <int V, bool Aligned, class Pass>
+__global__ void linear_pass_kernel(const __grid_constant__ Pass p, int items_per_thread) {
+  const index_t steps = p.size / V;
+  const index_t first = index_t(blockIdx.x) * items_per_thread * blockDim.x + threadIdx.x;
+  for (int k = 0; k < items_per_thread; ++k) {
+    const index_t s = first + index_t(k) * blockDim.x;
+    if (s < steps) p.template linear_step<V, Aligned>(s * V);
+  }
+  // The last size % V elements, one per thread of block 0.
+  if (blockIdx.x == 0 && threadIdx.x < p.size - steps * V) p.template linear_step<1, false>(steps * V + threadIdx.x);
+}
+
+template <class Pass>
+__global__ void strided_pass_kernel(const __grid_constant__ Pass p, int items_per_thread) {
+  const index_t first = index_t(blockIdx.x) * items_per_thread * blockDim.x + threadIdx.x;
+  for (int k = 0; k < items_per_thread; ++k) {
+    const index_t e = first + index_t(k) * blockDim.x;
+    if (e < p.size) p.strided_step(p.index_of(e));
+  }
+}
+
+struct launch_shape {
+  int grid, block, items;
+};
+
+// Occupancy-derived block size, cached per kernel.
+template <auto Kernel>
+launch_shape derive_launch(const launch_policy& policy, index_t work) {
+  static const auto suggested = [] {
+    int min_grid = 0, block = 0;
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, Kernel));
+    return std::pair{min_grid, block};
+  }();
+  const int block = policy.block_size > 0 ? policy.block_size : suggested.second;
+  int items = policy.items_per_thread;
+  if (items <= 0) {
+    // A grid of at most a few waves of resident blocks; each thread loops over the rest.
+    const index_t max_grid = index_t(suggested.first) * 8;
+    const index_t needed = (work + block - 1) / block;
+    items = int(std::max<index_t>(1, (needed + max_grid - 1) / max_grid));
+  }
+  const index_t grid = std::max<index_t>(1, (work + index_t(block) * items - 1) / (index_t(block) * items));
+  return {int(grid), block, items};
+}
+}  // namespace detail
+
+struct cuda_executor {
+  cudaStream_t stream = nullptr;
+  launch_policy launch{};
+
+  void synchronize() const { FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+  template <class Pass>
+  void run(const Pass& p, pass_plan plan) const {
+    static_assert(sizeof(Pass) <= kernel_parameter_limit,
+                  "fusor: this expression tree is larger than a kernel parameter may be (32764 bytes); "
+                  "split it into two assignments");
+    cuda::require("the cuda executor");
+    if (p.size == 0) return;
+    constexpr int V = Pass::device_lanes;
+    if (plan.linear && plan.aligned)
+      start<detail::linear_pass_kernel<V, true, Pass>>(p, p.size / V);
+    else if (plan.linear)
+      start<detail::linear_pass_kernel<V, false, Pass>>(p, p.size / V);
+    else
+      start<detail::strided_pass_kernel<Pass>>(p, p.size);
+  }
+
+  template <class Target>
+  static constexpr bool can_run = target_readable_from_device_v<Target>;
+  static constexpr const char* name = "cuda";
+
+ private:
+  template <auto Kernel, class Pass>
+  void start(const Pass& p, index_t work) const {
+    const detail::launch_shape shape = detail::derive_launch<Kernel>(launch, std::max<index_t>(work, 1));
+    Kernel<<<shape.grid, shape.block, 0, stream>>>(p, shape.items);
+    FUSOR_CUDA_CHECK(cudaGetLastError());
+    cuda::launch_counter().fetch_add(1);
+  }
+};
+
+}  // namespace fusor
+#endif  // FUSOR_HAS_CUDA

@@ -1,0 +1,69 @@
+// fusor/exec/host.hpp — the host executor: a pass is one loop, parallel over
+// OpenMP threads when OpenMP is on.
+//
+// The linear path evaluates host_lanes elements per step into small arrays, a
+// shape the compiler turns into SIMD code; the strided path walks each thread's
+// range in the destination's memory order.
+#pragma once
+
+#include <algorithm>
+
+#include "fusor/config.hpp"
+#include "fusor/exec/pass.hpp"
+
+#if FUSOR_HAS_OPENMP
+#include <omp.h>
+#endif
+
+namespace fusor {
+
+struct host_executor {
+  // OpenMP threads for one pass; 0 takes OpenMP's default, 1 runs serially.
+  int threads = 0;
+  // Below this many elements a pass runs serially: thread start-up would cost more.
+  index_t parallel_threshold = 1 << 15;
+
+  template <class Pass>
+  void run(const Pass& p, pass_plan plan) const {
+    constexpr int V = Pass::host_lanes;
+    const index_t n = p.size;
+    const int team = thread_count(n);
+    if (plan.linear) {
+      const index_t steps = n / V;
+#if FUSOR_HAS_OPENMP
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+#endif
+      for (index_t s = 0; s < steps; ++s) p.template linear_step<V, false>(s * V);
+      for (index_t i = steps * V; i < n; ++i) p.template linear_step<1, false>(i);
+    } else {
+#if FUSOR_HAS_OPENMP
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+#endif
+      for (int t = 0; t < team; ++t) {
+        const index_t begin = n * t / team, end = n * (t + 1) / team;
+        if (begin == end) continue;
+        auto idx = p.index_of(begin);
+        for (index_t i = begin; i < end; ++i) {
+          p.strided_step(idx);
+          p.advance(idx);
+        }
+      }
+    }
+  }
+
+  int thread_count(index_t n) const {
+#if FUSOR_HAS_OPENMP
+    if (n < parallel_threshold) return 1;
+    return threads > 0 ? threads : omp_get_max_threads();
+#else
+    (void)n;
+    return 1;
+#endif
+  }
+
+  template <class Target>
+  static constexpr bool can_run = target_readable_from_host_v<Target>;
+  static constexpr const char* name = "host";
+};
+
+}  // namespace fusor

@@ -1,0 +1,192 @@
+// fusor/exec/pass.hpp — one pass over memory: what every executor runs.
+//
+// A pass is a set of targets (destination + expression) of one shape, and one
+// plan for walking it: linearly (every operand is laid out like the first
+// destination, so element i of each is at offset i, V at a time) or by
+// multi-index in the destination's memory order (any layout, broadcasting).
+// All values of a step are computed before any is stored, so an output may
+// alias an input (x = x * 2 + y) and several outputs may feed each other.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include <cuda/std/array>
+#include <cuda/std/tuple>
+#include <cuda/std/utility>
+
+#include "fusor/config.hpp"
+#include "fusor/core/error.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/view.hpp"
+#include "fusor/expr/node.hpp"
+
+namespace fusor {
+
+// A destination and the expression to store into it.
+template <class Destination, class Expression>
+struct target {
+  using destination_type = Destination;
+  using expression_type = Expression;
+  Destination destination;
+  Expression expression;
+};
+
+// out(dst, expr): one target of a multi-output assignment.
+template <class D, class E>
+auto out(D&& destination, E&& expr) {
+  auto d = as_expression(std::forward<D>(destination));
+  auto e = as_expression(std::forward<E>(expr));
+  static_assert(is_view_v<decltype(d)> || requires { &decltype(d)::template store<1, false, float>; },
+                "fusor: the destination of an assignment must be a view or a tensor");
+  return target<decltype(d), decltype(e)>{d, e};
+}
+
+// ---- compile-time checks over a tree ------------------------------------------
+namespace detail {
+template <class E>
+struct leaves_in {
+  template <class Space>
+  static constexpr bool accessible(bool from_host) {
+    return from_host ? Space::host_accessible : Space::device_accessible;
+  }
+  static constexpr bool check(bool from_host) {
+    if constexpr (requires { typename E::space; })
+      return accessible<typename E::space>(from_host);
+    else
+      return true;
+  }
+};
+template <class Op, class... A>
+struct leaves_in<node<Op, A...>> {
+  static constexpr bool check(bool from_host) { return (leaves_in<A>::check(from_host) && ...); }
+};
+
+template <class E>
+inline constexpr bool has_placeholder_v = std::is_same_v<typename E::value_type, unbound>;
+}  // namespace detail
+
+template <class Target>
+inline constexpr bool target_readable_from_host_v =
+    detail::leaves_in<typename Target::destination_type>::check(true) &&
+    detail::leaves_in<typename Target::expression_type>::check(true);
+template <class Target>
+inline constexpr bool target_readable_from_device_v =
+    detail::leaves_in<typename Target::destination_type>::check(false) &&
+    detail::leaves_in<typename Target::expression_type>::check(false);
+
+// ---- the pass -----------------------------------------------------------------
+template <std::size_t Rank, class... Targets>
+struct pass {
+  static constexpr std::size_t rank = Rank;
+  detail::packed<Targets...> targets;
+  index_t size;
+  // Axes from outermost to innermost in memory, and their extents: the order
+  // the strided walk follows, so contiguous memory is walked contiguously.
+  ::cuda::std::array<int, Rank> axis_order;
+  ::cuda::std::array<index_t, Rank> extent;
+
+  // Elements per step on the linear path: 16 bytes of the narrowest operand.
+  static constexpr std::size_t narrowest =
+      detail::min_size({std::min(sizeof(typename Targets::destination_type::element_type),
+                                 Targets::expression_type::narrowest_element)...});
+  static constexpr int device_lanes = int(16 / narrowest);
+  static constexpr int host_lanes = int(32 / narrowest);
+
+  template <std::size_t I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE const auto& get() const { return detail::get<I>(targets); }
+
+  // Elements [i, i + V) of every target, read first and stored after.
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void linear_step(index_t i) const {
+    linear_step_impl<V, Aligned>(i, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
+  }
+  // The element at multi-index idx of every target.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void strided_step(const ::cuda::std::array<index_t, Rank>& idx) const {
+    strided_step_impl(idx, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
+  }
+  // The multi-index of the n-th element in memory order.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> index_of(index_t n) const {
+    ::cuda::std::array<index_t, Rank> idx{};
+    FUSOR_UNROLL
+    for (int k = int(Rank) - 1; k >= 0; --k) {
+      const int axis = axis_order[k];
+      idx[axis] = n % extent[axis];
+      n /= extent[axis];
+    }
+    return idx;
+  }
+  // Advances idx to the next element in memory order.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void advance(::cuda::std::array<index_t, Rank>& idx) const {
+    for (int k = int(Rank) - 1; k >= 0; --k) {
+      const int axis = axis_order[k];
+      if (++idx[axis] < extent[axis]) return;
+      idx[axis] = 0;
+    }
+  }
+
+ private:
+  template <int V, bool Aligned, std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void linear_step_impl(index_t i, ::cuda::std::index_sequence<I...>) const {
+    const auto values = ::cuda::std::make_tuple(get<I>().expression.template load<V, Aligned>(i)...);
+    (get<I>().destination.template store<V, Aligned>(i, ::cuda::std::get<I>(values)), ...);
+  }
+  template <std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void strided_step_impl(const ::cuda::std::array<index_t, Rank>& idx,
+                                                              ::cuda::std::index_sequence<I...>) const {
+    const auto values = ::cuda::std::make_tuple(get<I>().expression.at(idx)...);
+    (get<I>().destination.store_at(idx, ::cuda::std::get<I>(values)), ...);
+  }
+};
+
+// How a pass will walk its elements.
+struct pass_plan {
+  bool linear = false;   // every operand at the destinations' linear positions
+  bool aligned = false;  // ... and every pointer 16-byte aligned
+};
+
+// Checks shapes (throwing shape_error with both shapes), and builds the pass
+// and its plan. Static shape mismatches fail to compile.
+template <class First, class... Rest>
+auto make_pass(const First& first, const Rest&... rest) {
+  using D = typename First::destination_type;
+  constexpr std::size_t rank = D::rank;
+  static_assert(((Rest::destination_type::rank == rank) && ...),
+                "fusor: all destinations of one assignment must have the same rank");
+  static_assert(!detail::has_placeholder_v<typename First::expression_type> &&
+                    (!detail::has_placeholder_v<typename Rest::expression_type> && ...),
+                "fusor: this expression still has placeholders (arg<N>); substitute() operands for them first");
+  const D& d = first.destination;
+  auto check_target = [&](const auto& t) {
+    for (std::size_t r = 0; r != rank; ++r)
+      if (t.destination.extent(r) != d.extent(r))
+        throw shape_error("fusor: destinations of one assignment differ in shape: " + shape_string(d.extents()) +
+                          " and " + shape_string(t.destination.extents()));
+    check_fits(t.destination.extents(), t.expression.extents());
+  };
+  check_target(first);
+  (check_target(rest), ...);
+
+  pass<rank, First, Rest...> p{{{first}, {rest}...}, d.size(), {}, {}};
+  const dense_shape<rank> layout = d.shape_and_strides();
+  for (std::size_t r = 0; r != rank; ++r) {
+    p.axis_order[r] = int(r);
+    p.extent[r] = layout.extent[r];
+  }
+  // Outermost axis first: decreasing stride, ties (size-1 axes) in index order.
+  std::stable_sort(p.axis_order.begin(), p.axis_order.end(),
+                   [&](int a, int b) { return layout.stride[a] > layout.stride[b]; });
+
+  pass_plan plan;
+  auto linear_target = [&](const auto& t) {
+    return t.destination.is_contiguous() && t.destination.linear_with(layout) && t.expression.linear_with(layout);
+  };
+  plan.linear = linear_target(first) && (linear_target(rest) && ...);
+  auto aligned_target = [](const auto& t) { return t.destination.aligned16() && t.expression.aligned16(); };
+  plan.aligned = plan.linear && aligned_target(first) && (aligned_target(rest) && ...);
+  return std::pair{p, plan};
+}
+
+}  // namespace fusor

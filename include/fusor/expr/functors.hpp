@@ -1,0 +1,118 @@
+// fusor/expr/functors.hpp — the scalar operations expression nodes apply, one
+// small function object each, callable on host and device.
+//
+// They receive arguments already converted to the node's compute type, so each
+// is written once for float and double alike. Where IEEE semantics need care
+// (NaN through min/max/relu, overflow in softplus) the comment says how.
+#pragma once
+
+#include <cuda/std/cmath>
+
+#include "fusor/config.hpp"
+#include "fusor/core/precision.hpp"
+
+namespace fusor::ops {
+
+#define FUSOR_BINARY_FUNCTOR(name, expression)                                       \
+  struct name {                                                                       \
+    template <class T>                                                                \
+    FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T a, T b) const { \
+      return expression;                                                              \
+    }                                                                                 \
+  };
+#define FUSOR_UNARY_FUNCTOR(name, expression)                                   \
+  struct name {                                                                  \
+    template <class T>                                                           \
+    FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T x) const { \
+      return expression;                                                         \
+    }                                                                            \
+  };
+
+// Arithmetic.
+FUSOR_BINARY_FUNCTOR(plus, a + b)
+FUSOR_BINARY_FUNCTOR(minus, a - b)
+FUSOR_BINARY_FUNCTOR(multiplies, a * b)
+FUSOR_BINARY_FUNCTOR(divides, a / b)
+FUSOR_UNARY_FUNCTOR(negate, -x)
+
+// Comparisons and logic: booleans, for where().
+FUSOR_BINARY_FUNCTOR(less, a < b)
+FUSOR_BINARY_FUNCTOR(less_equal, a <= b)
+FUSOR_BINARY_FUNCTOR(greater, a > b)
+FUSOR_BINARY_FUNCTOR(greater_equal, a >= b)
+FUSOR_BINARY_FUNCTOR(equal_to, a == b)
+FUSOR_BINARY_FUNCTOR(not_equal_to, a != b)
+FUSOR_BINARY_FUNCTOR(logical_and, bool(a) && bool(b))
+FUSOR_BINARY_FUNCTOR(logical_or, bool(a) || bool(b))
+FUSOR_UNARY_FUNCTOR(logical_not, !bool(x))
+
+struct select {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(bool condition, T a, T b) const {
+    return condition ? a : b;
+  }
+};
+
+// Rounds through storage type To, then continues in To's compute type.
+template <class To>
+struct cast_to {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr compute_t<To> operator()(T x) const {
+    return convert<compute_t<To>>(convert<storage_t<To>>(x));
+  }
+};
+
+// Transcendentals and friends.
+FUSOR_UNARY_FUNCTOR(exp, ::cuda::std::exp(x))
+FUSOR_UNARY_FUNCTOR(log, ::cuda::std::log(x))
+FUSOR_UNARY_FUNCTOR(log1p, ::cuda::std::log1p(x))
+FUSOR_UNARY_FUNCTOR(tanh, ::cuda::std::tanh(x))
+FUSOR_UNARY_FUNCTOR(erf, ::cuda::std::erf(x))
+FUSOR_UNARY_FUNCTOR(sqrt, ::cuda::std::sqrt(x))
+FUSOR_UNARY_FUNCTOR(abs, ::cuda::std::fabs(x))
+FUSOR_UNARY_FUNCTOR(sigmoid, T(1) / (T(1) + ::cuda::std::exp(-x)))
+// x < 0 rather than x > 0 so that NaN passes through, as in PyTorch.
+FUSOR_UNARY_FUNCTOR(relu, x < T(0) ? T(0) : x)
+FUSOR_UNARY_FUNCTOR(silu, x / (T(1) + ::cuda::std::exp(-x)))
+// max(x, 0) + log1p(exp(-|x|)): never overflows.
+FUSOR_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
+FUSOR_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
+FUSOR_UNARY_FUNCTOR(gelu_tanh,
+                    T(0.5) * x * (T(1) + ::cuda::std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x))))
+FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
+
+struct rsqrt {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T x) const {
+#if FUSOR_DEVICE_PASS
+    if constexpr (::cuda::std::is_same_v<T, float>) return ::rsqrtf(x);
+    if constexpr (::cuda::std::is_same_v<T, double>) return ::rsqrt(x);
+#endif
+    return T(1) / ::cuda::std::sqrt(x);
+  }
+};
+
+// min and max propagate NaN from either side, as torch.minimum / maximum do.
+struct minimum {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T a, T b) const {
+    return a != a ? a : (b != b ? b : (b < a ? b : a));
+  }
+};
+struct maximum {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T a, T b) const {
+    return a != a ? a : (b != b ? b : (a < b ? b : a));
+  }
+};
+struct clamp {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T x, T low, T high) const {
+    return minimum{}(maximum{}(x, low), high);
+  }
+};
+
+#undef FUSOR_BINARY_FUNCTOR
+#undef FUSOR_UNARY_FUNCTOR
+
+}  // namespace fusor::ops

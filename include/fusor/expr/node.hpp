@@ -1,0 +1,313 @@
+// fusor/expr/node.hpp — the expression tree: leaves (views, literal scalars,
+// placeholders) and one node type that applies an operation to its children.
+//
+// Nodes hold their children by value, so `auto e = a * exp(b);` can be kept and
+// reused, and every node is trivially copyable so the whole tree travels to a
+// kernel as one parameter. Values are computed in the operands' common compute
+// type (bf16 and fp16 storage compute in fp32); a literal scalar is "weak": it
+// takes the type of what it meets, so `x * 2.0` stays in float for float x.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include <cuda/std/array>
+#include <cuda/std/tuple>
+#include <cuda/std/type_traits>
+#include <cuda/std/utility>
+
+#include "fusor/config.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/core/vector_access.hpp"
+#include "fusor/core/view.hpp"
+
+namespace fusor {
+
+// Anything that can sit in an expression tree.
+template <class T>
+concept expression = requires {
+  typename T::value_type;
+  typename T::extents_type;
+  { T::weak } -> std::convertible_to<bool>;
+  { T::narrowest_element } -> std::convertible_to<std::size_t>;
+};
+
+// ---- literal scalars ------------------------------------------------------------
+template <class T>
+struct literal {
+  using value_type = T;
+  using extents_type = ::cuda::std::extents<index_t>;
+  static constexpr std::size_t rank = 0;
+  static constexpr bool weak = true;
+  static constexpr std::size_t narrowest_element = 16;  // never narrows the vector width
+
+  T value;
+
+  FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T at(const ::cuda::std::array<index_t, R>&) const { return value; }
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load(index_t) const {
+    lanes<T, V> out;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) out[j] = value;
+    return out;
+  }
+  template <std::size_t R>
+  bool linear_with(const dense_shape<R>&) const { return true; }
+  bool aligned16() const { return true; }
+};
+
+// A constant known at compile time (the zeros and ones of derivatives).
+template <int N>
+struct constant {
+  using value_type = int;
+  using extents_type = ::cuda::std::extents<index_t>;
+  static constexpr std::size_t rank = 0;
+  static constexpr bool weak = true;
+  static constexpr std::size_t narrowest_element = 16;
+
+  FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int at(const ::cuda::std::array<index_t, R>&) const { return N; }
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<int, V> load(index_t) const {
+    lanes<int, V> out;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) out[j] = N;
+    return out;
+  }
+  template <std::size_t R>
+  bool linear_with(const dense_shape<R>&) const { return true; }
+  bool aligned16() const { return true; }
+};
+using zero = constant<0>;
+using one = constant<1>;
+
+// ---- placeholders: named inputs of a symbolic expression ------------------------
+// They stand for operands given later (substitute), which is what lets fusor
+// differentiate an expression before it knows what it will be applied to.
+struct unbound {};
+
+template <std::size_t I>
+struct placeholder {
+  using value_type = unbound;
+  using extents_type = ::cuda::std::extents<index_t>;
+  static constexpr std::size_t rank = 0;
+  static constexpr bool weak = false;
+  static constexpr std::size_t narrowest_element = 16;
+  static constexpr std::size_t index = I;
+  FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
+};
+template <std::size_t I>
+inline constexpr placeholder<I> arg{};
+
+// ---- type promotion -------------------------------------------------------------
+namespace detail {
+template <class... T>
+struct common_or_void { using type = void; };
+template <class T, class... Rest>
+struct common_or_void<T, Rest...> { using type = ::cuda::std::common_type_t<T, Rest...>; };
+
+template <class... Acc>
+struct type_list {};
+template <class List, class T, bool Keep>
+struct push;
+template <class... Acc, class T>
+struct push<type_list<Acc...>, T, true> { using type = type_list<Acc..., T>; };
+template <class... Acc, class T>
+struct push<type_list<Acc...>, T, false> { using type = type_list<Acc...>; };
+
+template <class List, class... E>
+struct filter { using type = List; };
+template <class List, class E, class... Rest>
+struct filter<List, E, Rest...> {
+  using value = typename E::value_type;
+  static constexpr bool keep = !E::weak && !std::is_same_v<value, bool>;
+  using type = typename filter<typename push<List, value, keep>::type, Rest...>::type;
+};
+template <class List, class... E>
+struct filter_weak { using type = List; };
+template <class List, class E, class... Rest>
+struct filter_weak<List, E, Rest...> {
+  using value = typename E::value_type;
+  static constexpr bool keep = !std::is_same_v<value, bool>;
+  using type = typename filter_weak<typename push<List, value, keep>::type, Rest...>::type;
+};
+template <class List>
+struct common_of_list;
+template <class... T>
+struct common_of_list<type_list<T...>> { using type = typename common_or_void<T...>::type; };
+
+template <bool AnyUnbound, class... E>
+struct promote_bound {
+  using strong = typename common_of_list<typename filter<type_list<>, E...>::type>::type;
+  using all = typename common_of_list<typename filter_weak<type_list<>, E...>::type>::type;
+  using type = std::conditional_t<!std::is_void_v<strong>, strong, std::conditional_t<!std::is_void_v<all>, all, bool>>;
+};
+template <class... E>
+struct promote_bound<true, E...> { using type = unbound; };
+template <class... E>
+struct promote {
+  using type = typename promote_bound<(std::is_same_v<typename E::value_type, unbound> || ...), E...>::type;
+};
+
+// A child's value as the operation receives it: booleans stay booleans.
+template <class Compute, class Value>
+using argument_t = std::conditional_t<std::is_same_v<Value, bool>, bool, Compute>;
+
+template <class Op, class Compute, class... E>
+struct result {
+  using type = decltype(Op{}(std::declval<argument_t<Compute, typename E::value_type>>()...));
+};
+template <class Op, class... E>
+struct result<Op, unbound, E...> { using type = unbound; };
+
+template <class... E>
+struct broadcast_all;
+template <class E>
+struct broadcast_all<E> { using type = E; };
+template <class A, class B, class... Rest>
+struct broadcast_all<A, B, Rest...> { using type = typename broadcast_all<broadcast_extents_t<A, B>, Rest...>::type; };
+
+template <class E>
+E broadcast_shapes(const E& e) {
+  return e;
+}
+template <class A, class B, class... Rest>
+auto broadcast_shapes(const A& a, const B& b, const Rest&... rest) {
+  return broadcast_shapes(broadcast(a, b), rest...);
+}
+
+constexpr std::size_t min_size(std::initializer_list<std::size_t> sizes) {
+  std::size_t m = 16;
+  for (std::size_t s : sizes) m = s < m ? s : m;
+  return m;
+}
+
+// Children stored as an aggregate (not a tuple) so the node stays trivially copyable.
+template <std::size_t I, class T>
+struct slot {
+  T value;
+};
+template <class Seq, class... T>
+struct packed_impl;
+template <std::size_t... I, class... T>
+struct packed_impl<::cuda::std::index_sequence<I...>, T...> : slot<I, T>... {};
+template <class... T>
+using packed = packed_impl<::cuda::std::make_index_sequence<sizeof...(T)>, T...>;
+template <std::size_t I, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr const T& get(const slot<I, T>& s) { return s.value; }
+}  // namespace detail
+
+template <class... E>
+using promote_t = typename detail::promote<E...>::type;
+
+// ---- the node -------------------------------------------------------------------
+template <class Op, class... Args>
+struct node {
+  using operation = Op;
+  using compute_type = promote_t<Args...>;
+  using value_type = typename detail::result<Op, compute_type, Args...>::type;
+  using extents_type = typename detail::broadcast_all<typename Args::extents_type...>::type;
+  static constexpr std::size_t rank = extents_type::rank();
+  static constexpr bool weak = (Args::weak && ...);
+  static constexpr std::size_t narrowest_element = detail::min_size({Args::narrowest_element...});
+  static constexpr std::size_t arity = sizeof...(Args);
+
+  detail::packed<Args...> children;
+  extents_type shape;
+
+  template <std::size_t I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE const auto& child() const { return detail::get<I>(children); }
+  FUSOR_HOST_DEVICE const extents_type& extents() const { return shape; }
+
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at(const ::cuda::std::array<index_t, R>& idx) const {
+    return at_impl(idx, ::cuda::std::make_index_sequence<arity>{});
+  }
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load(index_t i) const {
+    return load_impl<V, Aligned>(i, ::cuda::std::make_index_sequence<arity>{});
+  }
+  template <std::size_t R>
+  bool linear_with(const dense_shape<R>& dst) const {
+    return linear_impl(dst, ::cuda::std::make_index_sequence<arity>{});
+  }
+  bool aligned16() const { return aligned_impl(::cuda::std::make_index_sequence<arity>{}); }
+
+ private:
+  template <std::size_t I>
+  using child_t = ::cuda::std::tuple_element_t<I, ::cuda::std::tuple<Args...>>;
+  template <std::size_t I, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE static auto as_argument(const T& v) {
+    return convert<detail::argument_t<compute_type, typename child_t<I>::value_type>>(v);
+  }
+  template <std::size_t R, std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at_impl(const ::cuda::std::array<index_t, R>& idx,
+                                                          ::cuda::std::index_sequence<I...>) const {
+    return Op{}(as_argument<I>(child<I>().at(idx))...);
+  }
+  template <int V, bool Aligned, std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load_impl(index_t i, ::cuda::std::index_sequence<I...>) const {
+    const auto inputs = ::cuda::std::make_tuple(child<I>().template load<V, Aligned>(i)...);
+    lanes<value_type, V> out;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) out[j] = Op{}(as_argument<I>(::cuda::std::get<I>(inputs)[j])...);
+    return out;
+  }
+  template <std::size_t R, std::size_t... I>
+  bool linear_impl(const dense_shape<R>& dst, ::cuda::std::index_sequence<I...>) const {
+    return (child<I>().linear_with(dst) && ...);
+  }
+  template <std::size_t... I>
+  bool aligned_impl(::cuda::std::index_sequence<I...>) const {
+    return (child<I>().aligned16() && ...);
+  }
+};
+
+template <class T>
+inline constexpr bool is_node_v = false;
+template <class Op, class... A>
+inline constexpr bool is_node_v<node<Op, A...>> = true;
+
+// ---- building trees -------------------------------------------------------------
+// What a user may write as an operand: an expression, an lvalue tensor (it
+// becomes its view) or an arithmetic scalar (it becomes a weak literal).
+template <class T>
+concept operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>> ||
+                  std::is_arithmetic_v<std::remove_cvref_t<T>>;
+template <class T>
+concept tree_operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>>;
+
+template <class T>
+auto as_expression(T&& x) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (is_tensor_v<U>) {
+    static_assert(std::is_lvalue_reference_v<T>,
+                  "fusor: a temporary tensor cannot be an operand: the expression would outlive its memory");
+    return x.view();
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    return literal<U>{x};
+  } else {
+    return U(x);
+  }
+}
+
+// Builds node<Op, ...> from operands, checking shapes (static ones at compile
+// time; dynamic ones here, before anything runs) and that the node can be a
+// kernel parameter.
+template <class Op, class... E>
+node<Op, E...> make_node_from(const E&... children) {
+  static_assert(std::is_trivially_copyable_v<node<Op, E...>>,
+                "fusor: expression nodes must be trivially copyable to be passed to a kernel");
+  return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
+}
+template <class Op, class... T>
+auto make_node(T&&... operands) {
+  return make_node_from<Op>(as_expression(std::forward<T>(operands))...);
+}
+
+}  // namespace fusor

@@ -1,0 +1,111 @@
+// tests/support/fusor_test.hpp — what every fusor test body shares.
+//
+// A test body is written once against `fusor_test::executor` and
+// `fusor_test::space`. The host test binary compiles it with the host executor;
+// the CUDA test binary (the same source, compiled by nvcc with FUSOR_TEST_CUDA)
+// with the cuda executor and device memory. Inputs are random with fixed seeds,
+// outputs are poisoned with NaN before each assignment so an unwritten element
+// shows, and results are compared against double-precision references.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+
+#include <fusor/fusor.hpp>
+
+namespace fusor_test {
+
+using namespace fusor;
+
+#if defined(FUSOR_TEST_CUDA)
+using executor = fusor::cuda_executor;
+using space = fusor::device_space;
+#define FUSOR_TEST_EXECUTOR_NAME "cuda"
+#else
+using executor = fusor::host_executor;
+using space = fusor::host_space;
+#define FUSOR_TEST_EXECUTOR_NAME "host"
+#endif
+
+template <class P, class E, class L = row_major>
+using host_tensor = tensor<P, E, L, host_space>;
+template <class P, class E, class L = row_major>
+using space_tensor = tensor<P, E, L, space>;
+
+// Waits for the executor's work (the host executor is synchronous already).
+inline void finish([[maybe_unused]] const executor& ex) {
+#if defined(FUSOR_TEST_CUDA)
+  ex.synchronize();
+#endif
+}
+
+// A copy of a host tensor in the tested space.
+template <class P, class E, class L>
+space_tensor<P, E, L> to_space(const host_tensor<P, E, L>& h) {
+  space_tensor<P, E, L> t(h.extents());
+  copy(t, h);
+  return t;
+}
+// A host copy of a view or tensor in any space (same layout, gap-free).
+template <class V>
+auto to_host(const V& v) {
+  const auto& view = as_view(v);
+  using view_t = std::remove_cvref_t<decltype(view)>;
+  host_tensor<typename view_t::precision, typename view_t::extents_type, typename view_t::layout_type> h(view.extents());
+  copy(h, view);
+  return h;
+}
+
+// Uniform values in [low, high), fixed by the seed.
+template <class V>
+void fill_random(const V& v, std::uint32_t seed, double low = -2.0, double high = 2.0) {
+  const auto& view = as_view(v);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(low, high);
+  auto* data = view.data();
+  using element = std::remove_cvref_t<decltype(*data)>;
+  for (index_t i = 0; i < view.mapping().required_span_size(); ++i) data[i] = convert<element>(dist(rng));
+}
+
+// NaN everywhere, so an element the assignment forgot to write fails the check.
+template <class V>
+void poison(const V& v) {
+  const auto& view = as_view(v);
+  using view_t = std::remove_cvref_t<decltype(view)>;
+  using element = typename view_t::element_type;
+  host_tensor<typename view_t::precision, typename view_t::extents_type, typename view_t::layout_type> nan(view.extents());
+  for (index_t i = 0; i < nan.size(); ++i) nan.data()[i] = convert<element>(std::nan(""));
+  copy(view, nan);
+}
+
+template <class T>
+double to_double(const T& x) {
+  return convert<double>(x);
+}
+
+// Relative tolerance of one elementwise result stored in precision P.
+template <class P>
+constexpr double tolerance() {
+  using S = storage_t<P>;
+  if constexpr (std::is_same_v<S, bfloat16>) return 1.6e-2;  // 8 significant bits, one rounding on store
+  else if constexpr (std::is_same_v<S, float16>) return 2e-3;
+  else if constexpr (std::is_same_v<S, float>) return 2e-6;
+  else return 1e-12;
+}
+
+// |got - want| <= tol * max(1, |want|), with NaN matching NaN only when asked.
+inline bool close(double got, double want, double tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+}  // namespace fusor_test
+
+// A test case that runs under the tested executor; its name says which.
+#define FUSOR_TEST_CASE(name) TEST_CASE("[" FUSOR_TEST_EXECUTOR_NAME "] " name)
