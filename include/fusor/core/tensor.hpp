@@ -31,7 +31,8 @@ class tensor {
                 "fusor: an owning tensor needs a gap-free layout (row_major, col_major, nchw, nhwc); "
                 "strided layouts are for views");
 
-  tensor() = default;
+  // All-static extents allocate here; dynamic ones default to zero sizes (no memory).
+  tensor() : tensor(Extents{}) {}
   explicit tensor(const Extents& e, stream_t stream = {}) : stream_(stream) {
     const mapping_type map(e);
     const std::size_t bytes = static_cast<std::size_t>(map.required_span_size()) * sizeof(element_type);

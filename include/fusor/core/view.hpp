@@ -51,7 +51,8 @@ class view {
   static_assert(is_extents_v<Extents>, "fusor: a view's second argument must be fusor::extents<...>");
   static_assert(memory_space<Space>, "fusor: a view's fourth argument must be a memory space");
 
-  view() = default;
+  // An empty view (null data); mdspan alone has no default for all-static extents.
+  FUSOR_HOST_DEVICE view() : span_(static_cast<element_type*>(nullptr), mapping_type()) {}
   FUSOR_HOST_DEVICE view(element_type* data, const mapping_type& map) : span_(data, map) {}
   FUSOR_HOST_DEVICE explicit view(mdspan_type span) : span_(span) {}
   template <class... Sizes>
@@ -136,7 +137,7 @@ class view {
   }
 
  private:
-  mdspan_type span_{};
+  mdspan_type span_;
 };
 
 template <class T>
