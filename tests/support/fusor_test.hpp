@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -103,6 +104,21 @@ inline bool close(double got, double want, double tol) {
   if (std::isnan(want)) return std::isnan(got);
   if (std::isinf(want)) return got == want;
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+// Checks that `action` throws Error and that its message names every one of `parts`.
+template <class Error, class Action>
+void expect_error(Action&& action, std::initializer_list<const char*> parts) {
+  try {
+    action();
+    FAIL_CHECK("no exception was thrown");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* part : parts) {
+      INFO("message: ", message);
+      CHECK_MESSAGE(message.find(part) != std::string::npos, "expected to find: ", part);
+    }
+  }
 }
 
 }  // namespace fusor_test
