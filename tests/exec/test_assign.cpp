@@ -231,3 +231,30 @@ FUSOR_TEST_CASE("static extents and the fast path") {
   for (int i = 0; i < 64; ++i)
     for (int j = 0; j < 48; ++j) CHECK(close(hy(i, j), double(ha(i, j)) * ha(i, j) - hb(j), 1e-6));
 }
+
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("launch policies: given block size and items per thread, or derived") {
+  const index_t n = (1 << 20) + 7;
+  host_tensor<float, vector_extents> hx(n);
+  fill_random(hx, 71);
+  auto x = to_space(hx);
+  cudaStream_t stream{};
+  FUSOR_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (launch_policy policy : {launch_policy{}, launch_policy{128, 1}, launch_policy{256, 4}, launch_policy{64, 0},
+                               launch_policy{0, 3}}) {
+    INFO("block ", policy.block_size, ", items ", policy.items_per_thread);
+    space_tensor<float, vector_extents> y(n);
+    poison(y);
+    const cuda_executor ex{stream, policy};
+    const auto before = launches();
+    assign(y, silu(x), ex);
+    ex.synchronize();
+    CHECK(launches() - before == 1);
+    const auto hy = to_host(y);
+    index_t wrong = 0;
+    for (index_t i = 0; i < n; ++i) wrong += !close(hy(i), hx(i) / (1 + std::exp(-double(hx(i)))), 1e-5);
+    CHECK(wrong == 0);
+  }
+  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+#endif

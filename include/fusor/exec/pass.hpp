@@ -34,13 +34,20 @@ struct target {
   Expression expression;
 };
 
+// What can be assigned to: a view, or a leaf built on one.
+template <class D>
+concept assignable = requires(const D& d) {
+  d.shape_and_strides();
+  d.is_contiguous();
+  d.data();
+};
+
 // out(dst, expr): one target of a multi-output assignment.
 template <class D, class E>
 auto out(D&& destination, E&& expr) {
   auto d = as_expression(std::forward<D>(destination));
   auto e = as_expression(std::forward<E>(expr));
-  static_assert(is_view_v<decltype(d)> || requires { &decltype(d)::template store<1, false, float>; },
-                "fusor: the destination of an assignment must be a view or a tensor");
+  static_assert(assignable<decltype(d)>, "fusor: the destination of an assignment must be a view or a tensor");
   return target<decltype(d), decltype(e)>{d, e};
 }
 
