@@ -240,7 +240,7 @@ FUSOR_TEST_CASE("launch policies: given block size and items per thread, or deri
   auto x = to_space(hx);
   cudaStream_t stream{};
   FUSOR_CUDA_CHECK(cudaStreamCreate(&stream));
-  for (launch_policy policy : {launch_policy{}, launch_policy{128, 1}, launch_policy{256, 4}, launch_policy{64, 0},
+  for (launch_policy policy : {launch_policy{}, launch_policy{128, 1}, launch_policy{256, 4}, launch_policy{64, 0}, launch_policy{2, 0},
                                launch_policy{0, 3}}) {
     INFO("block ", policy.block_size, ", items ", policy.items_per_thread);
     space_tensor<float, vector_extents> y(n);

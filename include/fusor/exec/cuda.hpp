@@ -33,8 +33,9 @@ __global__ void linear_pass_kernel(const __grid_constant__ Pass p, int items_per
     const index_t s = first + index_t(k) * blockDim.x;
     if (s < steps) p.template linear_step<V, Aligned>(s * V);
   }
-  // The last size % V elements, one per thread of block 0.
-  if (blockIdx.x == 0 && threadIdx.x < p.size - steps * V) p.template linear_step<1, false>(steps * V + threadIdx.x);
+  // The last size % V elements, by block 0.
+  if (blockIdx.x == 0)
+    for (index_t i = steps * V + threadIdx.x; i < p.size; i += blockDim.x) p.template linear_step<1, false>(i);
 }
 
 template <class Pass>
