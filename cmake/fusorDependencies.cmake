@@ -15,9 +15,11 @@ function(fusor_link_dependencies target)
     endif()
   endforeach()
   # nvcc finds these itself; plain C++ compilers are told where they are.
-  target_include_directories(${target} SYSTEM INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:${cuda_headers}>")
+  # BUILD_INTERFACE: these are found again on the consumer's machine by
+  # fusorConfig.cmake, never exported as this machine's paths.
+  target_include_directories(${target} SYSTEM INTERFACE "$<BUILD_INTERFACE:$<$<COMPILE_LANGUAGE:CXX>:${cuda_headers}>>")
   if(OpenMP_CXX_FOUND)
-    target_link_libraries(${target} INTERFACE OpenMP::OpenMP_CXX)
-    target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fopenmp>)
+    target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:OpenMP::OpenMP_CXX>)
+    target_compile_options(${target} INTERFACE $<BUILD_INTERFACE:$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fopenmp>>)
   endif()
 endfunction()

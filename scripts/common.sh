@@ -1,0 +1,68 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
+# scripts/common.sh — shared by run_main.sh and run_tests.sh (sourced, not run).
+#
+# fusor_setup: installs what is missing with apt-get (checked with dpkg first, so
+# a second run installs nothing), finds the CUDA Toolkit, and configures the
+# build tree build/ (Release). Extra CMake arguments: FUSOR_CMAKE_ARGS="...".
+
+FUSOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FUSOR_BUILD="${FUSOR_BUILD_DIR:-$FUSOR_ROOT/build}"
+FUSOR_JOBS="$(nproc 2>/dev/null || echo 2)"
+FUSOR_PACKAGES=(cmake g++ make doctest-dev libbenchmark-dev libeigen3-dev)
+
+fusor_say() {
+  if [ -t 1 ]; then printf '\033[1m[fusor]\033[0m %s\n' "$*"; else printf '[fusor] %s\n' "$*"; fi
+}
+
+fusor_install_packages() {
+  local missing=() p
+  for p in "${FUSOR_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    fusor_say "packages present: ${FUSOR_PACKAGES[*]}"
+    return
+  fi
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { fusor_say "need root or sudo to install: ${missing[*]}"; exit 1; }
+    sudo=(sudo)
+  fi
+  fusor_say "installing with apt-get: ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# fusor needs the CUDA Toolkit's headers even for host-only code; nvcc (when
+# found) also turns on the CUDA tests and examples.
+fusor_find_cuda() {
+  if ! command -v nvcc >/dev/null; then
+    local d
+    for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
+      if [ -x "$d/nvcc" ]; then export PATH="$d:$PATH"; break; fi
+    done
+  fi
+  if command -v nvcc >/dev/null; then
+    fusor_say "CUDA Toolkit: $(command -v nvcc) ($(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
+  else
+    fusor_say "nvcc not found: building host only (the CUDA Toolkit's headers are still needed;" \
+              "install the CUDA Toolkit, or put its bin/ on PATH)"
+  fi
+}
+
+fusor_configure() {
+  fusor_say "configuring $FUSOR_BUILD (Release)"
+  # shellcheck disable=SC2086  # FUSOR_CMAKE_ARGS is a list of words on purpose
+  cmake -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release ${FUSOR_CMAKE_ARGS:-}
+}
+
+fusor_setup() {
+  fusor_install_packages
+  fusor_find_cuda
+  fusor_configure
+}
+
+# Whether the configured build has CUDA on.
+fusor_cuda_enabled() {
+  grep -q '^FUSOR_ENABLE_CUDA:BOOL=ON' "$FUSOR_BUILD/CMakeCache.txt"
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# scripts/run_tests.sh — everything from a fresh Debian machine with the CUDA
+# Toolkit to a test report: installs what is missing (apt-get), configures build/
+# (Release), builds everything with all cores and runs the whole suite with
+# ctest. Exits non-zero when anything fails. Arguments go to ctest, e.g.
+#
+#   bash scripts/run_tests.sh
+#   bash scripts/run_tests.sh -R host_tests
+#
+# Without a GPU the CUDA test binaries are built and print "skipped: no GPU";
+# ctest reports them as skipped, not passed.
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+fusor_setup
+
+fusor_say "building with $FUSOR_JOBS jobs"
+cmake --build "$FUSOR_BUILD" --parallel "$FUSOR_JOBS"
+
+fusor_say "running the tests"
+cd "$FUSOR_BUILD"
+ctest --output-on-failure --parallel "$FUSOR_JOBS" "$@"

@@ -1,0 +1,122 @@
+# cmake -P script behind the install_consumer test (see CMakeLists.txt here).
+#
+#   1. cmake --install of fusor's build tree into WORK_DIR/prefix;
+#   2. the consumer as plain C++ (g++), fusor found with find_package in that
+#      prefix only: configure, build, run;
+#   3. with WITH_CUDA, the consumer's CUDA variant (nvcc) against the same
+#      package: configure, build; run only where a GPU is present;
+#   4. the consumer with add_subdirectory(fusor's source tree): configure,
+#      build (its CUDA variant too with WITH_CUDA), run the C++ program (and the
+#      CUDA one where a GPU is present).
+# Any failing step stops the script with an error, which fails the test.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var FUSOR_SOURCE_DIR FUSOR_BINARY_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER BUILD_TYPE)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run_install_test.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+include(ProcessorCount)
+ProcessorCount(jobs)
+if(jobs EQUAL 0)
+  set(jobs 2)
+endif()
+
+# Runs a command, its output going to the test's log; stops everything if it fails.
+function(step what)
+  message(STATUS "---- ${what}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc COMMAND_ECHO STDOUT)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install_consumer: '${what}' failed (${rc})")
+  endif()
+endfunction()
+
+# A GPU is present when nvidia-smi lists one (the CUDA programs are then run too).
+set(gpu FALSE)
+if(WITH_CUDA)
+  find_program(nvidia_smi nvidia-smi)
+  if(nvidia_smi)
+    execute_process(COMMAND ${nvidia_smi} -L RESULT_VARIABLE smi_rc OUTPUT_VARIABLE smi_out ERROR_QUIET)
+    if(smi_rc EQUAL 0 AND smi_out MATCHES "GPU [0-9]")
+      set(gpu TRUE)
+    endif()
+  endif()
+endif()
+
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+set(common_args -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+    # Find fusor in the scratch prefix only, never in a package registry.
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+set(cuda_args -DCONSUMER_CUDA=ON)
+if(WITH_CUDA)
+  list(APPEND cuda_args -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER} "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
+  if(CUDA_HOST_COMPILER)
+    list(APPEND cuda_args -DCMAKE_CUDA_HOST_COMPILER=${CUDA_HOST_COMPILER})
+  endif()
+endif()
+
+# 1. install
+step("install fusor into ${prefix}" ${CMAKE_COMMAND} --install ${FUSOR_BINARY_DIR} --prefix ${prefix})
+foreach(file include/fusor/fusor.hpp)
+  if(NOT EXISTS ${prefix}/${file})
+    message(FATAL_ERROR "install_consumer: ${file} was not installed")
+  endif()
+endforeach()
+file(GLOB_RECURSE config_files ${prefix}/*/fusorConfig.cmake)
+if(NOT config_files)
+  message(FATAL_ERROR "install_consumer: no fusorConfig.cmake under ${prefix}")
+endif()
+
+# Checks that a configured consumer took fusor from the scratch prefix.
+function(expect_fusor_from_prefix build_dir)
+  file(STRINGS ${build_dir}/CMakeCache.txt fusor_dir REGEX "^fusor_DIR:")
+  string(REGEX REPLACE "^fusor_DIR:[A-Z]+=" "" fusor_dir "${fusor_dir}")
+  string(FIND "${fusor_dir}" "${prefix}/" at)
+  if(NOT at EQUAL 0)
+    message(FATAL_ERROR "install_consumer: fusor was found in '${fusor_dir}', not in ${prefix}")
+  endif()
+endfunction()
+
+# 2. find_package, plain C++ with g++ (CUDA is not enabled in this project)
+set(build ${WORK_DIR}/find_package_cxx)
+step("configure the C++ consumer (find_package)"
+  ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${common_args} -DCMAKE_PREFIX_PATH=${prefix})
+expect_fusor_from_prefix(${build})
+step("build the C++ consumer (find_package)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs})
+step("run the C++ consumer (find_package)" ${build}/consumer)
+
+# 3. find_package, CUDA with nvcc
+if(WITH_CUDA)
+  set(build ${WORK_DIR}/find_package_cuda)
+  step("configure the CUDA consumer (find_package)"
+    ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${common_args} ${cuda_args} -DCMAKE_PREFIX_PATH=${prefix})
+  expect_fusor_from_prefix(${build})
+  step("build the CUDA consumer (find_package)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs} --target consumer_cuda)
+  if(gpu)
+    step("run the CUDA consumer (find_package)" ${build}/consumer_cuda)
+  else()
+    message(STATUS "---- no GPU: the CUDA consumer was compiled and linked, not run")
+  endif()
+endif()
+
+# 4. add_subdirectory of fusor's source tree (fusor's options at their defaults,
+#    except CUDA off where this build has it off)
+set(build ${WORK_DIR}/add_subdirectory)
+set(sub_args ${common_args} -DFUSOR_SOURCE_DIR=${FUSOR_SOURCE_DIR})
+if(WITH_CUDA)
+  list(APPEND sub_args ${cuda_args})
+else()
+  list(APPEND sub_args -DFUSOR_ENABLE_CUDA=OFF)
+endif()
+step("configure the consumer (add_subdirectory)" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${sub_args})
+step("build the consumer (add_subdirectory)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs})
+step("run the C++ consumer (add_subdirectory)" ${build}/consumer)
+if(WITH_CUDA AND gpu)
+  step("run the CUDA consumer (add_subdirectory)" ${build}/consumer_cuda)
+endif()
+
+message(STATUS "install_consumer: all steps passed")
