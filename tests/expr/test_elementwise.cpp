@@ -169,3 +169,16 @@ FUSOR_TEST_CASE("NaN propagates through min, max and relu") {
   CHECK(hr(1) == 1.f);
   CHECK(hr(3) == 0.f);
 }
+
+FUSOR_TEST_CASE("a comparison met by arithmetic counts as 0 or 1") {
+  host_tensor<float, vector_extents> hx(1000);
+  fill_random(hx, 81);
+  auto x = to_space(hx);
+  space_tensor<float, vector_extents> y(1000);
+  poison(y);
+  executor ex{};
+  assign(y, x * (x > 0) + where(x, 1, 0) * 0.5, ex);  // where's condition: true when nonzero
+  finish(ex);
+  const auto hy = to_host(y);
+  for (int i = 0; i < 1000; ++i) CHECK(hy(i) == (hx(i) > 0 ? hx(i) : 0.f) + (hx(i) != 0 ? 0.5f : 0.f));
+}

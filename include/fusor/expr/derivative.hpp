@@ -51,7 +51,7 @@ struct derivative_rule;
   template <>                                                              \
   struct derivative_rule<ops::functor> {                                   \
     template <std::size_t I, class A>                                      \
-    static auto partial(const A& a) {                                      \
+    static auto partial([[maybe_unused]] const A& a) {                                      \
       return __VA_ARGS__;                                                  \
     }                                                                      \
   };
@@ -59,7 +59,7 @@ struct derivative_rule;
   template <>                                                              \
   struct derivative_rule<ops::functor> {                                   \
     template <std::size_t I, class A, class B>                             \
-    static auto partial(const A& a, const B& b) {                          \
+    static auto partial([[maybe_unused]] const A& a, [[maybe_unused]] const B& b) {                          \
       if constexpr (I == 0) return first;                                  \
       else return second;                                                  \
     }                                                                      \

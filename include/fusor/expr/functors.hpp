@@ -48,8 +48,8 @@ FUSOR_UNARY_FUNCTOR(logical_not, !bool(x))
 
 struct select {
   template <class T>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(bool condition, T a, T b) const {
-    return condition ? a : b;
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T condition, T a, T b) const {
+    return condition != T(0) ? a : b;
   }
 };
 

@@ -154,13 +154,11 @@ struct promote {
   using type = typename promote_bound<(std::is_same_v<typename E::value_type, unbound> || ...), E...>::type;
 };
 
-// A child's value as the operation receives it: booleans stay booleans.
-template <class Compute, class Value>
-using argument_t = std::conditional_t<std::is_same_v<Value, bool>, bool, Compute>;
-
+// Every child's value reaches the operation in the compute type: a comparison
+// met by arithmetic counts as 0 or 1 (x * (x > 0)), a condition is true when nonzero.
 template <class Op, class Compute, class... E>
 struct result {
-  using type = decltype(Op{}(std::declval<argument_t<Compute, typename E::value_type>>()...));
+  using type = decltype(Op{}((void(std::declval<E>()), std::declval<Compute>())...));
 };
 template <class Op, class... E>
 struct result<Op, unbound, E...> { using type = unbound; };
@@ -242,8 +240,8 @@ struct node {
   template <std::size_t I>
   using child_t = ::cuda::std::tuple_element_t<I, ::cuda::std::tuple<Args...>>;
   template <std::size_t I, class T>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE static auto as_argument(const T& v) {
-    return convert<detail::argument_t<compute_type, typename child_t<I>::value_type>>(v);
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE static compute_type as_argument(const T& v) {
+    return convert<compute_type>(v);
   }
   template <std::size_t R, std::size_t... I>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at_impl(const ::cuda::std::array<index_t, R>& idx,
