@@ -143,3 +143,11 @@ FUSOR_TEST_CASE("moved tensors hand over their memory") {
   a = std::move(b);
   CHECK(a.data() == data);
 }
+
+FUSOR_TEST_CASE("a moved-from tensor of static extents is empty") {
+  space_tensor<float, extents<int, 2, 2>> a;
+  space_tensor<float, extents<int, 2, 2>> b(std::move(a));
+  CHECK(a.data() == nullptr);
+  CHECK(a.size() == 0);
+  CHECK(b.size() == 4);
+}

@@ -63,7 +63,8 @@ class tensor {
   element_type* data() const { return view_.data(); }
   const Extents& extents() const { return view_.extents(); }
   index_t extent(std::size_t r) const { return view_.extent(r); }
-  index_t size() const { return view_.size(); }
+  // Zero for a moved-from tensor, whatever its static extents say.
+  index_t size() const { return data() ? view_.size() : 0; }
   stream_t stream() const { return stream_; }
 
   template <class... Indices>
