@@ -31,7 +31,7 @@
 #endif
 
 // Hint to unroll a loop with a compile-time trip count, on both compilers.
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define FUSOR_UNROLL _Pragma("unroll")
 #else
 #define FUSOR_UNROLL _Pragma("GCC unroll 16")

@@ -6,6 +6,8 @@
 // multi-index in the destination's memory order (any layout, broadcasting).
 // All values of a step are computed before any is stored, so an output may
 // alias an input (x = x * 2 + y) and several outputs may feed each other.
+// Aliasing must be element for element: a destination overlapping a shifted
+// view of an input is a data race on the GPU and is not supported.
 #pragma once
 
 #include <algorithm>
@@ -100,7 +102,6 @@ struct pass {
       detail::min_size({std::min(sizeof(typename Targets::destination_type::element_type),
                                  Targets::expression_type::narrowest_element)...});
   static constexpr int device_lanes = int(16 / narrowest);
-  static constexpr int host_lanes = int(32 / narrowest);
 
   template <std::size_t I>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE const auto& get() const { return detail::get<I>(targets); }
