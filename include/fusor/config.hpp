@@ -30,9 +30,13 @@
 #define FUSOR_HAS_OPENMP 0
 #endif
 
-// Hint to unroll a loop with a compile-time trip count, on both compilers.
+// Hint to unroll a loop with a compile-time trip count: `unroll` in device code;
+// nothing in nvcc's host pass (its front end rejects GCC's spelling); `GCC
+// unroll` for plain host compilers.
 #if defined(__CUDA_ARCH__)
 #define FUSOR_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define FUSOR_UNROLL
 #else
 #define FUSOR_UNROLL _Pragma("GCC unroll 16")
 #endif
