@@ -7,10 +7,12 @@
 // Every failure throws allocation_error naming the bytes and the space.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
 
 #include "fusor/config.hpp"
 #include "fusor/core/cuda_runtime.hpp"
@@ -83,7 +85,7 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
     return p;
   } else {
 #if FUSOR_HAS_CUDA
-    cuda::require(Space::name == device_space::name ? "device memory" : "pinned host memory");
+    cuda::require(std::is_same_v<Space, device_space> ? "device memory" : "pinned host memory");
     void* p = nullptr;
     cudaError_t status;
     if constexpr (std::is_same_v<Space, pinned_space>)

@@ -60,28 +60,11 @@ struct literal {
   bool aligned16() const { return true; }
 };
 
-// A constant known at compile time (the zeros and ones of derivatives).
+// A constant known at compile time (the zeros and ones of derivatives): a
+// literal whose type says its value, so derivatives can simplify by type.
 template <int N>
-struct constant {
-  using value_type = int;
-  using extents_type = ::cuda::std::extents<index_t>;
-  static constexpr std::size_t rank = 0;
-  static constexpr bool weak = true;
-  static constexpr std::size_t narrowest_element = 16;
-
-  FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
-  template <std::size_t R>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int at(const ::cuda::std::array<index_t, R>&) const { return N; }
-  template <int V, bool Aligned>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<int, V> load(index_t) const {
-    lanes<int, V> out;
-    FUSOR_UNROLL
-    for (int j = 0; j < V; ++j) out[j] = N;
-    return out;
-  }
-  template <std::size_t R>
-  bool linear_with(const dense_shape<R>&) const { return true; }
-  bool aligned16() const { return true; }
+struct constant : literal<int> {
+  FUSOR_HOST_DEVICE constexpr constant() : literal<int>{N} {}
 };
 using zero = constant<0>;
 using one = constant<1>;
