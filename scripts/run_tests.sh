@@ -5,7 +5,7 @@
 # ctest. Exits non-zero when anything fails. Arguments go to ctest, e.g.
 #
 #   bash scripts/run_tests.sh
-#   bash scripts/run_tests.sh -R host_tests
+#   bash scripts/run_tests.sh -R core_host
 #
 # Without a GPU the CUDA test binaries are built and print "skipped: no GPU";
 # ctest reports them as skipped, not passed.
