@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fusor/config.hpp"
+#include "fusor/core/buffer.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/error.hpp"

@@ -151,3 +151,17 @@ FUSOR_TEST_CASE("a moved-from tensor of static extents is empty") {
   CHECK(a.size() == 0);
   CHECK(b.size() == 4);
 }
+
+FUSOR_TEST_CASE("scratch buffers grow, move and free") {
+  buffer<space> scratch(64);
+  CHECK(scratch.size() == 64);
+  CHECK(scratch.data() != nullptr);
+  scratch.reserve(32);
+  CHECK(scratch.size() == 64);  // never shrinks
+  scratch.reserve(1 << 20);
+  CHECK(scratch.size() == (1 << 20));
+  buffer<space> other(std::move(scratch));
+  CHECK(scratch.data() == nullptr);
+  CHECK(other.size() == (1 << 20));
+  CHECK(reinterpret_cast<std::uintptr_t>(other.as<float>()) % 16 == 0);
+}
