@@ -1,0 +1,193 @@
+// fusor/kernels/cross_entropy_cuda.hpp — the CUDA kernels of the fused
+// softmax cross-entropy (cross_entropy.hpp): per-row loss and logits gradient
+// in one pass, the count of rows that are not ignored (for the mean), and the
+// single-block, fixed-order reduction of the losses.
+#pragma once
+
+#include "fusor/config.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+
+#include "fusor/core/buffer.hpp"
+#include "fusor/exec/cuda.hpp"
+#include "fusor/kernels/row_reduce.hpp"
+
+namespace fusor::detail {
+
+inline constexpr int reduce_block_threads = 512;
+
+// Loss and gradient of one row whose target is not ignored.
+template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X>
+__device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,
+                                                     index_t in_stride, int n, index_t target,
+                                                     statistic_t<X> scale) {
+  using S = statistic_t<X>;
+  constexpr int V = vector_lanes<G, X>;
+  constexpr int items = Cached ? cached_items<V> : 1;
+  constexpr int step = Group::threads * V;
+  auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
+  lanes<X, V> cache[items];
+  S m, s;
+  if constexpr (Cached) {
+    m = -::cuda::std::numeric_limits<S>::infinity();
+    FUSOR_UNROLL
+    for (int k = 0; k < items; ++k) {
+      const int c = Group::template column<V>(k);
+      cache[k] = load(c);
+      const int valid = valid_columns(c, n, V);
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j)
+        if (j < valid) m = ::cuda::std::fmax(m, convert<S>(cache[k][j]));
+    }
+    m = Group::all_reduce(m, max_op{});
+    s = 0;
+    FUSOR_UNROLL
+    for (int k = 0; k < items; ++k) {
+      const int valid = valid_columns(Group::template column<V>(k), n, V);
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j)
+        if (j < valid) s += ::cuda::std::exp(convert<S>(cache[k][j]) - m);
+    }
+    s = Group::all_reduce(s, sum_op{});
+  } else {
+    max_and_sum<S> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
+    for (int c = Group::template column<V>(0); c < n; c += step) stats.add(load(c), valid_columns(c, n, V));
+    stats = Group::all_reduce(stats, combine_max_and_sum{});
+    m = stats.max;
+    s = stats.sum;
+  }
+  const bool valid_target = target >= 0 && target < n;
+  const S nan = ::cuda::std::numeric_limits<S>::quiet_NaN();
+  if (Group::lane() == 0)
+    loss = convert<L>(valid_target ? m + ::cuda::std::log(s) - convert<S>(in[target * in_stride]) : nan);
+  if constexpr (WithGradient) {
+    const S factor = valid_target ? scale / s : nan;
+    auto write = [&](int c, const lanes<X, V>& v) {
+      lanes<S, V> result;
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j)
+        result[j] = ::cuda::std::exp(convert<S>(v[j]) - m) * factor - (c + j == target ? scale : S(0));
+      store_columns<Contiguous, V>(grad, c, n, grad_stride, result);
+    };
+    if constexpr (Cached) {
+      FUSOR_UNROLL
+      for (int k = 0; k < items; ++k) {
+        const int c = Group::template column<V>(k);
+        if (c < n) write(c, cache[k]);
+      }
+    } else {
+      for (int c = Group::template column<V>(0); c < n; c += step) write(c, load(c));
+    }
+  }
+}
+
+// `count`: rows not ignored, for the mean's scale; null for a plain grad_scale.
+template <int Threads, bool WithGradient, class G, class L, class X, class T>
+__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+    cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
+                         const per_row<T> targets, const index_t ignore_index, const index_t* count,
+                         const float grad_scale) {
+  using group = row_group<Threads>;
+  using S = statistic_t<X>;
+  constexpr int V = vector_lanes<G, X>;
+  const int n = int(logits.length);
+  const bool fits = n <= group::template capacity<V>;
+  const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
+  for (index_t r = group::first_row(); r < logits.rows; r += group::row_step()) {
+    const index_t target = index_t(targets[r]);
+    const X* in = logits.row(r);
+    G* grad = WithGradient ? dlogits.row(r) : nullptr;
+    if (target == ignore_index) {  // not read: zero loss, zero gradient
+      if (group::lane() == 0) losses[r] = convert<L>(0.0f);
+      if constexpr (WithGradient) {
+        const bool contiguous = dlogits.vector_row(grad);
+        const lanes<S, V> zeros{};
+        for (int c = group::template column<V>(0); c < n; c += group::threads * V) {
+          if (contiguous)
+            store_columns<true, V>(grad, c, n, 1, zeros);
+          else
+            store_columns<false, V>(grad, c, n, dlogits.column_stride, zeros);
+        }
+      }
+      continue;
+    }
+    const bool contiguous = logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad));
+    if (contiguous && fits)
+      cross_entropy_row<group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
+    else if (contiguous)
+      cross_entropy_row<group, true, false, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
+    else
+      cross_entropy_row<group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,
+                                                           logits.column_stride, n, target, scale);
+  }
+}
+
+// The number of rows whose target is not ignore_index, by one block.
+template <class T>
+__global__ void __launch_bounds__(reduce_block_threads)
+    count_targets_kernel(const per_row<T> targets, const index_t rows, const index_t ignore_index, index_t* count) {
+  index_t mine = 0;
+  for (index_t r = threadIdx.x; r < rows; r += reduce_block_threads) mine += index_t(targets[r]) != ignore_index;
+  using block_reduce = cub::BlockReduce<index_t, reduce_block_threads>;
+  __shared__ typename block_reduce::TempStorage temp;
+  const index_t total = block_reduce(temp).Sum(mine);
+  if (threadIdx.x == 0) *count = total;
+}
+
+// The sum of the losses, divided by the count of rows not ignored for the
+// mean, by one block in a fixed order.
+template <class L, class T>
+__global__ void __launch_bounds__(reduce_block_threads)
+    cross_entropy_reduce_kernel(L* loss, const per_row<const L> losses, const per_row<T> targets, const index_t rows,
+                                const index_t ignore_index, const bool mean) {
+  using S = statistic_t<L>;
+  S sum = 0;
+  index_t counted = 0;
+  for (index_t r = threadIdx.x; r < rows; r += reduce_block_threads) {
+    sum += convert<S>(losses[r]);
+    counted += index_t(targets[r]) != ignore_index;
+  }
+  using sum_reduce = cub::BlockReduce<S, reduce_block_threads>;
+  using count_reduce = cub::BlockReduce<index_t, reduce_block_threads>;
+  __shared__ typename sum_reduce::TempStorage sum_temp;
+  __shared__ typename count_reduce::TempStorage count_temp;
+  const S total = sum_reduce(sum_temp).Sum(sum);
+  const index_t total_count = count_reduce(count_temp).Sum(counted);
+  if (threadIdx.x == 0) *loss = convert<L>(mean ? total / S(total_count) : total);
+}
+
+template <bool WithGradient, class G, class L, class X, class T>
+void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, const row_matrix<const X>& logits,
+                        const per_row<T>& targets, index_t ignore_index, bool mean, float grad_scale,
+                        const cuda_executor& ex) {
+  cuda::require(WithGradient ? "cross_entropy on the cuda executor" : "cross_entropy_loss on the cuda executor");
+  if (logits.rows == 0) return;
+  buffer<device_space> count(mean ? sizeof(index_t) : 0, ex.stream);
+  if (mean)
+    launch_kernel<count_targets_kernel<T>>(1, reduce_block_threads, 0, ex.stream, targets, logits.rows, ignore_index,
+                                           count.as<index_t>());
+  using warp = row_group<32>;
+  using block = row_group<block_row_threads>;
+  if (logits.length <= warp::capacity<vector_lanes<G, X>>)
+    launch_kernel<cross_entropy_kernel<32, WithGradient, G, L, X, T>>(
+        row_blocks<warp>(logits.rows), warp::block_threads, 0, ex.stream, dlogits, losses, logits, targets,
+        ignore_index, count.as<const index_t>(), grad_scale);
+  else
+    launch_kernel<cross_entropy_kernel<block_row_threads, WithGradient, G, L, X, T>>(
+        row_blocks<block>(logits.rows), block::block_threads, 0, ex.stream, dlogits, losses, logits, targets,
+        ignore_index, count.as<const index_t>(), grad_scale);
+}
+
+template <class L, class T>
+void cross_entropy_reduce_cuda(L* loss, const per_row<const L>& losses, const per_row<T>& targets, index_t rows,
+                               index_t ignore_index, bool mean, const cuda_executor& ex) {
+  cuda::require("cross_entropy_reduce on the cuda executor");
+  launch_kernel<cross_entropy_reduce_kernel<L, T>>(1, reduce_block_threads, 0, ex.stream, loss, losses, targets, rows,
+                                                   ignore_index, mean);
+}
+
+}  // namespace fusor::detail
+
+#endif  // FUSOR_HAS_CUDA

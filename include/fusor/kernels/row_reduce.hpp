@@ -1,0 +1,231 @@
+// fusor/kernels/row_reduce.hpp — the CUDA building blocks of the row-wise
+// kernels: a row handled by one warp (short rows) or one block (long rows),
+// reductions over that group with CUB (cub::WarpReduce, cub::BlockReduce) whose
+// result every thread of the group receives, a row cached in registers, and
+// reads and writes of V consecutive columns that are 16-byte vector accesses
+// where the row allows.
+//
+// Thread `lane` of a group owns columns (k * Threads + lane) * V + [0, V) for
+// k = 0, 1, ...; a row of at most Threads * cached_row_elements elements is
+// read once into registers and written from there (one pass over memory),
+// longer rows are read twice (statistics, then outputs). Column ownership is
+// the same in both cases, which the parameter-gradient accumulators of the
+// normalisation backward passes rely on. Reductions use a fixed tree for a
+// given group size, so results are deterministic run to run.
+#pragma once
+
+#include "fusor/config.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/util_ptx.cuh>
+#include <cub/util_type.cuh>
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/std/cmath>
+
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/vector_access.hpp"
+#include "fusor/kernels/rows.hpp"
+
+namespace fusor::detail {
+
+// Launch shapes of every row-wise kernel: warps of a 256-thread block take one
+// row each, or a 512-thread block takes one row; each thread keeps up to 32
+// elements of its row in registers (1024 per warp, 16384 per block), or 16
+// each of two rows.
+inline constexpr int warp_rows_block_threads = 256;
+inline constexpr int block_row_threads = 512;
+inline constexpr int cached_row_elements = 32;
+inline constexpr int max_row_blocks = 1 << 16;
+
+// Items of V elements a thread caches for each of `Rows` cached rows (the
+// backward passes cache two: the register budget is shared).
+template <int V, int Rows = 1>
+inline constexpr int cached_items = cached_row_elements / (V * Rows) > 0 ? cached_row_elements / (V * Rows) : 1;
+
+template <int Threads>
+struct row_group {
+  static_assert(Threads == 32 || Threads == block_row_threads, "fusor: a row is handled by a warp or a block");
+  static constexpr int threads = Threads;
+  static constexpr bool is_warp = Threads == 32;
+  static constexpr int block_threads = is_warp ? warp_rows_block_threads : Threads;
+  static constexpr int per_block = block_threads / Threads;
+  // Elements of each of `Rows` rows a group keeps in registers, at V columns per step.
+  template <int V, int Rows = 1>
+  static constexpr int capacity = Threads * V * cached_items<V, Rows>;
+
+  __device__ static int lane() { return int(threadIdx.x) % Threads; }
+  __device__ static int index() { return int(threadIdx.x) / Threads; }
+  __device__ static index_t first_row() { return index_t(blockIdx.x) * per_block + index(); }
+  __device__ static index_t row_step() { return index_t(gridDim.x) * per_block; }
+  // Column of item k of this thread, V columns per item.
+  template <int V>
+  __device__ static int column(int k) { return (k * Threads + lane()) * V; }
+
+  // The reduction of `value` over the group, in every thread of the group.
+  // Every thread of the group must call it (block groups: the whole block).
+  template <class T, class Op>
+  __device__ static T all_reduce(const T& value, Op op) {
+    if constexpr (is_warp) {
+      using warp_reduce = cub::WarpReduce<T>;
+      __shared__ typename warp_reduce::TempStorage temp[per_block];
+      const T result = warp_reduce(temp[index()]).Reduce(value, op);
+      __syncwarp();
+      return cub::ShuffleIndex<32>(result, 0, 0xffffffffu);
+    } else {
+      using block_reduce = cub::BlockReduce<T, Threads>;
+      __shared__ typename block_reduce::TempStorage temp;
+      __shared__ cub::Uninitialized<T> shared_result;
+      const T result = block_reduce(temp).Reduce(value, op);
+      if (threadIdx.x == 0) shared_result.Alias() = result;
+      __syncthreads();
+      const T out = shared_result.Alias();
+      __syncthreads();  // temp and shared_result may be reused by the next reduction
+      return out;
+    }
+  }
+};
+
+// ---- reductions ----------------------------------------------------------------------
+struct sum_op {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T operator()(const T& a, const T& b) const { return a + b; }
+};
+// fmax: a NaN is passed over here; the kernels let it reach a sum instead.
+struct max_op {
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T operator()(const T& a, const T& b) const { return ::cuda::std::fmax(a, b); }
+};
+
+// Running max and sum of exp(x - max): softmax statistics in one read of a row.
+// A NaN element makes the sum NaN; an all -inf row gives sum NaN (exp(-inf - -inf)),
+// as the two-pass formula does.
+template <class S>
+struct max_and_sum {
+  S max;
+  S sum;
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE static S rescale(S from, S to) {
+    return from == to ? S(1) : ::cuda::std::exp(from - to);  // == also covers -inf -> -inf
+  }
+  template <int V, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
+    S m = max;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) m = ::cuda::std::fmax(m, convert<S>(v[j]));
+    S s = sum * rescale(max, m);
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) s += ::cuda::std::exp(convert<S>(v[j]) - m);
+    max = m;
+    sum = s;
+  }
+};
+struct combine_max_and_sum {
+  template <class S>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE max_and_sum<S> operator()(const max_and_sum<S>& a,
+                                                                 const max_and_sum<S>& b) const {
+    const S m = ::cuda::std::fmax(a.max, b.max);
+    return {m, a.sum * max_and_sum<S>::rescale(a.max, m) + b.sum * max_and_sum<S>::rescale(b.max, m)};
+  }
+};
+
+// Welford's running mean and sum of squared deviations, for rows read twice.
+template <class S>
+struct mean_and_m2 {
+  S count;
+  S mean;
+  S m2;
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void add(S x) {
+    count += S(1);
+    const S delta = x - mean;
+    mean += delta / count;
+    m2 += delta * (x - mean);
+  }
+};
+// Chan et al.'s combination of two Welford states.
+struct combine_mean_and_m2 {
+  template <class S>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE mean_and_m2<S> operator()(const mean_and_m2<S>& a,
+                                                                 const mean_and_m2<S>& b) const {
+    if (a.count == S(0)) return b;
+    if (b.count == S(0)) return a;
+    const S n = a.count + b.count;
+    const S delta = b.mean - a.mean;
+    return {n, a.mean + delta * (b.count / n), a.m2 + b.m2 + delta * delta * (a.count * b.count / n)};
+  }
+};
+
+// ---- columns ---------------------------------------------------------------------------
+// Columns within a row are int: rows are shorter than 2^31 (checked on the host).
+// How many of the V columns from c are inside a row of `length`.
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int valid_columns(int c, int length, int V) {
+  const int left = length - c;
+  return left <= 0 ? 0 : (left >= V ? V : left);
+}
+
+// Columns [c, c + V) of a row; columns past the end read as zero. Contiguous:
+// the row has unit stride and a 16-byte-aligned start, and V columns inside it
+// move as 16-byte vectors. Otherwise one element access per column.
+template <bool Contiguous, int V, class T>
+__device__ FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_columns(T* row, int c, int length,
+                                                                            index_t stride) {
+  using E = std::remove_const_t<T>;
+  if constexpr (Contiguous) {
+    if (c + V <= length) return load_lanes<V, true>(row + c);
+  }
+  lanes<E, V> out;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j)
+    out[j] = c + j < length ? row[Contiguous ? index_t(c + j) : index_t(c + j) * stride] : convert<E>(0.0f);
+  return out;
+}
+
+template <bool Contiguous, int V, class T, class Value>
+__device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, index_t stride,
+                                                 const lanes<Value, V>& values) {
+  lanes<T, V> raw;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j) raw[j] = convert<T>(values[j]);
+  if constexpr (Contiguous) {
+    if (c + V <= length) {
+      store_lanes<V, true>(row + c, raw);
+      return;
+    }
+  }
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j)
+    if (c + j < length) row[Contiguous ? index_t(c + j) : index_t(c + j) * stride] = raw[j];
+}
+
+// ---- launches ---------------------------------------------------------------------------
+template <class Group>
+int row_blocks(index_t rows) {
+  const index_t blocks = (rows + Group::per_block - 1) / Group::per_block;
+  return int(std::clamp<index_t>(blocks, 1, max_row_blocks));
+}
+
+// One launch of Kernel, checked and counted.
+template <auto Kernel, class... Args>
+void launch_kernel(int grid, int block, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
+  Kernel<<<grid, block, shared_bytes, stream>>>(args...);
+  FUSOR_CUDA_CHECK(cudaGetLastError());
+  cuda::launch_counter().fetch_add(1);
+}
+
+inline int multiprocessor_count() {
+  int device = 0, count = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+}  // namespace fusor::detail
+
+#endif  // FUSOR_HAS_CUDA

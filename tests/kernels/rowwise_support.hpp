@@ -1,0 +1,152 @@
+// tests/kernels/rowwise_support.hpp — what the row-wise kernel tests share:
+// the row lengths every kernel is checked at, random inputs in a precision,
+// fp64 copies of results, per-precision tolerances and an element checker that
+// reports the first mismatch.
+//
+// Tolerances are relative to the magnitude of the terms a result is made of
+// (so cancellation is judged fairly): one rounding into the output's precision
+// (bf16 2^-8, fp16 2^-11 relative) with a margin, or a few fp32 ulps. A result
+// that uses a row sum S is also allowed what fp32 loses on S (a few ulps of the
+// sum of the terms' magnitudes) times the factor S is used with, and results
+// below fp16's normal range are allowed its subnormal spacing.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/fusor_test.hpp"
+
+namespace rowwise_test {
+
+using namespace fusor_test;
+using matrix_extents = extents<index_t, dynamic, dynamic>;
+using vector_extents = extents<index_t, dynamic>;
+
+struct row_shape {
+  index_t rows;
+  index_t length;
+};
+
+// Every length the issue names (1, 3, 31, 32, 33, 1000, 4097, 200003) and the
+// GPU's boundaries: a warp's register capacity (1024 elements at 32 bits, 2048
+// at 16), a block's (16384 / 32768; half that for two cached rows), past which
+// rows are read twice.
+inline std::vector<row_shape> row_shapes() {
+  return {{37, 1},   {37, 3},    {37, 31},   {37, 32},   {37, 33},    {19, 1000}, {7, 1025},
+          {7, 2049}, {5, 4097},  {3, 8193},  {3, 16385}, {2, 32769},  {2, 200003}};
+}
+
+// Calls f(std::type_identity<P>{}) for fp32, bf16 and fp16 storage.
+template <class F>
+void for_each_precision(F&& f) {
+  f(std::type_identity<float>{});
+  f(std::type_identity<bfloat16>{});
+  f(std::type_identity<float16>{});
+}
+
+template <class P>
+const char* precision_name() {
+  if constexpr (std::is_same_v<P, bfloat16>) return "bf16";
+  else if constexpr (std::is_same_v<P, float16>) return "fp16";
+  else if constexpr (std::is_same_v<P, double>) return "fp64";
+  else return "fp32";
+}
+
+// Relative tolerance of a row-wise result stored in P.
+template <class P>
+constexpr double row_tolerance() {
+  if constexpr (std::is_same_v<P, bfloat16>) return 1e-2;
+  else if constexpr (std::is_same_v<P, float16>) return 1.5e-3;
+  else if constexpr (std::is_same_v<P, float>) return 3e-5;
+  else return 1e-11;
+}
+// What a sum of n terms computed with fp32 statistics (fp64 for fp64) may lose,
+// relative to the sum of the terms' magnitudes: a few ulps of fp32.
+template <class P>
+constexpr double statistics_epsilon() {
+  if constexpr (std::is_same_v<P, double>) return 1e-15;
+  else return 2.5e-7;
+}
+// Absolute floor: below it a result is a subnormal of P (fp16: 2^-24 spacing).
+template <class P>
+constexpr double row_floor() {
+  if constexpr (std::is_same_v<P, float16>) return 1.2e-7;
+  else return 1e-30;
+}
+
+// A host tensor of shape [rows, length] in P with uniform values in [low, high).
+template <class P>
+host_tensor<P, matrix_extents> random_matrix(index_t rows, index_t length, std::uint32_t seed, double low,
+                                             double high) {
+  host_tensor<P, matrix_extents> t(rows, length);
+  fill_random(t, seed, low, high);
+  return t;
+}
+template <class P>
+host_tensor<P, vector_extents> random_vector(index_t length, std::uint32_t seed, double low, double high) {
+  host_tensor<P, vector_extents> t(length);
+  fill_random(t, seed, low, high);
+  return t;
+}
+
+// The elements of a view or tensor in any space, as doubles in row-major order.
+template <class V>
+std::vector<double> as_doubles(const V& v) {
+  const auto h = to_host(v);
+  std::vector<double> out(static_cast<std::size_t>(h.size()));
+  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
+  return out;
+}
+
+// Counts elements outside |got - want| <= tol * scale + floor and reports the
+// first; NaN must meet NaN and an infinity the same infinity.
+class checker {
+ public:
+  explicit checker(std::string what) : what_(std::move(what)) {}
+  bool operator()(double got, double want, double scale, double tol, double floor, index_t row, index_t column) {
+    bool ok;
+    if (std::isnan(want)) ok = std::isnan(got);
+    else if (std::isinf(want)) ok = got == want;
+    else {
+      const double allowed = tol * scale + floor;
+      ok = std::fabs(got - want) <= allowed;
+      if (allowed > 0 && std::fabs(got - want) / allowed > worst_) worst_ = std::fabs(got - want) / allowed;
+    }
+    if (!ok && failures_++ == 0) {
+      std::ostringstream s;
+      s.precision(10);
+      s << what_ << ": row " << row << ", column " << column << ": got " << got << ", want " << want
+        << " (tolerance " << tol * scale + floor << ")";
+      first_ = s.str();
+    }
+    ++checked_;
+    return ok;
+  }
+  void finish() const {
+    if (std::getenv("FUSOR_ROWWISE_WORST")) std::printf("%-60s worst error / tolerance %.3f\n", what_.c_str(), worst_);
+    INFO(what_, ": ", failures_, " of ", checked_, " elements wrong; first: ", first_);
+    CHECK(failures_ == 0);
+  }
+
+ private:
+  std::string what_;
+  std::string first_;
+  index_t failures_ = 0;
+  index_t checked_ = 0;
+  double worst_ = 0;
+};
+
+inline std::uint64_t launches() { return fusor::cuda::launch_count(); }
+#if defined(FUSOR_TEST_CUDA)
+inline constexpr bool counts_launches = true;
+#else
+inline constexpr bool counts_launches = false;  // the host executor launches nothing
+#endif
+
+}  // namespace rowwise_test

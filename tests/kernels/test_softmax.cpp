@@ -1,0 +1,296 @@
+// softmax / log_softmax and their backward passes: every row length against
+// fp64 references in fp32, bf16 and fp16; backward against central differences
+// of the forward (fp64 storage, run under the tested executor); NaN and inf
+// rows; strided, unaligned, rank-3, in-place and mixed-precision operands;
+// shape errors; one launch per call on the GPU.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fusor/kernels/softmax.hpp>
+
+#include "kernels/rowwise_support.hpp"
+
+using namespace rowwise_test;
+
+namespace {
+
+// Softmax (or log-softmax) of each row of a rows x n matrix, in double. The
+// same formula as the kernels: max passes over NaN, which then reaches the sum.
+std::vector<double> softmax_reference(const std::vector<double>& x, index_t rows, index_t n, bool log) {
+  std::vector<double> y(x.size());
+  for (index_t r = 0; r < rows; ++r) {
+    const double* in = x.data() + r * n;
+    double m = -std::numeric_limits<double>::infinity(), s = 0;
+    for (index_t j = 0; j < n; ++j) m = std::fmax(m, in[j]);
+    for (index_t j = 0; j < n; ++j) s += std::exp(in[j] - m);
+    for (index_t j = 0; j < n; ++j) y[std::size_t(r * n + j)] = log ? in[j] - m - std::log(s) : std::exp(in[j] - m) / s;
+  }
+  return y;
+}
+
+// Checks softmax (log = false) or log-softmax output `got` of input `x`.
+void check_forward(const std::vector<double>& got, const std::vector<double>& x, index_t rows, index_t n, bool log,
+                   double tol, double floor, const std::string& what) {
+  const auto want = softmax_reference(x, rows, n, log);
+  checker check(what);
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t j = 0; j < n; ++j) {
+      const std::size_t i = std::size_t(r * n + j);
+      check(got[i], want[i], log ? std::max(1.0, std::fabs(want[i])) : std::fabs(want[i]), tol, floor, r, j);
+    }
+  check.finish();
+}
+
+template <class P>
+void forward_against_reference() {
+  for (const auto [rows, n] : row_shapes()) {
+    const auto hx = random_matrix<P>(rows, n, std::uint32_t(1000 + n), -8.0, 8.0);
+    const auto x = to_space(hx);
+    space_tensor<P, matrix_extents> y(rows, n), log_y(rows, n);
+    poison(y), poison(log_y);
+    executor ex{};
+    const auto before = launches();
+    softmax(y, x, ex);
+    log_softmax(log_y, x, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 2);
+    const std::string what = std::string(precision_name<P>()) + " rows " + std::to_string(rows) + " x " + std::to_string(n);
+    const auto xs = as_doubles(hx);
+    check_forward(as_doubles(y), xs, rows, n, false, row_tolerance<P>(), row_floor<P>(), "softmax " + what);
+    check_forward(as_doubles(log_y), xs, rows, n, true, row_tolerance<P>(), row_floor<P>(), "log_softmax " + what);
+  }
+}
+
+template <class P>
+void backward_against_reference() {
+  for (const auto [rows, n] : row_shapes()) {
+    // y: a real softmax / log-softmax output rounded into P; dy: random.
+    const auto logits = as_doubles(random_matrix<double>(rows, n, std::uint32_t(2000 + n), -4.0, 4.0));
+    const auto hdy = random_matrix<P>(rows, n, std::uint32_t(3000 + n), -1.0, 1.0);
+    const auto dys = as_doubles(hdy);
+    for (const bool log : {false, true}) {
+      const auto reference_y = softmax_reference(logits, rows, n, log);
+      host_tensor<P, matrix_extents> hy(rows, n);
+      for (index_t i = 0; i < hy.size(); ++i) hy.data()[i] = convert<P>(reference_y[std::size_t(i)]);
+      const auto ys = as_doubles(hy);
+      const auto y = to_space(hy);
+      const auto dy = to_space(hdy);
+      space_tensor<P, matrix_extents> dx(rows, n);
+      poison(dx);
+      executor ex{};
+      const auto before = launches();
+      if (log) log_softmax_backward(dx, y, dy, ex);
+      else softmax_backward(dx, y, dy, ex);
+      finish(ex);
+      if (counts_launches) CHECK(launches() - before == 1);
+      const auto got = as_doubles(dx);
+      checker check(std::string(log ? "log_softmax_backward " : "softmax_backward ") + precision_name<P>() + " rows " +
+                    std::to_string(rows) + " x " + std::to_string(n));
+      for (index_t r = 0; r < rows; ++r) {
+        double sum = 0, magnitude = 0;
+        for (index_t j = 0; j < n; ++j) {
+          const std::size_t i = std::size_t(r * n + j);
+          sum += log ? dys[i] : dys[i] * ys[i];
+          magnitude += std::fabs(log ? dys[i] : dys[i] * ys[i]);
+        }
+        const double sum_error = statistics_epsilon<P>() * magnitude;
+        for (index_t j = 0; j < n; ++j) {
+          const std::size_t i = std::size_t(r * n + j);
+          const double want = log ? dys[i] - std::exp(ys[i]) * sum : ys[i] * (dys[i] - sum);
+          const double scale = log ? std::fabs(dys[i]) + std::exp(ys[i]) * std::fabs(sum)
+                                   : std::fabs(ys[i]) * (std::fabs(dys[i]) + std::fabs(sum));
+          const double floor = row_floor<P>() + (log ? std::exp(ys[i]) : std::fabs(ys[i])) * sum_error;
+          check(got[i], want, scale, row_tolerance<P>(), floor, r, j);
+        }
+      }
+      check.finish();
+    }
+  }
+}
+
+}  // namespace
+
+FUSOR_TEST_CASE("softmax and log_softmax: every row length, fp32/bf16/fp16, against fp64") {
+  for_each_precision([](auto type) { forward_against_reference<typename decltype(type)::type>(); });
+}
+
+FUSOR_TEST_CASE("softmax_backward and log_softmax_backward: every row length against the analytic fp64 result") {
+  for_each_precision([](auto type) { backward_against_reference<typename decltype(type)::type>(); });
+}
+
+// Finite differences of L(x) = sum(R * forward(x)) in fp64, with the forward
+// and backward kernels under test (fp64 storage) on the tested executor:
+// dL/dx = backward(y, dy = R). L is summed over the perturbed row only (the
+// others do not change). Central differences with h = 1e-4; tolerance 1e-6
+// relative (truncation about 1e-8, rounding about 1e-11 / h).
+FUSOR_TEST_CASE("softmax backward passes match central differences of the forward (fp64)") {
+  const index_t rows = 3;
+  for (const index_t n : {index_t(1), index_t(7), index_t(33), index_t(1500)}) {
+    for (const bool log : {false, true}) {
+      auto hx = random_matrix<double>(rows, n, std::uint32_t(4000 + n), -3.0, 3.0);
+      const auto hr = random_matrix<double>(rows, n, std::uint32_t(5000 + n), -1.0, 1.0);
+      const auto weights = as_doubles(hr);
+      executor ex{};
+      auto loss = [&](const host_tensor<double, matrix_extents>& input, index_t row) {
+        const auto x = to_space(input);
+        space_tensor<double, matrix_extents> y(rows, n);
+        if (log) log_softmax(y, x, ex);
+        else softmax(y, x, ex);
+        finish(ex);
+        const auto ys = as_doubles(y);
+        double l = 0;
+        for (index_t j = 0; j < n; ++j) l += weights[std::size_t(row * n + j)] * ys[std::size_t(row * n + j)];
+        return l;
+      };
+      const auto x = to_space(hx);
+      const auto r = to_space(hr);
+      space_tensor<double, matrix_extents> y(rows, n), dx(rows, n);
+      if (log) {
+        log_softmax(y, x, ex);
+        log_softmax_backward(dx, y, r, ex);
+      } else {
+        softmax(y, x, ex);
+        softmax_backward(dx, y, r, ex);
+      }
+      finish(ex);
+      const auto grad = as_doubles(dx);
+      checker check(std::string(log ? "log_softmax" : "softmax") + " central differences, length " + std::to_string(n));
+      const double h = 1e-4;
+      for (index_t sample = 0; sample < 8; ++sample) {
+        const index_t row = sample % rows, column = (sample * 7919) % n;
+        double& element = hx(row, column);
+        const double original = element;
+        element = original + h;
+        const double up = loss(hx, row);
+        element = original - h;
+        const double down = loss(hx, row);
+        element = original;
+        const double numeric = (up - down) / (2 * h);
+        check(grad[std::size_t(row * n + column)], numeric, std::max(1.0, std::fabs(numeric)), 1e-6, 0, row, column);
+      }
+      check.finish();
+    }
+  }
+}
+
+// Row 0 holds a NaN, row 1 a +inf, row 2 only -inf: NaN rows (PyTorch gives
+// NaN for the last two as well). Row 3 has one -inf among finite values: 0
+// (softmax) and -inf (log-softmax) there. Row 4 is ordinary.
+FUSOR_TEST_CASE("softmax: NaN and inf rows") {
+  auto run = [](auto type, index_t n) {
+    using P = typename decltype(type)::type;
+    const index_t rows = 5;
+    auto hx = random_matrix<P>(rows, n, std::uint32_t(6000 + n), -3.0, 3.0);
+    const double inf = std::numeric_limits<double>::infinity();
+    hx(0, n / 2) = convert<P>(std::nan(""));
+    hx(1, n - 1) = convert<P>(inf);
+    for (index_t j = 0; j < n; ++j) hx(2, j) = convert<P>(-inf);
+    hx(3, 0) = convert<P>(-inf);
+    const auto x = to_space(hx);
+    space_tensor<P, matrix_extents> y(rows, n), log_y(rows, n), dx(rows, n);
+    poison(y), poison(log_y);
+    executor ex{};
+    softmax(y, x, ex);
+    log_softmax(log_y, x, ex);
+    // dy with a NaN in row 4 only: dx's row 4 is NaN, the others follow y.
+    auto hdy = random_matrix<P>(rows, n, std::uint32_t(7000 + n), -1.0, 1.0);
+    hdy(4, n - 1) = convert<P>(std::nan(""));
+    const auto dy = to_space(hdy);
+    softmax_backward(dx, y, dy, ex);
+    finish(ex);
+    const auto hy = to_host(y);
+    const auto hlog = to_host(log_y);
+    const auto hdx = to_host(dx);
+    INFO(precision_name<P>(), " length ", n);
+    for (index_t r = 0; r < 3; ++r) {
+      index_t not_nan = 0;
+      for (index_t j = 0; j < n; ++j)
+        not_nan += !std::isnan(to_double(hy(r, j))) + !std::isnan(to_double(hlog(r, j))) + !std::isnan(to_double(hdx(r, j)));
+      INFO("row ", r);
+      CHECK(not_nan == 0);
+    }
+    CHECK(to_double(hy(3, 0)) == 0.0);
+    CHECK(to_double(hlog(3, 0)) == -inf);
+    double sum3 = 0, sum4 = 0;
+    index_t dx4_nan = 0;
+    for (index_t j = 0; j < n; ++j) {
+      sum3 += to_double(hy(3, j));
+      sum4 += to_double(hy(4, j));
+      dx4_nan += std::isnan(to_double(hdx(4, j)));
+    }
+    CHECK(std::fabs(sum3 - 1) < 1e-2);
+    CHECK(std::fabs(sum4 - 1) < 1e-2);
+    CHECK(dx4_nan == n);
+  };
+  for (const index_t n : {index_t(33), index_t(4097), index_t(20000)}) {
+    run(std::type_identity<float>{}, n);
+    run(std::type_identity<bfloat16>{}, n);
+  }
+}
+
+// Rows need not be contiguous or aligned: a transposed input (column stride
+// = rows), a view starting one element into its memory (no row is 16-byte
+// aligned), a rank-3 input, in place, and bf16 in / fp32 out.
+FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precision operands") {
+  for (const index_t n : {index_t(5), index_t(1000), index_t(20000)}) {
+    const index_t rows = 6;
+    INFO("length ", n);
+    executor ex{};
+    // Transposed input into a row-major output and into a transposed output.
+    const auto hxt = random_matrix<float>(n, rows, std::uint32_t(8000 + n), -5.0, 5.0);
+    host_tensor<float, matrix_extents> hx(rows, n);
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < n; ++j) hx(r, j) = hxt(j, r);
+    const auto xs = as_doubles(hx);
+    const auto xt = to_space(hxt);
+    space_tensor<float, matrix_extents> y(rows, n), yt_memory(n, rows);
+    poison(y), poison(yt_memory);
+    softmax(y, transpose(xt.view()), ex);
+    log_softmax(transpose(yt_memory.view()), transpose(xt.view()), ex);
+    finish(ex);
+    check_forward(as_doubles(y), xs, rows, n, false, 3e-5, 0, "transposed input");
+    const auto hyt = to_host(yt_memory);
+    std::vector<double> log_got(std::size_t(rows * n));
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < n; ++j) log_got[std::size_t(r * n + j)] = hyt(j, r);
+    check_forward(log_got, xs, rows, n, true, 3e-5, 0, "transposed output");
+
+    // One element into the allocation: every row unaligned.
+    host_tensor<float, vector_extents> hflat(rows * n + 1);
+    for (index_t i = 0; i < rows * n; ++i) hflat(i + 1) = hx.data()[i];
+    auto flat = to_space(hflat);
+    space_tensor<float, vector_extents> out_flat(rows * n + 1);
+    using space_view = view<float, matrix_extents, row_major, space>;
+    softmax(space_view(out_flat.data() + 1, rows, n), space_view(flat.data() + 1, rows, n), ex);
+    finish(ex);
+    auto got = as_doubles(out_flat);
+    got.erase(got.begin());
+    check_forward(got, xs, rows, n, false, 3e-5, 0, "unaligned rows");
+
+    // Rank 3, in place: [2, 3, n] holds the same rows.
+    space_tensor<float, extents<index_t, 2, 3, dynamic>> x3(n);
+    copy(view<float, matrix_extents, row_major, space>(x3.data(), rows, n), to_space(hx));
+    softmax(x3, x3, ex);
+    finish(ex);
+    check_forward(as_doubles(x3), xs, rows, n, false, 3e-5, 0, "rank 3, in place");
+
+    // bf16 input, fp32 output: statistics and output in fp32 from the bf16 values.
+    host_tensor<bfloat16, matrix_extents> hb(rows, n);
+    for (index_t i = 0; i < hb.size(); ++i) hb.data()[i] = convert<bfloat16>(hx.data()[i]);
+    space_tensor<float, matrix_extents> yb(rows, n);
+    softmax(yb, to_space(hb), ex);
+    finish(ex);
+    check_forward(as_doubles(yb), as_doubles(hb), rows, n, false, 3e-5, 0, "bf16 in, fp32 out");
+  }
+}
+
+FUSOR_TEST_CASE("softmax: shape errors name both shapes") {
+  space_tensor<float, matrix_extents> x(3, 4), y(3, 5), dy(4, 4), dx(3, 4);
+  executor ex{};
+  expect_error<shape_error>([&] { softmax(y, x, ex); }, {"softmax", "[3, 5]", "[3, 4]"});
+  expect_error<shape_error>([&] { log_softmax(y, x, ex); }, {"log_softmax", "[3, 5]", "[3, 4]"});
+  expect_error<shape_error>([&] { softmax_backward(dx, x, dy, ex); }, {"softmax_backward", "[4, 4]", "[3, 4]"});
+  expect_error<shape_error>([&] { log_softmax_backward(y, x, x, ex); }, {"log_softmax_backward", "[3, 5]", "[3, 4]"});
+}
