@@ -64,7 +64,11 @@ class view {
   FUSOR_HOST_DEVICE const mapping_type& mapping() const { return span_.mapping(); }
   FUSOR_HOST_DEVICE const Extents& extents() const { return span_.extents(); }
   FUSOR_HOST_DEVICE index_t extent(std::size_t r) const { return span_.extent(r); }
-  FUSOR_HOST_DEVICE index_t stride(std::size_t r) const { return span_.stride(r); }
+  // mdspan has no strides at rank 0; a scalar view answers 1 so copies and stores compile.
+  FUSOR_HOST_DEVICE index_t stride([[maybe_unused]] std::size_t r) const {
+    if constexpr (rank == 0) return 1;
+    else return span_.stride(r);
+  }
   FUSOR_HOST_DEVICE index_t size() const { return static_cast<index_t>(span_.size()); }
   // No gaps and no overlap: element positions are exactly [0, size).
   FUSOR_HOST_DEVICE bool is_contiguous() const {
