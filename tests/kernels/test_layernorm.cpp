@@ -3,6 +3,7 @@
 // (dx, dweight, dbias) against central differences of the forward (fp64
 // storage, tested executor); NaN rows; strided, unaligned, rank-3, in-place
 // operands; bitwise-repeatable parameter gradients; shape errors; launches.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -376,6 +377,23 @@ FUSOR_TEST_CASE("layernorm_backward: dweight and dbias repeat bit for bit") {
   index_t different = 0;
   for (index_t j = 0; j < n; ++j) different += a(j) != c(j) || d(j) != e(j);
   CHECK(different == 0);
+}
+
+FUSOR_TEST_CASE("layernorm_backward with no rows: zero parameter gradients") {
+  const index_t n = 37;
+  space_tensor<float, matrix_extents> x(0, n), dy(0, n), dx(0, n), y(0, n);
+  space_tensor<float, vector_extents> mean(0), rstd(0), dw(n), db(n);
+  const auto w = to_space(random_vector<float>(n, 31, 0.5, 1.5));
+  const auto b = to_space(random_vector<float>(n, 32, -1.0, 1.0));
+  poison(dw), poison(db);
+  executor ex{};
+  layernorm(y, mean, rstd, x, w, b, {}, ex);
+  layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
+  finish(ex);
+  const auto dws = as_doubles(dw);
+  const auto dbs = as_doubles(db);
+  CHECK(std::count(dws.begin(), dws.end(), 0.0) == n);
+  CHECK(std::count(dbs.begin(), dbs.end(), 0.0) == n);
 }
 
 FUSOR_TEST_CASE("layernorm and rmsnorm: shape errors name both shapes") {

@@ -62,6 +62,32 @@ index_t counted_rows(const per_row<T>& targets, index_t rows, index_t ignore_ind
   return count;
 }
 
+// One row whose target is not ignored; returns its loss. A plain function of
+// pointers and strides so the loops vectorise (see softmax.hpp).
+template <bool WithGradient, class S, class G, class X, class SG, class SX>
+S cross_entropy_row_host(G* grad, const X* in, index_t n, SG sg, SX sx, index_t target, S scale, S* e) {
+  const bool valid = target >= 0 && target < n;
+  S m = -::cuda::std::numeric_limits<S>::infinity();
+  FUSOR_OMP_SIMD(reduction(max : m))
+  for (index_t j = 0; j < n; ++j) {
+    const S v = convert<S>(in[j * sx]);
+    m = v > m ? v : m;
+  }
+  const S s = row_sum<S>(n, [=](index_t j) {
+    const S v = host_exp(convert<S>(in[j * sx]) - m);
+    if constexpr (WithGradient) e[j] = v;
+    return v;
+  });
+  const S nan = ::cuda::std::numeric_limits<S>::quiet_NaN();
+  const S loss = valid ? m + ::cuda::std::log(s) - convert<S>(in[target * sx]) : nan;
+  if constexpr (WithGradient) {
+    const S factor = valid ? scale / s : nan;
+    FUSOR_OMP_SIMD()
+    for (index_t j = 0; j < n; ++j) grad[j * sg] = convert<G>(e[j] * factor - (j == target ? scale : S(0)));
+  }
+  return loss;
+}
+
 template <bool WithGradient, class G, class L, class X, class T>
 void cross_entropy_host(const row_matrix<G>& dlogits, const per_row<L>& losses, const row_matrix<const X>& logits,
                         const per_row<T>& targets, const cross_entropy_options& options, const host_executor& ex) {
@@ -70,40 +96,23 @@ void cross_entropy_host(const row_matrix<G>& dlogits, const per_row<L>& losses, 
   const S scale = options.reduction == loss_reduction::mean
                       ? S(options.grad_scale) / S(counted_rows(targets, logits.rows, options.ignore_index))
                       : S(options.grad_scale);
-  for_each_row<S>(ex, logits.rows, n, WithGradient ? n : 0, [&](index_t r, S* e) {
+  for_each_row<S>(ex, logits.rows, n, WithGradient ? n : 0, [&](index_t r, S* scratch) {
     const index_t target = index_t(targets[r]);
-    const X* in = logits.row(r);
-    G* grad = WithGradient ? dlogits.row(r) : nullptr;
-    if (target == options.ignore_index) {
+    if (target == options.ignore_index) {  // not read: zero loss, zero gradient
       losses[r] = convert<L>(0.0f);
-      if constexpr (WithGradient)
+      if constexpr (WithGradient) {
+        G* grad = dlogits.row(r);
         for (index_t j = 0; j < n; ++j) grad[j * dlogits.column_stride] = convert<G>(0.0f);
+      }
       return;
     }
-    const bool valid = target >= 0 && target < n;
-    const S x_target = valid ? convert<S>(in[target * logits.column_stride]) : S(0);
     with_unit_strides(
-        [&](auto sx, auto sg) {
-          S m = -::cuda::std::numeric_limits<S>::infinity();
-          FUSOR_OMP_SIMD(reduction(max : m))
-          for (index_t j = 0; j < n; ++j) {
-            const S v = convert<S>(in[j * sx]);
-            m = v > m ? v : m;
-          }
-          const S s = row_sum<S>(n, [&](index_t j) {
-            const S v = ::cuda::std::exp(convert<S>(in[j * sx]) - m);
-            if constexpr (WithGradient) e[j] = v;
-            return v;
-          });
-          const S nan = ::cuda::std::numeric_limits<S>::quiet_NaN();
-          losses[r] = convert<L>(valid ? m + ::cuda::std::log(s) - x_target : nan);
-          if constexpr (WithGradient) {
-            const S factor = valid ? scale / s : nan;
-            FUSOR_OMP_SIMD()
-            for (index_t j = 0; j < n; ++j) grad[j * sg] = convert<G>(e[j] * factor - (j == target ? scale : S(0)));
-          }
+        [&](auto sg, auto sx) {
+          losses[r] = convert<L>(cross_entropy_row_host<WithGradient>(WithGradient ? dlogits.row(r) : nullptr,
+                                                                      logits.row(r), n, sg, sx, target, scale,
+                                                                      scratch));
         },
-        logits.column_stride, WithGradient ? dlogits.column_stride : 1);
+        WithGradient ? dlogits.column_stride : 1, logits.column_stride);
   });
 }
 

@@ -25,7 +25,7 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
                                                      statistic_t<X> scale) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
-  constexpr int items = Cached ? cached_items<V> : 1;
+  constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
   constexpr int step = Group::threads * V;
   auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
   lanes<X, V> cache[items];
@@ -85,7 +85,7 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
 
 // `count`: rows not ignored, for the mean's scale; null for a plain grad_scale.
 template <int Threads, bool WithGradient, class G, class L, class X, class T>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
     cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
                          const per_row<T> targets, const index_t ignore_index, const index_t* count,
                          const float grad_scale) {
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads)
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   const int n = int(logits.length);
-  const bool fits = n <= group::template capacity<V>;
+  const bool fits = n <= group::template capacity<V, cached_bytes<X>>;
   const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
   for (index_t r = group::first_row(); r < logits.rows; r += group::row_step()) {
     const index_t target = index_t(targets[r]);
@@ -170,7 +170,7 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
                                            count.as<index_t>());
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
-  if (logits.length <= warp::capacity<vector_lanes<G, X>>)
+  if (logits.length <= warp::capacity<vector_lanes<G, X>, cached_bytes<X>>)
     launch_kernel<cross_entropy_kernel<32, WithGradient, G, L, X, T>>(
         row_blocks<warp>(logits.rows), warp::block_threads, 0, ex.stream, dlogits, losses, logits, targets,
         ignore_index, count.as<const index_t>(), grad_scale);

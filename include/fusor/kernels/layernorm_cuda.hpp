@@ -50,7 +50,7 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
   using B = std::remove_pointer_t<decltype(f.bias.data)>;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<Y, X, W, B>;
-  constexpr int items = Cached ? cached_items<V> : 1;
+  constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
   constexpr int step = Group::threads * V;
   const int n = int(f.x.length);
   const X* in = f.x.row(r);
@@ -135,10 +135,10 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
 }
 
 template <int Threads, bool Centered, class Y, class M, class R, class X, class W, class B>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
     norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
   using group = row_group<Threads>;
-  const bool fits = f.x.length <= group::template capacity<vector_lanes<Y, X, W, B>>;
+  const bool fits = f.x.length <= group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>;
   const bool parameters_contiguous = f.weight.vector_ok() && (!Centered || f.bias.vector_ok());
   for (index_t r = group::first_row(); r < f.x.rows; r += group::row_step()) {
     const bool contiguous = parameters_contiguous && f.x.vector_row(f.x.row(r)) && f.y.vector_row(f.y.row(r));
@@ -157,7 +157,7 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
   if (f.x.rows == 0 || f.x.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
-  if (f.x.length <= warp::capacity<vector_lanes<Y, X, W, B>>)
+  if (f.x.length <= warp::capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>)
     launch_kernel<norm_forward_kernel<32, Centered, Y, M, R, X, W, B>>(row_blocks<warp>(f.x.rows),
                                                                       warp::block_threads, 0, ex.stream, f, epsilon);
   else
@@ -175,7 +175,7 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
   using X = std::remove_const_t<std::remove_pointer_t<decltype(b.x.data)>>;
   using W = std::remove_pointer_t<decltype(b.weight.data)>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
-  constexpr int items = Cached ? cached_items<V, 2> : 1;
+  constexpr int items = Cached ? cached_items<V, cached_bytes<X, DY>> : 1;
   constexpr int step = Group::threads * V;
   const int n = int(b.x.length);
   const X* xr = b.x.row(r);
@@ -242,7 +242,7 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
 // `global_accumulators`: one accumulator row per group in global memory, or
 // null to keep them in dynamic shared memory. `partials`: one row per block.
 template <int Threads, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
     norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* global_accumulators,
                          statistic_t<X>* partials) {
   using S = statistic_t<X>;
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads)
       if constexpr (Centered) acc[n + c + j] = S(0);
     }
 
-  const bool fits = n <= group::template capacity<V, 2>;
+  const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>;
   for (index_t r = group::first_row(); r < b.x.rows; r += group::row_step()) {
     const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
                             b.dx.vector_row(b.dx.row(r));
@@ -338,7 +338,7 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
         static_cast<const statistic_t<X>*>(nullptr), 0, b.x.length, b.dweight, b.dbias);
     return;
   }
-  if (b.x.length <= row_group<32>::capacity<vector_lanes<DX, DY, X, W>, 2>)
+  if (b.x.length <= row_group<32>::capacity<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>)
     norm_backward_launch<row_group<32>, Centered>(b, ex);
   else
     norm_backward_launch<row_group<block_row_threads>, Centered>(b, ex);

@@ -36,18 +36,23 @@
 namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
-// row each, or a 512-thread block takes one row; each thread keeps up to 32
-// elements of its row in registers (1024 per warp, 16384 per block), or 16
-// each of two rows.
+// row each, or a 512-thread block takes one row. Each thread caches 32
+// elements of its row in registers (a warp: rows up to 1024 elements, a
+// block: 16384), counted as if they were 4 bytes wide: 16-bit storage is kept
+// as it is, but every element becomes an fp32 value when used, and more
+// elements would cost occupancy. A pass caching two rows (y and dy) keeps 16
+// fp32 elements of each, or 32 of each at 16 bits.
 inline constexpr int warp_rows_block_threads = 256;
 inline constexpr int block_row_threads = 512;
-inline constexpr int cached_row_elements = 32;
+inline constexpr int cached_row_bytes = 128;
 inline constexpr int max_row_blocks = 1 << 16;
 
-// Items of V elements a thread caches for each of `Rows` cached rows (the
-// backward passes cache two: the register budget is shared).
-template <int V, int Rows = 1>
-inline constexpr int cached_items = cached_row_elements / (V * Rows) > 0 ? cached_row_elements / (V * Rows) : 1;
+// Bytes a cached column counts for: each cached row's element, at least 4.
+template <class... Cached>
+inline constexpr int cached_bytes = ((sizeof(Cached) > 4 ? int(sizeof(Cached)) : 4) + ...);
+// Items of V columns a thread caches, each column counting `ElementBytes`.
+template <int V, int ElementBytes>
+inline constexpr int cached_items = cached_row_bytes / (V * ElementBytes) > 0 ? cached_row_bytes / (V * ElementBytes) : 1;
 
 template <int Threads>
 struct row_group {
@@ -56,9 +61,12 @@ struct row_group {
   static constexpr bool is_warp = Threads == 32;
   static constexpr int block_threads = is_warp ? warp_rows_block_threads : Threads;
   static constexpr int per_block = block_threads / Threads;
-  // Elements of each of `Rows` rows a group keeps in registers, at V columns per step.
-  template <int V, int Rows = 1>
-  static constexpr int capacity = Threads * V * cached_items<V, Rows>;
+  // Resident blocks asked of the compiler: 64 registers a thread at most, so
+  // 32 warps fit on a multiprocessor.
+  static constexpr int min_blocks = 1024 / block_threads;
+  // The longest row a group keeps in registers, at V columns per step.
+  template <int V, int ElementBytes>
+  static constexpr int capacity = Threads * V * cached_items<V, ElementBytes>;
 
   __device__ static int lane() { return int(threadIdx.x) % Threads; }
   __device__ static int index() { return int(threadIdx.x) / Threads; }

@@ -14,10 +14,13 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <cuda/std/array>
 
@@ -62,13 +65,21 @@ struct row_offsets {
   ::cuda::std::array<index_t, max_leading_axes> extent{};
   ::cuda::std::array<index_t, max_leading_axes> stride{};
 
+  // Unrolled with constant indices, so a kernel reads its parameter in place
+  // instead of copying the arrays to local memory.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t operator()(index_t r) const {
+    if (axes <= 1) return axes == 1 ? r * stride[0] : 0;
     index_t offset = 0;
-    for (int k = 0; k + 1 < axes; ++k) {
-      offset += (r % extent[k]) * stride[k];
-      r /= extent[k];
+    FUSOR_UNROLL
+    for (int k = 0; k < max_leading_axes; ++k) {
+      if (k + 1 < axes) {
+        offset += (r % extent[k]) * stride[k];
+        r /= extent[k];
+      } else if (k + 1 == axes) {
+        offset += r * stride[k];
+      }
     }
-    return axes > 0 ? offset + r * stride[axes - 1] : offset;
+    return offset;
   }
 };
 
@@ -251,6 +262,31 @@ void for_each_row(const host_executor& ex, index_t rows, index_t length, index_t
   (void)team;
 }
 
+// exp on the host in a form the compiler vectorises (libm's expf is a call per
+// element): 2^k * p(r) with k = round(x / ln 2) and Cephes' degree-6
+// polynomial for |r| <= ln(2) / 2, within 2 ulp of expf. exp(NaN) = NaN,
+// exp(+inf) = +inf (as does any overflow), exp(-inf) = 0. fp64 uses std::exp.
+FUSOR_FORCE_INLINE float host_exp(float x) {
+  const float clamped = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;  // NaN: -104, replaced below
+  const float k = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = clamped - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^k as two normal powers of two, so k in [-150, 129] over- and underflows as expf does.
+  const int k_int = int(k), half = k_int >> 1;
+  const float scale_a = std::bit_cast<float>((half + 127) << 23);
+  const float scale_b = std::bit_cast<float>((k_int - half + 127) << 23);
+  const float result = p * scale_a * scale_b;
+  return x != x ? x : result;
+}
+FUSOR_FORCE_INLINE double host_exp(double x) { return std::exp(x); }
+
 // The sum of term(j) over j in [0, n): blocks of 1024 terms summed in
 // vector lanes, then the block sums in order. A plain running sum of 10^5
 // fp32 terms can lose 10^-4 relative; this loses about as much as the GPU's
@@ -267,6 +303,25 @@ FUSOR_FORCE_INLINE S row_sum(index_t n, Term&& term) {
     total += partial;
   }
   return total;
+}
+
+// Two such sums in one pass over the row.
+template <class S, class TermA, class TermB>
+FUSOR_FORCE_INLINE std::pair<S, S> row_sums(index_t n, TermA&& term_a, TermB&& term_b) {
+  constexpr index_t block = 1024;
+  S total_a = 0, total_b = 0;
+  for (index_t begin = 0; begin < n; begin += block) {
+    const index_t end = begin + block < n ? begin + block : n;
+    S a = 0, b = 0;
+    FUSOR_OMP_SIMD(reduction(+ : a, b))
+    for (index_t j = begin; j < end; ++j) {
+      a += term_a(j);
+      b += term_b(j);
+    }
+    total_a += a;
+    total_b += b;
+  }
+  return {total_a, total_b};
 }
 
 // f(strides...) with every stride a compile-time 1 when all are 1, so the

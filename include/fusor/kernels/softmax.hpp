@@ -39,56 +39,59 @@ namespace fusor {
 namespace detail {
 
 // ---- host ------------------------------------------------------------------------------
+// One row. Plain functions of pointers and strides (not lambdas over captured
+// pointers): the vectoriser then sees the pointers invariant and the accesses
+// contiguous when the strides are the compile-time 1 of with_unit_strides.
+template <bool Log, class S, class Y, class X, class SY, class SX>
+void softmax_row_host(Y* out, const X* in, index_t n, SY sy, SX sx, S* e) {
+  S m = -::cuda::std::numeric_limits<S>::infinity();
+  FUSOR_OMP_SIMD(reduction(max : m))
+  for (index_t j = 0; j < n; ++j) {
+    const S v = convert<S>(in[j * sx]);
+    m = v > m ? v : m;  // passes over NaN, which then makes the sum NaN
+  }
+  if constexpr (Log) {
+    const S s = row_sum<S>(n, [=](index_t j) { return host_exp(convert<S>(in[j * sx]) - m); });
+    const S log_s = ::cuda::std::log(s);
+    FUSOR_OMP_SIMD()
+    for (index_t j = 0; j < n; ++j) out[j * sy] = convert<Y>(convert<S>(in[j * sx]) - m - log_s);
+  } else {
+    const S s = row_sum<S>(n, [=](index_t j) { return e[j] = host_exp(convert<S>(in[j * sx]) - m); });
+    const S inverse = S(1) / s;
+    FUSOR_OMP_SIMD()
+    for (index_t j = 0; j < n; ++j) out[j * sy] = convert<Y>(e[j] * inverse);
+  }
+}
+
 template <bool Log, class Y, class X>
 void softmax_host(const row_matrix<Y>& y, const row_matrix<const X>& x, const host_executor& ex) {
   using S = statistic_t<X>;
-  const index_t n = x.length;
-  for_each_row<S>(ex, x.rows, n, Log ? 0 : n, [&](index_t r, S* e) {
-    const X* in = x.row(r);
-    Y* out = y.row(r);
-    with_unit_strides(
-        [&](auto sx, auto sy) {
-          S m = -::cuda::std::numeric_limits<S>::infinity();
-          FUSOR_OMP_SIMD(reduction(max : m))
-          for (index_t j = 0; j < n; ++j) {
-            const S v = convert<S>(in[j * sx]);
-            m = v > m ? v : m;  // passes over NaN, which then makes the sum NaN
-          }
-          if constexpr (Log) {
-            const S s = row_sum<S>(n, [&](index_t j) { return ::cuda::std::exp(convert<S>(in[j * sx]) - m); });
-            const S log_s = ::cuda::std::log(s);
-            FUSOR_OMP_SIMD()
-            for (index_t j = 0; j < n; ++j) out[j * sy] = convert<Y>(convert<S>(in[j * sx]) - m - log_s);
-          } else {
-            const S s = row_sum<S>(n, [&](index_t j) { return e[j] = ::cuda::std::exp(convert<S>(in[j * sx]) - m); });
-            const S inverse = S(1) / s;
-            FUSOR_OMP_SIMD()
-            for (index_t j = 0; j < n; ++j) out[j * sy] = convert<Y>(e[j] * inverse);
-          }
-        },
-        x.column_stride, y.column_stride);
+  for_each_row<S>(ex, x.rows, x.length, Log ? 0 : x.length, [&](index_t r, S* scratch) {
+    with_unit_strides([&](auto sy, auto sx) { softmax_row_host<Log>(y.row(r), x.row(r), x.length, sy, sx, scratch); },
+                      y.column_stride, x.column_stride);
   });
+}
+
+template <bool Log, class S, class DX, class Y, class DY, class SDX, class SY, class SDY>
+void softmax_backward_row_host(DX* dxr, const Y* yr, const DY* dyr, index_t n, SDX sdx, SY sy, SDY sdy) {
+  const S sum = row_sum<S>(n, [=](index_t j) {
+    return Log ? convert<S>(dyr[j * sdy]) : convert<S>(dyr[j * sdy]) * convert<S>(yr[j * sy]);
+  });
+  FUSOR_OMP_SIMD()
+  for (index_t j = 0; j < n; ++j) {
+    const S yv = convert<S>(yr[j * sy]), g = convert<S>(dyr[j * sdy]);
+    dxr[j * sdx] = convert<DX>(Log ? g - host_exp(yv) * sum : yv * (g - sum));
+  }
 }
 
 template <bool Log, class DX, class Y, class DY>
 void softmax_backward_host(const row_matrix<DX>& dx, const row_matrix<const Y>& y, const row_matrix<const DY>& dy,
                            const host_executor& ex) {
   using S = statistic_t<Y>;
-  const index_t n = y.length;
-  for_each_row<S>(ex, y.rows, n, 0, [&](index_t r, S*) {
-    const Y* yr = y.row(r);
-    const DY* dyr = dy.row(r);
-    DX* dxr = dx.row(r);
+  for_each_row<S>(ex, y.rows, y.length, 0, [&](index_t r, S*) {
     with_unit_strides(
         [&](auto sdx, auto sy, auto sdy) {
-          const S sum = row_sum<S>(n, [&](index_t j) {
-            return Log ? convert<S>(dyr[j * sdy]) : convert<S>(dyr[j * sdy]) * convert<S>(yr[j * sy]);
-          });
-          FUSOR_OMP_SIMD()
-          for (index_t j = 0; j < n; ++j) {
-            const S yv = convert<S>(yr[j * sy]), g = convert<S>(dyr[j * sdy]);
-            dxr[j * sdx] = convert<DX>(Log ? g - ::cuda::std::exp(yv) * sum : yv * (g - sum));
-          }
+          softmax_backward_row_host<Log, S>(dx.row(r), y.row(r), dy.row(r), y.length, sdx, sy, sdy);
         },
         dx.column_stride, y.column_stride, dy.column_stride);
   });
@@ -96,13 +99,13 @@ void softmax_backward_host(const row_matrix<DX>& dx, const row_matrix<const Y>& 
 
 // ---- CUDA ------------------------------------------------------------------------------
 #if FUSOR_HAS_CUDA
-// One row, read once into registers (at most Group::capacity<V> elements).
+// One row, read once into registers (at most Group::capacity elements).
 template <class Group, bool Contiguous, bool Log, class Y, class X>
 __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
                                                       index_t in_stride) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
-  constexpr int items = cached_items<V>;
+  constexpr int items = cached_items<V, cached_bytes<X>>;
   lanes<X, V> cache[items];
   S m = -::cuda::std::numeric_limits<S>::infinity();
   FUSOR_UNROLL
@@ -165,11 +168,11 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const X* in, int n
 
 // Contiguous rows that fit are cached; any other row is read twice.
 template <int Threads, bool Log, class Y, class X>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
     softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
   using group = row_group<Threads>;
   const int n = int(x.length);
-  const bool fits = n <= group::template capacity<vector_lanes<X, Y>>;
+  const bool fits = n <= group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>;
   for (index_t r = group::first_row(); r < x.rows; r += group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
@@ -190,7 +193,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
                                                         const row_matrix<const DY>& dy) {
   using S = statistic_t<Y>;
   constexpr int V = vector_lanes<DX, Y, DY>;
-  constexpr int items = cached_items<V, 2>;
+  constexpr int items = cached_items<V, cached_bytes<Y, DY>>;
   constexpr int step = Group::threads * V;
   auto load_y = [&](int c) { return load_columns<Contiguous, V>(yr, c, n, y.column_stride); };
   auto load_dy = [&](int c) { return load_columns<Contiguous, V>(dyr, c, n, dy.column_stride); };
@@ -210,7 +213,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
     }
     store_columns<Contiguous, V>(dxr, c, n, dx.column_stride, result);
   };
-  if (Contiguous && n <= Group::template capacity<V, 2>) {
+  if (Contiguous && n <= Group::template capacity<V, cached_bytes<Y, DY>>) {
     lanes<Y, V> ycache[items];
     lanes<DY, V> gcache[items];
     S sum = 0;
@@ -237,7 +240,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
 }
 
 template <int Threads, bool Log, class DX, class Y, class DY>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads)
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
     softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
   using group = row_group<Threads>;
   const int n = int(y.length);
@@ -258,7 +261,7 @@ void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cu
   if (x.rows == 0 || x.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
-  if (x.length <= warp::capacity<vector_lanes<X, Y>>)
+  if (x.length <= warp::capacity<vector_lanes<X, Y>, cached_bytes<X>>)
     launch_kernel<softmax_kernel<32, Log, Y, X>>(row_blocks<warp>(x.rows), warp::block_threads, 0, ex.stream, y, x);
   else
     launch_kernel<softmax_kernel<block_row_threads, Log, Y, X>>(row_blocks<block>(x.rows), block::block_threads, 0,
@@ -272,7 +275,7 @@ void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& 
   if (y.rows == 0 || y.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
-  if (y.length <= warp::capacity<vector_lanes<DX, Y, DY>, 2>)
+  if (y.length <= warp::capacity<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>)
     launch_kernel<softmax_backward_kernel<32, Log, DX, Y, DY>>(row_blocks<warp>(y.rows), warp::block_threads, 0,
                                                               ex.stream, dx, y, dy);
   else
