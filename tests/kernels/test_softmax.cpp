@@ -286,6 +286,54 @@ FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precisi
   }
 }
 
+// The input as an expression: x * 0.125 + a bias row broadcast over the rows,
+// bf16 x, fp32 output; one launch, nothing materialised.
+FUSOR_TEST_CASE("softmax and log_softmax of an expression that broadcasts") {
+  for (const index_t n : {index_t(5), index_t(1000), index_t(20000)}) {
+    const index_t rows = 6;
+    INFO("length ", n);
+    const auto hx = random_matrix<bfloat16>(rows, n, std::uint32_t(9000 + n), -20.0, 20.0);
+    const auto hbias = random_vector<float>(n, std::uint32_t(9100 + n), -1.0, 1.0);
+    const auto x = to_space(hx);
+    const auto bias = to_space(hbias);
+    space_tensor<float, matrix_extents> y(rows, n), log_y(rows, n);
+    poison(y), poison(log_y);
+    executor ex{};
+    const auto before = launches();
+    softmax(y, x * 0.125f + bias, ex);
+    log_softmax(log_y, x * 0.125f + bias, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 2);
+    std::vector<double> inputs(std::size_t(rows * n));
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < n; ++j) inputs[std::size_t(r * n + j)] = to_double(hx(r, j)) * 0.125 + hbias(j);
+    check_forward(as_doubles(y), inputs, rows, n, false, 3e-5, 0, "softmax(x * 0.125 + bias)");
+    check_forward(as_doubles(log_y), inputs, rows, n, true, 3e-5, 0, "log_softmax(x * 0.125 + bias)");
+  }
+  space_tensor<float, matrix_extents> y(6, 7), x(5, 7);
+  executor ex{};
+  expect_error<shape_error>([&] { softmax(y, x * 2.0f, ex); }, {"softmax", "[5, 7]", "[6, 7]"});
+}
+
+// Precision policies: tf32 stores fp32 (row-wise kernels compute in fp32
+// whatever the policy), mixed<bf16, float, float> stores bf16.
+FUSOR_TEST_CASE("softmax under the tf32 and mixed precision policies") {
+  const index_t rows = 4, n = 777;
+  const auto hx = random_matrix<tf32>(rows, n, 9200, -6.0, 6.0);
+  host_tensor<mixed<bfloat16, float, float>, matrix_extents> hb(rows, n);
+  for (index_t i = 0; i < hb.size(); ++i) hb.data()[i] = convert<bfloat16>(hx.data()[i]);
+  const auto x = to_space(hx);
+  const auto b = to_space(hb);
+  space_tensor<tf32, matrix_extents> y(rows, n);
+  space_tensor<mixed<bfloat16, float, float>, matrix_extents> yb(rows, n);
+  executor ex{};
+  softmax(y, x, ex);
+  softmax(yb, b, ex);
+  finish(ex);
+  check_forward(as_doubles(y), as_doubles(hx), rows, n, false, 3e-5, 0, "tf32");
+  check_forward(as_doubles(yb), as_doubles(hb), rows, n, false, 1e-2, 0, "mixed<bf16, float, float>");
+}
+
 FUSOR_TEST_CASE("softmax: shape errors name both shapes") {
   space_tensor<float, matrix_extents> x(3, 4), y(3, 5), dy(4, 4), dx(3, 4);
   executor ex{};

@@ -38,6 +38,7 @@
 
 #include "fusor/exec/host.hpp"
 #include "fusor/kernels/rows.hpp"
+#include "fusor/kernels/rows_host.hpp"
 
 #if FUSOR_HAS_CUDA
 #include "fusor/kernels/cross_entropy_cuda.hpp"

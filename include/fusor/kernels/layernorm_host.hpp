@@ -16,6 +16,7 @@
 
 #include "fusor/exec/host.hpp"
 #include "fusor/kernels/rows.hpp"
+#include "fusor/kernels/rows_host.hpp"
 
 #if FUSOR_HAS_OPENMP
 #include <omp.h>

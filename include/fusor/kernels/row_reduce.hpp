@@ -195,6 +195,17 @@ __device__ FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_columns(T* r
   return out;
 }
 
+// Columns [c, c + V) of an expression's row (expression_rows::reader).
+template <bool Contiguous, int V, class Reader>
+__device__ FUSOR_FORCE_INLINE lanes<row_value_t<Reader>, V> load_columns(const Reader& row, int c, int length,
+                                                                          index_t) {
+  using E = row_value_t<Reader>;
+  lanes<E, V> out;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j) out[j] = c + j < length ? row[c + j] : E(0);
+  return out;
+}
+
 template <bool Contiguous, int V, class T, class Value>
 __device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, index_t stride,
                                                  const lanes<Value, V>& values) {

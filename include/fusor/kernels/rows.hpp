@@ -14,8 +14,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,20 +28,6 @@
 #include "fusor/core/extents.hpp"
 #include "fusor/core/precision.hpp"
 #include "fusor/core/view.hpp"
-#include "fusor/exec/host.hpp"
-
-#if FUSOR_HAS_OPENMP
-#include <omp.h>
-#endif
-#include <vector>
-
-// `#pragma omp simd <clauses>` where OpenMP is on: the host loops over a row.
-#define FUSOR_PRAGMA(text) _Pragma(#text)
-#if FUSOR_HAS_OPENMP
-#define FUSOR_OMP_SIMD(clauses) FUSOR_PRAGMA(omp simd clauses)
-#else
-#define FUSOR_OMP_SIMD(clauses)
-#endif
 
 namespace fusor {
 
@@ -116,6 +100,38 @@ struct row_matrix {
     return column_stride == 1 && reinterpret_cast<std::uintptr_t>(row_start) % 16 == 0;
   }
 };
+
+// An expression read as rows of a destination's shape, which it may broadcast
+// to: element j of row r is expression.at({leading index of r..., j}). Rows of
+// an expression are read element by element (no 16-byte vectors).
+template <class E, std::size_t Rank>
+struct expression_rows {
+  E expression;
+  ::cuda::std::array<index_t, Rank> extent{};
+
+  struct reader {
+    E expression;
+    ::cuda::std::array<index_t, Rank> index;
+    FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE auto operator[](index_t j) const {
+      ::cuda::std::array<index_t, Rank> at = index;
+      at[Rank - 1] = j;
+      return expression.at(at);
+    }
+  };
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE reader row(index_t r) const {
+    reader out{expression, {}};
+    FUSOR_UNROLL
+    for (int k = int(Rank) - 2; k >= 0; --k) {
+      out.index[k] = r % extent[k];
+      r /= extent[k];
+    }
+    return out;
+  }
+};
+
+// The value an element access of a row (pointer or expression reader) gives.
+template <class In>
+using row_value_t = std::remove_cvref_t<decltype(std::declval<const In&>()[0])>;
 
 // One value per row (saved statistics, losses, targets).
 template <class T>
@@ -200,6 +216,24 @@ row_matrix<typename View::element_type> rows_of(const View& v) {
   m.offsets = make_row_offsets(v, View::rank - 1);
   return m;
 }
+// An expression as rows of `destination`'s shape; it must broadcast to it.
+template <class E, class D>
+expression_rows<E, D::rank> expression_rows_of(const char* op, const E& e, const D& destination) {
+  using EE = typename E::extents_type;
+  static_assert(EE::rank() <= D::rank, "fusor: the expression has more axes than the output of the row-wise kernel");
+  bool fits = true;
+  for (std::size_t r = 0; r != EE::rank(); ++r) {
+    const index_t de = destination.extent(D::rank - 1 - r), ee = e.extents().extent(EE::rank() - 1 - r);
+    fits = fits && (de == ee || ee == 1);
+  }
+  if (!fits)
+    throw shape_error(std::string("fusor: ") + op + ": an input expression of shape " + shape_string(e.extents()) +
+                      " does not broadcast to the output's shape " + shape_string(destination.extents()));
+  expression_rows<E, D::rank> x{e, {}};
+  for (std::size_t k = 0; k != D::rank; ++k) x.extent[k] = destination.extent(k);
+  return x;
+}
+
 template <class T>
 row_matrix<const T> as_input(const row_matrix<T>& m) {
   return {m.data, m.rows, m.length, m.column_stride, m.offsets};
@@ -242,97 +276,6 @@ template <class... Views>
 inline constexpr bool host_reachable_v = (view_t<Views>::space::host_accessible && ...);
 template <class... Views>
 inline constexpr bool device_reachable_v = (view_t<Views>::space::device_accessible && ...);
-
-// ---- the host side ---------------------------------------------------------------------
-// body(r, scratch) for every row r, rows spread over the executor's OpenMP
-// threads; scratch is a per-thread buffer of `scratch_size` values of S.
-template <class S, class Body>
-void for_each_row(const host_executor& ex, index_t rows, index_t length, index_t scratch_size, Body&& body) {
-  const int team = ex.thread_count(rows * (length > 0 ? length : 1));
-#if FUSOR_HAS_OPENMP
-#pragma omp parallel num_threads(team) if (team > 1)
-#endif
-  {
-    std::vector<S> scratch(static_cast<std::size_t>(scratch_size));
-#if FUSOR_HAS_OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (index_t r = 0; r < rows; ++r) body(r, scratch.data());
-  }
-  (void)team;
-}
-
-// exp on the host in a form the compiler vectorises (libm's expf is a call per
-// element): 2^k * p(r) with k = round(x / ln 2) and Cephes' degree-6
-// polynomial for |r| <= ln(2) / 2, within 2 ulp of expf. exp(NaN) = NaN,
-// exp(+inf) = +inf (as does any overflow), exp(-inf) = 0. fp64 uses std::exp.
-FUSOR_FORCE_INLINE float host_exp(float x) {
-  const float clamped = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;  // NaN: -104, replaced below
-  const float k = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  float r = clamped - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^k as two normal powers of two, so k in [-150, 129] over- and underflows as expf does.
-  const int k_int = int(k), half = k_int >> 1;
-  const float scale_a = std::bit_cast<float>((half + 127) << 23);
-  const float scale_b = std::bit_cast<float>((k_int - half + 127) << 23);
-  const float result = p * scale_a * scale_b;
-  return x != x ? x : result;
-}
-FUSOR_FORCE_INLINE double host_exp(double x) { return std::exp(x); }
-
-// The sum of term(j) over j in [0, n): blocks of 1024 terms summed in
-// vector lanes, then the block sums in order. A plain running sum of 10^5
-// fp32 terms can lose 10^-4 relative; this loses about as much as the GPU's
-// per-thread sums and tree do (10^-6).
-template <class S, class Term>
-FUSOR_FORCE_INLINE S row_sum(index_t n, Term&& term) {
-  constexpr index_t block = 1024;
-  S total = 0;
-  for (index_t begin = 0; begin < n; begin += block) {
-    const index_t end = begin + block < n ? begin + block : n;
-    S partial = 0;
-    FUSOR_OMP_SIMD(reduction(+ : partial))
-    for (index_t j = begin; j < end; ++j) partial += term(j);
-    total += partial;
-  }
-  return total;
-}
-
-// Two such sums in one pass over the row.
-template <class S, class TermA, class TermB>
-FUSOR_FORCE_INLINE std::pair<S, S> row_sums(index_t n, TermA&& term_a, TermB&& term_b) {
-  constexpr index_t block = 1024;
-  S total_a = 0, total_b = 0;
-  for (index_t begin = 0; begin < n; begin += block) {
-    const index_t end = begin + block < n ? begin + block : n;
-    S a = 0, b = 0;
-    FUSOR_OMP_SIMD(reduction(+ : a, b))
-    for (index_t j = begin; j < end; ++j) {
-      a += term_a(j);
-      b += term_b(j);
-    }
-    total_a += a;
-    total_b += b;
-  }
-  return {total_a, total_b};
-}
-
-// f(strides...) with every stride a compile-time 1 when all are 1, so the
-// contiguous case vectorises; the run-time strides otherwise.
-template <class F, class... Stride>
-FUSOR_FORCE_INLINE void with_unit_strides(F&& f, Stride... strides) {
-  if (((strides == 1) && ...))
-    f((void(strides), std::integral_constant<index_t, 1>{})...);
-  else
-    f(index_t(strides)...);
-}
 
 }  // namespace detail
 }  // namespace fusor

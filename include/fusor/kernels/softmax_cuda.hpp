@@ -1,0 +1,233 @@
+// fusor/kernels/softmax_cuda.hpp — the CUDA kernels of softmax and
+// log-softmax (softmax.hpp), forward and backward.
+//
+// A warp or a 512-thread block per row (row_reduce.hpp). A contiguous row that
+// fits in registers is read once: max, then the sum of exp(x - max), both over
+// the cached values, then the outputs. Any other row (longer, strided,
+// unaligned, or an expression) is read twice: an online max and sum in one
+// pass, then the outputs. One launch per call.
+#pragma once
+
+#include "fusor/config.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+
+#include "fusor/exec/cuda.hpp"
+#include "fusor/kernels/row_reduce.hpp"
+
+namespace fusor::detail {
+
+// One row, read once into registers (at most Group::capacity elements).
+template <class Group, bool Contiguous, bool Log, class Y, class X>
+__device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
+                                                      index_t in_stride) {
+  using S = statistic_t<X>;
+  constexpr int V = vector_lanes<X, Y>;
+  constexpr int items = cached_items<V, cached_bytes<X>>;
+  lanes<X, V> cache[items];
+  S m = -::cuda::std::numeric_limits<S>::infinity();
+  FUSOR_UNROLL
+  for (int k = 0; k < items; ++k) {
+    const int c = Group::template column<V>(k);
+    cache[k] = load_columns<Contiguous, V>(in, c, n, in_stride);
+    const int valid = valid_columns(c, n, V);
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) m = ::cuda::std::fmax(m, convert<S>(cache[k][j]));
+  }
+  m = Group::all_reduce(m, max_op{});
+  S s = 0;
+  FUSOR_UNROLL
+  for (int k = 0; k < items; ++k) {
+    const int valid = valid_columns(Group::template column<V>(k), n, V);
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) s += ::cuda::std::exp(convert<S>(cache[k][j]) - m);
+  }
+  s = Group::all_reduce(s, sum_op{});
+  const S log_s = ::cuda::std::log(s), inverse = S(1) / s;
+  FUSOR_UNROLL
+  for (int k = 0; k < items; ++k) {
+    const int c = Group::template column<V>(k);
+    if (c >= n) continue;
+    lanes<S, V> result;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      const S v = convert<S>(cache[k][j]);
+      result[j] = Log ? v - m - log_s : ::cuda::std::exp(v - m) * inverse;
+    }
+    store_columns<Contiguous, V>(out, c, n, out_stride, result);
+  }
+}
+
+// One row of any length, read twice: online max and sum, then the outputs.
+template <class Group, bool Contiguous, bool Log, class Y, class In>
+__device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int n, index_t out_stride,
+                                                      index_t in_stride) {
+  using X = row_value_t<In>;
+  using S = statistic_t<X>;
+  constexpr int V = vector_lanes<X, Y>;
+  constexpr int step = Group::threads * V;
+  max_and_sum<S> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
+  for (int c = Group::template column<V>(0); c < n; c += step)
+    stats.add(load_columns<Contiguous, V>(in, c, n, in_stride), valid_columns(c, n, V));
+  stats = Group::all_reduce(stats, combine_max_and_sum{});
+  const S m = stats.max, log_s = ::cuda::std::log(stats.sum), inverse = S(1) / stats.sum;
+  for (int c = Group::template column<V>(0); c < n; c += step) {
+    const lanes<X, V> v = load_columns<Contiguous, V>(in, c, n, in_stride);
+    lanes<S, V> result;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      const S e = convert<S>(v[j]);
+      result[j] = Log ? e - m - log_s : ::cuda::std::exp(e - m) * inverse;
+    }
+    store_columns<Contiguous, V>(out, c, n, out_stride, result);
+  }
+}
+
+// Contiguous rows that fit are cached; any other row is read twice.
+template <int Threads, bool Log, class Y, class X>
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+    softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
+  using group = row_group<Threads>;
+  const int n = int(x.length);
+  const bool fits = n <= group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>;
+  for (index_t r = group::first_row(); r < x.rows; r += group::row_step()) {
+    const X* in = x.row(r);
+    Y* out = y.row(r);
+    const bool contiguous = x.vector_row(in) && y.vector_row(out);
+    if (contiguous && fits)
+      softmax_row_cached<group, true, Log>(out, in, n, 1, 1);
+    else if (contiguous)
+      softmax_row_looped<group, true, Log>(out, in, n, 1, 1);
+    else
+      softmax_row_looped<group, false, Log>(out, in, n, y.column_stride, x.column_stride);
+  }
+}
+
+// softmax of an expression: every row read twice, element by element.
+template <int Threads, bool Log, class Y, class E, std::size_t Rank>
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+    softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
+  using group = row_group<Threads>;
+  const int n = int(y.length);
+  for (index_t r = group::first_row(); r < y.rows; r += group::row_step())
+    softmax_row_looped<group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
+}
+
+// dx for one row; the row is cached in registers when it fits.
+template <class Group, bool Contiguous, bool Log, class DX, class Y, class DY>
+__device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, const DY* dyr, int n,
+                                                        const row_matrix<DX>& dx, const row_matrix<const Y>& y,
+                                                        const row_matrix<const DY>& dy) {
+  using S = statistic_t<Y>;
+  constexpr int V = vector_lanes<DX, Y, DY>;
+  constexpr int items = cached_items<V, cached_bytes<Y, DY>>;
+  constexpr int step = Group::threads * V;
+  auto load_y = [&](int c) { return load_columns<Contiguous, V>(yr, c, n, y.column_stride); };
+  auto load_dy = [&](int c) { return load_columns<Contiguous, V>(dyr, c, n, dy.column_stride); };
+  auto sum_term = [](const lanes<Y, V>& yv, const lanes<DY, V>& g, int valid) {
+    S t = 0;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) t += Log ? convert<S>(g[j]) : convert<S>(g[j]) * convert<S>(yv[j]);
+    return t;
+  };
+  auto write = [&](int c, const lanes<Y, V>& yv, const lanes<DY, V>& g, S sum) {
+    lanes<S, V> result;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      const S yj = convert<S>(yv[j]), gj = convert<S>(g[j]);
+      result[j] = Log ? gj - ::cuda::std::exp(yj) * sum : yj * (gj - sum);
+    }
+    store_columns<Contiguous, V>(dxr, c, n, dx.column_stride, result);
+  };
+  if (Contiguous && n <= Group::template capacity<V, cached_bytes<Y, DY>>) {
+    lanes<Y, V> ycache[items];
+    lanes<DY, V> gcache[items];
+    S sum = 0;
+    FUSOR_UNROLL
+    for (int k = 0; k < items; ++k) {
+      const int c = Group::template column<V>(k);
+      ycache[k] = load_y(c);
+      gcache[k] = load_dy(c);
+      sum += sum_term(ycache[k], gcache[k], valid_columns(c, n, V));
+    }
+    sum = Group::all_reduce(sum, sum_op{});
+    FUSOR_UNROLL
+    for (int k = 0; k < items; ++k) {
+      const int c = Group::template column<V>(k);
+      if (c < n) write(c, ycache[k], gcache[k], sum);
+    }
+  } else {
+    S sum = 0;
+    for (int c = Group::template column<V>(0); c < n; c += step)
+      sum += sum_term(load_y(c), load_dy(c), valid_columns(c, n, V));
+    sum = Group::all_reduce(sum, sum_op{});
+    for (int c = Group::template column<V>(0); c < n; c += step) write(c, load_y(c), load_dy(c), sum);
+  }
+}
+
+template <int Threads, bool Log, class DX, class Y, class DY>
+__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+    softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
+  using group = row_group<Threads>;
+  const int n = int(y.length);
+  for (index_t r = group::first_row(); r < y.rows; r += group::row_step()) {
+    const Y* yr = y.row(r);
+    const DY* dyr = dy.row(r);
+    DX* dxr = dx.row(r);
+    if (y.vector_row(yr) && dy.vector_row(dyr) && dx.vector_row(dxr))
+      softmax_backward_row<group, true, Log>(dxr, yr, dyr, n, dx, y, dy);
+    else
+      softmax_backward_row<group, false, Log>(dxr, yr, dyr, n, dx, y, dy);
+  }
+}
+
+template <bool Log, class Y, class X>
+void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cuda_executor& ex) {
+  cuda::require("softmax on the cuda executor");
+  if (x.rows == 0 || x.length == 0) return;
+  using warp = row_group<32>;
+  using block = row_group<block_row_threads>;
+  if (x.length <= warp::capacity<vector_lanes<X, Y>, cached_bytes<X>>)
+    launch_kernel<softmax_kernel<32, Log, Y, X>>(row_blocks<warp>(x.rows), warp::block_threads, 0, ex.stream, y, x);
+  else
+    launch_kernel<softmax_kernel<block_row_threads, Log, Y, X>>(row_blocks<block>(x.rows), block::block_threads, 0,
+                                                               ex.stream, y, x);
+}
+
+template <bool Log, class Y, class E, std::size_t Rank>
+void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
+  cuda::require("softmax on the cuda executor");
+  if (y.rows == 0 || y.length == 0) return;
+  using warp = row_group<32>;
+  using block = row_group<block_row_threads>;
+  if (y.length <= 1024)
+    launch_kernel<softmax_expression_kernel<32, Log, Y, E, Rank>>(row_blocks<warp>(y.rows), warp::block_threads, 0,
+                                                                 ex.stream, y, x);
+  else
+    launch_kernel<softmax_expression_kernel<block_row_threads, Log, Y, E, Rank>>(
+        row_blocks<block>(y.rows), block::block_threads, 0, ex.stream, y, x);
+}
+
+template <bool Log, class DX, class Y, class DY>
+void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& y, const row_matrix<const DY>& dy,
+                           const cuda_executor& ex) {
+  cuda::require("softmax_backward on the cuda executor");
+  if (y.rows == 0 || y.length == 0) return;
+  using warp = row_group<32>;
+  using block = row_group<block_row_threads>;
+  if (y.length <= warp::capacity<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>)
+    launch_kernel<softmax_backward_kernel<32, Log, DX, Y, DY>>(row_blocks<warp>(y.rows), warp::block_threads, 0,
+                                                              ex.stream, dx, y, dy);
+  else
+    launch_kernel<softmax_backward_kernel<block_row_threads, Log, DX, Y, DY>>(
+        row_blocks<block>(y.rows), block::block_threads, 0, ex.stream, dx, y, dy);
+}
+
+}  // namespace fusor::detail
+
+#endif  // FUSOR_HAS_CUDA
