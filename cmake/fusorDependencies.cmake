@@ -23,3 +23,72 @@ function(fusor_link_dependencies target)
     target_compile_options(${target} INTERFACE $<BUILD_INTERFACE:$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fopenmp>>)
   endif()
 endfunction()
+
+# fusor::blas — what matmul links beyond headers: OpenBLAS with cblas.h (the
+# host executor's GEMM) and, in targets linked by nvcc, cuBLASLt. fusor::fusor
+# never needs them. OpenBLAS is found with pkg-config's `openblas` module, or
+# else with FindBLAS (BLA_VENDOR OpenBLAS) and cblas.h found beside it; found
+# quietly: FUSOR_BLAS_FOUND says whether it was. Debian: libopenblas-dev.
+if(NOT DEFINED FUSOR_BLAS_FOUND)
+  set(FUSOR_BLAS_FOUND FALSE)
+  set(_fusor_blas_target "")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(fusor_openblas QUIET IMPORTED_TARGET openblas)
+    if(TARGET PkgConfig::fusor_openblas)
+      set(_fusor_blas_target PkgConfig::fusor_openblas)
+      set(_fusor_cblas_include_dirs ${fusor_openblas_INCLUDE_DIRS})
+      set(_fusor_blas_libraries ${fusor_openblas_LINK_LIBRARIES})
+    endif()
+  endif()
+  if(NOT _fusor_blas_target)
+    set(BLA_VENDOR OpenBLAS)
+    find_package(BLAS QUIET)
+    unset(BLA_VENDOR)
+    find_path(FUSOR_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas openblas-openmp)
+    if(BLAS_FOUND AND FUSOR_CBLAS_INCLUDE_DIR)
+      add_library(fusor_openblas INTERFACE IMPORTED)
+      target_link_libraries(fusor_openblas INTERFACE BLAS::BLAS)
+      target_include_directories(fusor_openblas SYSTEM INTERFACE ${FUSOR_CBLAS_INCLUDE_DIR})
+      set(_fusor_blas_target fusor_openblas)
+      set(_fusor_cblas_include_dirs ${FUSOR_CBLAS_INCLUDE_DIR})
+      set(_fusor_blas_libraries ${BLAS_LIBRARIES})
+    endif()
+  endif()
+  if(_fusor_blas_target)
+    set(FUSOR_BLAS_FOUND TRUE)
+    # Debian's OpenBLAS 0.3.21 declares cblas_sbgemm in cblas.h but does not
+    # export it: the bf16 GEMM is used only where a program linking it builds.
+    if(CMAKE_CXX_COMPILER_LOADED AND NOT DEFINED FUSOR_OPENBLAS_HAS_SBGEMM)
+      include(CheckCXXSourceCompiles)
+      set(CMAKE_REQUIRED_INCLUDES ${_fusor_cblas_include_dirs})
+      set(CMAKE_REQUIRED_LIBRARIES ${_fusor_blas_libraries})
+      set(CMAKE_REQUIRED_QUIET ON)
+      check_cxx_source_compiles([=[
+        #include <cblas.h>
+        int main() {
+          const bfloat16 a[1] = {0}, b[1] = {0};
+          float c[1];
+          cblas_sbgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, a, 1, b, 1, 0.0f, c, 1);
+          return 0;
+        }]=] FUSOR_OPENBLAS_HAS_SBGEMM)
+      unset(CMAKE_REQUIRED_INCLUDES)
+      unset(CMAKE_REQUIRED_LIBRARIES)
+      unset(CMAKE_REQUIRED_QUIET)
+    endif()
+  endif()
+endif()
+
+function(fusor_link_blas target)
+  if(_fusor_blas_target)
+    target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:${_fusor_blas_target}>)
+    if(FUSOR_OPENBLAS_HAS_SBGEMM)
+      target_compile_definitions(${target} INTERFACE $<BUILD_INTERFACE:FUSOR_OPENBLAS_HAS_SBGEMM=1>)
+    endif()
+  endif()
+  # Only programs linked by nvcc (all-CUDA targets) can call cuBLASLt; a target
+  # mixing .cpp and .cu sources links with the C++ linker: add CUDA::cublasLt to it.
+  if(TARGET CUDA::cublasLt)
+    target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:$<$<LINK_LANGUAGE:CUDA>:CUDA::cublasLt>>)
+  endif()
+endfunction()

@@ -1,0 +1,205 @@
+// Matmul against an fp64 reference: every layout combination of a, b and c
+// (row- and column-major, transposed views), every precision (fp32, tf32, bf16,
+// fp16, fp64, and bf16/fp16 into fp32), odd sizes, batches (shared operands,
+// padded, transposed and sliced batches), views that are not 16-byte aligned,
+// and one launch per matmul on the GPU.
+#include "kernels/test_matmul_support.hpp"
+
+using namespace matmul_test;
+
+namespace {
+struct sizes {
+  index_t m, n, k;
+};
+constexpr sizes odd_sizes[] = {{1, 1, 1}, {3, 17, 5}, {17, 3, 129}, {33, 65, 7}};
+constexpr form all_forms[] = {form::row_major, form::col_major, form::transposed_row_major, form::transposed_col_major};
+
+// c = a b with a and b stored in forms fa and fb, c row- or column-major.
+template <class P, class PC = P>
+void check_product(form fa, form fb, bool c_row_major, sizes s, std::uint32_t seed) {
+  const auto a_values = random_host<P>(matrix(s.m, s.k), seed);
+  const auto b_values = random_host<P>(matrix(s.k, s.n), seed + 1);
+  const product want = reference_product(a_values, b_values, 1, s.m, s.n, s.k);
+  INFO("a ", name(fa), ", b ", name(fb), ", c ", c_row_major ? "row-major" : "column-major", ", [m, n, k] = [", s.m,
+       ", ", s.n, ", ", s.k, "]");
+  with_operand(fa, a_values, [&](const auto& a) {
+    with_operand(fb, b_values, [&](const auto& b) {
+      const auto run = [&](const auto& c) {
+        poison(c);
+        executor ex{};
+        const auto before = launches();
+        matmul(c, a, b, ex);
+        finish(ex);
+        CHECK(launches() - before == launches_per_matmul);
+        expect_product(to_host(c), want, matmul_tolerance<P, PC>());
+      };
+      if (c_row_major) run(space_tensor<PC, matrix>(s.m, s.n));
+      else run(space_tensor<PC, matrix, col_major>(s.m, s.n));
+    });
+  });
+}
+}  // namespace
+
+FUSOR_TEST_CASE("matmul: every layout of a, b and c, odd sizes (fp32)") {
+  std::uint32_t seed = 100;
+  for (sizes s : odd_sizes)
+    for (form fa : all_forms)
+      for (form fb : all_forms)
+        for (bool c_row_major : {true, false}) check_product<float>(fa, fb, c_row_major, s, seed += 2);
+}
+
+FUSOR_TEST_CASE("matmul: every layout of a, b and c (bf16)") {
+  std::uint32_t seed = 300;
+  for (form fa : all_forms)
+    for (form fb : all_forms)
+      for (bool c_row_major : {true, false}) check_product<bf16>(fa, fb, c_row_major, {19, 24, 40}, seed += 2);
+}
+
+FUSOR_TEST_CASE("matmul: every precision against fp64 (fp32, tf32, bf16, fp16, fp64, half into float)") {
+  std::uint32_t seed = 500;
+  for (sizes s : {sizes{1, 1, 1}, sizes{17, 33, 129}, sizes{64, 48, 256}, sizes{129, 3, 17}}) {
+    const form fa = form::row_major, fb = form::transposed_row_major;  // a Linear layer's x w^T
+    check_product<fp32>(fa, fb, true, s, seed += 2);
+    check_product<tf32>(fa, fb, true, s, seed += 2);
+    check_product<bf16>(fa, fb, true, s, seed += 2);
+    check_product<fp16>(fa, fb, true, s, seed += 2);
+    check_product<fp64>(fa, fb, true, s, seed += 2);
+    check_product<bf16, fp32>(fa, fb, true, s, seed += 2);
+    check_product<fp16, fp32>(fa, fb, true, s, seed += 2);
+    check_product<tf32>(form::col_major, form::row_major, false, s, seed += 2);
+    check_product<fp16>(form::transposed_col_major, form::col_major, false, s, seed += 2);
+  }
+}
+
+FUSOR_TEST_CASE("batched matmul: dense batches, a shared b, a shared a") {
+  const index_t batch = 3, m = 5, n = 7, k = 9;
+  const auto a_values = random_host<float>(batch_of_matrices(batch, m, k), 11);
+  const auto b_values = random_host<float>(batch_of_matrices(batch, k, n), 12);
+  const auto shared_a = random_host<float>(matrix(m, k), 13);
+  const auto shared_b = random_host<float>(matrix(k, n), 14);
+  const double tol = matmul_tolerance<float, float>();
+  const auto a = to_space(a_values), b = to_space(b_values);
+  const auto a2 = to_space(shared_a), b2 = to_space(shared_b);
+  space_tensor<float, batch_of_matrices> c(batch, m, n);
+  executor ex{};
+  const auto run = [&](const auto& x, const auto& y, const auto& x_host, const auto& y_host, const char* what) {
+    INFO(what);
+    poison(c);
+    const auto before = launches();
+    matmul(c, x, y, ex);
+    finish(ex);
+    CHECK(launches() - before == launches_per_matmul);
+    expect_product(to_host(c), reference_product(x_host, y_host, batch, m, n, k), tol);
+  };
+  run(a, b, a_values, b_values, "a [3, 5, 9] times b [3, 9, 7]");
+  run(a, b2, a_values, shared_b, "a [3, 5, 9] times a shared b [9, 7] (one GEMM of 15 rows)");
+  run(a2, b, shared_a, b_values, "a shared a [5, 9] times b [3, 9, 7]");
+  run(a2, b2, shared_a, shared_b, "both shared");
+}
+
+FUSOR_TEST_CASE("batched matmul: padded rows, transposed batches, a sliced batch of c, column-major c, a batch apart") {
+  const index_t batch = 3, m = 6, n = 5, k = 4;
+  // a: the first k columns of [batch, m, k + 3] (row stride k + 3); b: each
+  // matrix transposed ([batch, n, k] permuted); c: batches 1..3 of [batch + 2, m, n].
+  const auto a_padded_host = random_host<float>(batch_of_matrices(batch, m, k + 3), 21);
+  const auto b_transposed_host = random_host<float>(batch_of_matrices(batch, n, k), 22);
+  const auto a_host = slice<2>(a_padded_host.view(), 0, k);
+  const auto b_host = permute<0, 2, 1>(b_transposed_host.view());
+  const product want = reference_product(a_host, b_host, batch, m, n, k);
+  const double tol = matmul_tolerance<float, float>();
+  const auto a_padded = to_space(a_padded_host), b_transposed = to_space(b_transposed_host);
+  const auto a = slice<2>(a_padded.view(), 0, k);
+  const auto b = permute<0, 2, 1>(b_transposed.view());
+  executor ex{};
+  {
+    space_tensor<float, batch_of_matrices> c_big(batch + 2, m, n);
+    poison(c_big);
+    matmul(slice<0>(c_big.view(), 1, batch + 1), a, b, ex);
+    finish(ex);
+    const auto got = to_host(c_big);
+    expect_product(slice<0>(got.view(), 1, batch + 1), want, tol);
+    index_t untouched = 0;
+    for (index_t t : {index_t(0), batch + 1})
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) untouched += std::isnan(to_double(got(t, i, j)));
+    CHECK(untouched == 2 * m * n);  // batches outside the slice are not written
+  }
+  {
+    // c column-major per matrix: [batch, n, m] permuted to [batch, m, n].
+    space_tensor<float, batch_of_matrices> c_transposed(batch, n, m);
+    poison(c_transposed);
+    matmul(permute<0, 2, 1>(c_transposed.view()), a, b, ex);
+    finish(ex);
+    const auto got = to_host(c_transposed);
+    expect_product(permute<0, 2, 1>(got.view()), want, tol);
+  }
+  {
+    // A shared b, a's matrices apart in memory (rows 1..m of [batch, m + 2, k]):
+    // the batch cannot run as one GEMM, b's batch stride is 0.
+    const auto a_apart_host = random_host<float>(batch_of_matrices(batch, m + 2, k), 23);
+    const auto shared_b_host = random_host<float>(matrix(k, n), 24);
+    const auto a_apart = to_space(a_apart_host);
+    const auto shared_b = to_space(shared_b_host);
+    space_tensor<float, batch_of_matrices> c(batch, m, n);
+    poison(c);
+    matmul(c, slice<1>(a_apart.view(), 1, m + 1), shared_b, ex);
+    finish(ex);
+    expect_product(to_host(c), reference_product(slice<1>(a_apart_host.view(), 1, m + 1), shared_b_host, batch, m, n, k),
+                   tol);
+  }
+}
+
+FUSOR_TEST_CASE("matmul: operands whose data is not 16-byte aligned still compute correctly") {
+  const index_t m = 19, n = 24, k = 32;
+  const auto run = [&]<class P>(P) {
+    // Each operand starts one element into its storage.
+    const auto a_big_host = random_host<P>(matrix(m, k + 1), 31);
+    const auto b_big_host = random_host<P>(matrix(k + 1, n), 32);
+    const auto a_big = to_space(a_big_host), b_big = to_space(b_big_host);
+    space_tensor<P, matrix> c_big(m, n + 1);
+    poison(c_big);
+    executor ex{};
+    matmul(slice<1>(c_big.view(), 1, n + 1), slice<1>(a_big.view(), 1, k + 1), slice<0>(b_big.view(), 1, k + 1), ex);
+    finish(ex);
+    const auto got = to_host(c_big);
+    expect_product(slice<1>(got.view(), 1, n + 1),
+                   reference_product(slice<1>(a_big_host.view(), 1, k + 1), slice<0>(b_big_host.view(), 1, k + 1), 1,
+                                     m, n, k),
+                   matmul_tolerance<P, P>());
+  };
+  run(float{});
+  run(bfloat16{});
+}
+
+FUSOR_TEST_CASE("matmul: tensors with static shapes") {
+  using a_shape = extents<int, 4, 6>;
+  using b_shape = extents<int, 6, 3>;
+  using c_shape = extents<int, 4, 3>;
+  const auto a_host = random_host<float>(a_shape{}, 41);
+  const auto b_host = random_host<float>(b_shape{}, 42);
+  const auto a = to_space(a_host);
+  const auto b = to_space(b_host);
+  space_tensor<float, c_shape> c;
+  poison(c);
+  executor ex{};
+  matmul(c, a, b, ex);
+  finish(ex);
+  expect_product(to_host(c), reference_product(a_host, b_host, 1, 4, 3, 6), matmul_tolerance<float, float>());
+}
+
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("cuBLASLt plans are cached per configuration") {
+  const auto a = to_space(random_host<float>(matrix(37, 41), 51));
+  const auto b = to_space(random_host<float>(matrix(41, 43), 52));
+  space_tensor<float, matrix> c(37, 43);
+  executor ex{};
+  const auto before = detail::cublaslt_cached_plans();
+  matmul(c, a, b, ex);
+  CHECK(detail::cublaslt_cached_plans() == before + 1);
+  matmul(c, a, b, ex);  // same configuration: no new plan
+  CHECK(detail::cublaslt_cached_plans() == before + 1);
+  matmul(c, a, b, epilogue::relu(), ex);  // another epilogue: a new plan
+  CHECK(detail::cublaslt_cached_plans() == before + 2);
+  finish(ex);
+}
+#endif

@@ -1,0 +1,313 @@
+// Matmul epilogues against their reference formulas, in fp32 and bf16: bias,
+// relu and gelu_tanh with and without bias and with their auxiliary outputs
+// (relu mask, pre-activation); the backward forms (activation gradient times
+// the product, with the bias gradient summed down the columns); the bias
+// gradient of a weight-gradient product; batched epilogues; and an arbitrary
+// fusor expression applied to the product in one more pass.
+#include "kernels/test_matmul_support.hpp"
+
+using namespace matmul_test;
+
+namespace {
+// A Linear layer's shapes: x [m, k], w [n, k] (read as w^T), c [m, n]. The
+// pre-activation is stored with padded rows (stride a multiple of 8).
+constexpr index_t m = 37, n = 20, k = 29, padded_n = 24;
+#if defined(FUSOR_TEST_CUDA)
+constexpr bool is_cuda = true;
+#else
+constexpr bool is_cuda = false;
+#endif
+
+// Tolerance of an activation epilogue: cuBLASLt may evaluate tanh with the
+// GPU's approximation (relative error about 2^-11), the host evaluates it exactly.
+template <class P>
+constexpr double activation_tolerance() {
+  return is_cuda ? std::max(matmul_tolerance<P, P>(), 2e-3) : matmul_tolerance<P, P>();
+}
+
+// Through s = (1 + tanh u) / 2 = sigmoid(2u), which keeps its digits where x is very negative.
+double gelu_tanh_sigmoid_ref(double x) { return 1 / (1 + std::exp(-2 * 0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_tanh_ref(double x) { return x * gelu_tanh_sigmoid_ref(x); }
+double gelu_tanh_derivative_ref(double x) {
+  const double s = gelu_tanh_sigmoid_ref(x);
+  return s + x * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x) * 2 * s * (1 - s);
+}
+
+template <class P>
+struct linear_case {
+  host_tensor<P, matrix> x_host = random_host<P>(matrix(m, k), 61);
+  host_tensor<P, matrix> w_host = random_host<P>(matrix(n, k), 62);
+  host_tensor<P, vector> bias_host = random_host<P>(vector(n), 63);
+  space_tensor<P, matrix> x = to_space(x_host), w = to_space(w_host);
+  space_tensor<P, vector> bias = to_space(bias_host);
+  product z = reference_product(x_host, transpose(w_host.view()), 1, m, n, k);  // x w^T
+};
+
+enum class activation { none, relu, gelu };
+
+// Forward: c = act(x w^T [+ bias]), pre = x w^T [+ bias], in every combination.
+template <class P>
+void check_forward(activation act, bool with_bias, bool with_aux) {
+  INFO("activation ", int(act), ", bias ", with_bias, ", auxiliary output ", with_aux);
+  linear_case<P> lc;
+  space_tensor<P, matrix> c(m, n), pre_storage(m, padded_n);
+  poison(c);
+  poison(pre_storage);
+  const auto pre = slice<1>(pre_storage.view(), 0, n);
+  relu_mask<space> mask(c.extents());
+  executor ex{};
+  const auto wt = transpose(lc.w.view());
+  const auto before = launches();
+  if (act == activation::none) {
+    if (with_bias) matmul(c, lc.x, wt, epilogue::bias(lc.bias), ex);
+    else matmul(c, lc.x, wt, ex);
+  } else if (act == activation::relu) {
+    if (with_bias && with_aux) matmul(c, lc.x, wt, epilogue::relu(lc.bias, mask), ex);
+    else if (with_bias) matmul(c, lc.x, wt, epilogue::relu(lc.bias), ex);
+    else if (with_aux) matmul(c, lc.x, wt, epilogue::relu(epilogue::no_bias, mask), ex);
+    else matmul(c, lc.x, wt, epilogue::relu(), ex);
+  } else {
+    if (with_bias && with_aux) matmul(c, lc.x, wt, epilogue::gelu_tanh(lc.bias, pre), ex);
+    else if (with_bias) matmul(c, lc.x, wt, epilogue::gelu_tanh(lc.bias), ex);
+    else if (with_aux) matmul(c, lc.x, wt, epilogue::gelu_tanh(epilogue::no_bias, pre), ex);
+    else matmul(c, lc.x, wt, epilogue::gelu_tanh(), ex);
+  }
+  finish(ex);
+  CHECK(launches() - before == launches_per_matmul);
+
+  const double tol = matmul_tolerance<P, P>();
+  const double act_tol = act == activation::none ? tol : activation_tolerance<P>();
+  const auto got = to_host(c);
+  const auto got_pre = to_host(pre_storage);
+  const auto mask_bytes = [&] {
+    host_tensor<std::uint8_t, vector> h(index_t(mask.size_bytes()));
+    copy(h, mask.bytes());
+    return h;
+  }();
+  checker check_c, check_pre;
+  index_t mask_wrong = 0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double bias = with_bias ? to_double(lc.bias_host(j)) : 0.0;
+      const double z = lc.z.value(0, i, j) + bias, scale = lc.z.scale(0, i, j) + std::fabs(bias);
+      const double want = act == activation::relu ? std::max(z, 0.0) : act == activation::gelu ? gelu_tanh_ref(z) : z;
+      check_c(to_double(got(i, j)), want, 1.2 * scale, act_tol, "c", 0, i, j);  // |act'| <= 1.13
+      if (with_aux && act == activation::gelu) check_pre(to_double(got_pre(i, j)), z, scale, tol, "pre", 0, i, j);
+      // The mask's bits are checked where fusor writes them; on the GPU they are
+      // cuBLASLt's (the backward test reads them back through the epilogue).
+      if (with_aux && act == activation::relu && !is_cuda && std::fabs(z) > tol * scale) {
+        const index_t bit = i * mask.row_bits() + j;
+        mask_wrong += bool((mask_bytes(bit / 8) >> (bit % 8)) & 1) != (z > 0);
+      }
+    }
+  MATMUL_CHECK_ALL(check_c);
+  MATMUL_CHECK_ALL(check_pre);
+  CHECK(mask_wrong == 0);
+}
+
+// Backward: c = dy w2 times act'(pre) with the bias gradient db[j] = sum_i c[i, j].
+// For relu the mask comes from a forward matmul (cuBLASLt's bit layout is its own).
+template <class P>
+void check_backward(activation act, bool with_gradient) {
+  INFO("activation ", int(act), ", bias gradient ", with_gradient);
+  // Forward x [m, k] w1^T -> h [m, n]; backward dy [m, k2] times w2 [k2, n] -> dpre [m, n].
+  constexpr index_t k2 = 23;
+  linear_case<P> lc;
+  const auto dy_host = random_host<P>(matrix(m, k2), 71);
+  const auto w2_host = random_host<P>(matrix(k2, n), 72);
+  const auto dy = to_space(dy_host), w2 = to_space(w2_host);
+  const product g = reference_product(dy_host, w2_host, 1, m, n, k2);
+  host_tensor<P, matrix> pre_host(m, padded_n);
+  fill_random(pre_host, 73);
+  const auto pre_storage = to_space(pre_host);
+  const auto pre = slice<1>(pre_storage.view(), 0, n);
+  relu_mask<space> mask(matrix(m, n));
+  space_tensor<P, matrix> h(m, n), dpre(m, n);
+  space_tensor<P, vector> db(n);
+  poison(dpre);
+  poison(db);
+  executor ex{};
+  if (act == activation::relu) matmul(h, lc.x, transpose(lc.w.view()), epilogue::relu(lc.bias, mask), ex);
+  const auto before = launches();
+  if (act == activation::relu) {
+    if (with_gradient) matmul(dpre, dy, w2, epilogue::relu_backward(mask, db), ex);
+    else matmul(dpre, dy, w2, epilogue::relu_backward(mask), ex);
+  } else {
+    if (with_gradient) matmul(dpre, dy, w2, epilogue::gelu_tanh_backward(pre, db), ex);
+    else matmul(dpre, dy, w2, epilogue::gelu_tanh_backward(pre), ex);
+  }
+  finish(ex);
+  CHECK(launches() - before == launches_per_matmul);
+
+  const double tol = act == activation::relu ? matmul_tolerance<P, P>() : activation_tolerance<P>();
+  const auto got = to_host(dpre);
+  checker check_c, check_db;
+  index_t ambiguous = 0;
+  std::vector<double> column_sum(n, 0.0), column_scale(n, 0.0);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double want, factor;
+      if (act == activation::relu) {
+        const double z = lc.z.value(0, i, j) + to_double(lc.bias_host(j));
+        factor = z > 0 ? 1 : 0;
+        if (std::fabs(z) <= tol * (lc.z.scale(0, i, j) + 2)) {  // the forward's rounding may decide either way
+          ++ambiguous;
+          factor = to_double(got(i, j)) == 0 ? 0 : 1;
+        }
+      } else {
+        factor = gelu_tanh_derivative_ref(to_double(pre_host(i, j)));
+      }
+      want = g.value(0, i, j) * factor;
+      check_c(to_double(got(i, j)), want, g.scale(0, i, j) * std::fabs(factor), tol, "c", 0, i, j);
+      column_sum[j] += want;
+      column_scale[j] += g.scale(0, i, j) * std::fabs(factor);
+    }
+  MATMUL_CHECK_ALL(check_c);
+  CHECK(ambiguous < m * n / 10);
+  if (with_gradient) {
+    const auto got_db = to_host(db);
+    for (index_t j = 0; j < n; ++j)
+      check_db(to_double(got_db(j)), column_sum[j], column_scale[j] + std::fabs(column_sum[j]), tol, "db", 0, 0, j);
+    MATMUL_CHECK_ALL(check_db);
+  }
+}
+}  // namespace
+
+FUSOR_TEST_CASE("matmul epilogues, forward: bias, relu, gelu_tanh, with and without bias and auxiliary output") {
+  for (activation act : {activation::none, activation::relu, activation::gelu})
+    for (bool with_bias : {false, true})
+      for (bool with_aux : {false, true}) {
+        if (act == activation::none && with_aux) continue;
+        check_forward<float>(act, with_bias, with_aux);
+        check_forward<bf16>(act, with_bias, with_aux);
+      }
+}
+
+FUSOR_TEST_CASE("matmul epilogues, backward: relu and gelu_tanh gradients, with the bias gradient") {
+  for (activation act : {activation::relu, activation::gelu})
+    for (bool with_gradient : {false, true}) {
+      check_backward<float>(act, with_gradient);
+      check_backward<bf16>(act, with_gradient);
+    }
+}
+
+FUSOR_TEST_CASE("matmul epilogues: the bias gradient of a weight-gradient product (of a or of b)") {
+  const auto run = [&]<class P>(P) {
+    // dy [m, n], x [m, k]: dw = dy^T x [n, k] with db = column sums of dy; and dw^T = x^T dy.
+    const auto dy_host = random_host<P>(matrix(m, n), 81);
+    const auto x_host = random_host<P>(matrix(m, k), 82);
+    const auto dy = to_space(dy_host), x = to_space(x_host);
+    space_tensor<P, matrix> dw(n, k), dwt(k, n);
+    space_tensor<P, vector> db_a(n), db_b(n);
+    poison(dw), poison(dwt), poison(db_a), poison(db_b);
+    executor ex{};
+    const auto before = launches();
+    matmul(dw, transpose(dy.view()), x, epilogue::bias_gradient_a(db_a), ex);
+    matmul(dwt, transpose(x.view()), dy, epilogue::bias_gradient_b(db_b), ex);
+    finish(ex);
+    CHECK(launches() - before == 2 * launches_per_matmul);
+    const double tol = matmul_tolerance<P, P>();
+    expect_product(to_host(dw), reference_product(transpose(dy_host.view()), x_host, 1, n, k, m), tol);
+    expect_product(to_host(dwt), reference_product(transpose(x_host.view()), dy_host, 1, k, n, m), tol);
+    const auto got_a = to_host(db_a), got_b = to_host(db_b);
+    checker check;
+    for (index_t j = 0; j < n; ++j) {
+      double sum = 0, scale = 0;
+      for (index_t i = 0; i < m; ++i) sum += to_double(dy_host(i, j)), scale += std::fabs(to_double(dy_host(i, j)));
+      check(to_double(got_a(j)), sum, scale, tol, "bias_gradient_a", 0, 0, j);
+      check(to_double(got_b(j)), sum, scale, tol, "bias_gradient_b", 0, 0, j);
+    }
+    MATMUL_CHECK_ALL(check);
+  };
+  run(float{});
+  run(bfloat16{});
+}
+
+FUSOR_TEST_CASE("matmul epilogues on a batch: a shared weight (one GEMM) and batched weights") {
+  constexpr index_t batch = 3, t = 5;
+  const auto x_host = random_host<float>(batch_of_matrices(batch, t, k), 91);
+  const auto w_host = random_host<float>(matrix(n, k), 92);
+  const auto ws_host = random_host<float>(batch_of_matrices(batch, n, k), 93);
+  const auto bias_host = random_host<float>(vector(n), 94);
+  const auto x = to_space(x_host), ws = to_space(ws_host);
+  const auto w = to_space(w_host);
+  const auto bias = to_space(bias_host);
+  space_tensor<float, batch_of_matrices> c(batch, t, n), pre_storage(batch, t, padded_n);
+  space_tensor<float, vector> db(n);
+  const auto pre = slice<2>(pre_storage.view(), 0, n);
+  executor ex{};
+  const double tol = activation_tolerance<float>();
+  const auto check_forward_batch = [&](const product& z) {
+    const auto got = to_host(c);
+    const auto got_pre = to_host(pre_storage);
+    checker check;
+    for (index_t b = 0; b < batch; ++b)
+      for (index_t i = 0; i < t; ++i)
+        for (index_t j = 0; j < n; ++j) {
+          const double v = z.value(b, i, j) + to_double(bias_host(j)), scale = z.scale(b, i, j) + 2;
+          check(to_double(got(b, i, j)), gelu_tanh_ref(v), 1.2 * scale, tol, "c", b, i, j);
+          check(to_double(got_pre(b, i, j)), v, scale, tol, "pre", b, i, j);
+        }
+    MATMUL_CHECK_ALL(check);
+  };
+  poison(c), poison(pre_storage);
+  matmul(c, x, transpose(w.view()), epilogue::gelu_tanh(bias, pre), ex);
+  finish(ex);
+  check_forward_batch(reference_product(x_host, transpose(w_host.view()), batch, t, n, k));
+  poison(c), poison(pre_storage);
+  matmul(c, x, permute<0, 2, 1>(ws.view()), epilogue::gelu_tanh(bias, pre), ex);
+  finish(ex);
+  check_forward_batch(reference_product(x_host, permute<0, 2, 1>(ws_host.view()), batch, t, n, k));
+
+  // Backward over the flattened batch: db sums over every row of every matrix.
+  poison(c), poison(db);
+  matmul(c, x, transpose(w.view()), epilogue::gelu_tanh_backward(pre, db), ex);
+  finish(ex);
+  const auto z = reference_product(x_host, transpose(w_host.view()), batch, t, n, k);
+  const auto got = to_host(c), pre_values = to_host(pre_storage);
+  const auto got_db = to_host(db);
+  checker check;
+  for (index_t j = 0; j < n; ++j) {
+    double sum = 0, scale = 0;
+    for (index_t b = 0; b < batch; ++b)
+      for (index_t i = 0; i < t; ++i) {
+        const double d = gelu_tanh_derivative_ref(to_double(pre_values(b, i, j)));
+        check(to_double(got(b, i, j)), z.value(b, i, j) * d, z.scale(b, i, j) * std::fabs(d), tol, "c", b, i, j);
+        sum += z.value(b, i, j) * d, scale += z.scale(b, i, j) * std::fabs(d);
+      }
+    check(to_double(got_db(j)), sum, scale, tol, "db", 0, 0, j);
+  }
+  MATMUL_CHECK_ALL(check);
+}
+
+FUSOR_TEST_CASE("matmul epilogues: any fusor expression of the product, one more pass") {
+  linear_case<float> lc;
+  const auto residual_host = random_host<float>(matrix(m, n), 101);
+  const auto residual = to_space(residual_host);
+  space_tensor<float, matrix> c(m, n);
+  space_tensor<bfloat16, matrix> c16(m, n);
+  poison(c), poison(c16);
+  executor ex{};
+  const auto before = launches();
+  matmul(c, lc.x, transpose(lc.w.view()),
+         epilogue::expression([&](auto y) { return silu(y + lc.bias) + residual * 0.5f; }), ex);
+  finish(ex);
+  CHECK(launches() - before == launches_per_matmul + (launches_per_matmul ? 1 : 0));  // GEMM, then one pass
+  // bf16 c: on the host the expression reads the fp32 product and converts once.
+  const auto x16_host = cast_host<bfloat16>(lc.x_host), w16_host = cast_host<bfloat16>(lc.w_host);
+  const auto x16 = to_space(x16_host), w16 = to_space(w16_host);
+  matmul(c16, x16, transpose(w16.view()), epilogue::expression([](auto y) { return y * 2 - 1; }), ex);
+  finish(ex);
+  const auto got = to_host(c);
+  const auto got16 = to_host(c16);
+  const product z16 = reference_product(x16_host, transpose(w16_host.view()), 1, m, n, k);
+  checker check;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double v = lc.z.value(0, i, j) + to_double(lc.bias_host(j));
+      const double want = v / (1 + std::exp(-v)) + 0.5 * to_double(residual_host(i, j));
+      check(to_double(got(i, j)), want, 1.2 * (lc.z.scale(0, i, j) + 2) + 2, 1e-5, "c", 0, i, j);
+      check(to_double(got16(i, j)), 2 * z16.value(0, i, j) - 1, 2 * z16.scale(0, i, j) + 1, 1e-2, "bf16", 0, i, j);
+    }
+  MATMUL_CHECK_ALL(check);
+}
