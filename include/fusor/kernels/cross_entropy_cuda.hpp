@@ -28,6 +28,10 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
   constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
   constexpr int step = Group::threads * V;
   auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
+  const bool valid_target = target >= 0 && target < n;
+  // Read before the reductions: with dlogits = logits another thread may
+  // overwrite this element with its gradient once they are done.
+  const S target_logit = Group::lane() == 0 && valid_target ? convert<S>(in[target * in_stride]) : S(0);
   lanes<X, V> cache[items];
   S m, s;
   if constexpr (Cached) {
@@ -58,10 +62,8 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
     m = stats.max;
     s = stats.sum;
   }
-  const bool valid_target = target >= 0 && target < n;
   const S nan = ::cuda::std::numeric_limits<S>::quiet_NaN();
-  if (Group::lane() == 0)
-    loss = convert<L>(valid_target ? m + ::cuda::std::log(s) - convert<S>(in[target * in_stride]) : nan);
+  if (Group::lane() == 0) loss = convert<L>(valid_target ? m + ::cuda::std::log(s) - target_logit : nan);
   if constexpr (WithGradient) {
     const S factor = valid_target ? scale / s : nan;
     auto write = [&](int c, const lanes<X, V>& v) {
