@@ -7,7 +7,10 @@
 // rows) and multiplied by cblas_sgemm, accumulating in fp32 as cuBLASLt does;
 // where OpenBLAS exports its bf16 GEMM (FUSOR_OPENBLAS_HAS_SBGEMM, detected by
 // CMake) bf16 operands go to cblas_sbgemm directly. tf32 is exact fp32 here.
-// OpenBLAS's own threads run the GEMM; fusor's passes use OpenMP.
+// OpenBLAS's own threads run the GEMM; fusor's passes use OpenMP. Where both
+// share few cores, libgomp's default spin-waiting collides with OpenBLAS's:
+// OMP_WAIT_POLICY=passive (or an OpenMP build of OpenBLAS) avoids it
+// (bench/RESULTS.md, matmul section).
 #pragma once
 
 #include <algorithm>
