@@ -232,6 +232,37 @@ inline void require_element_aligned(const char* what, const void* p, std::size_t
                 std::to_string(element_size) + " bytes)");
 }
 
+// The plan for `key` (made and cached on first use), then one cublasLtMatmul
+// on `stream` with this call's pointers; under the registry's lock.
+inline void cublaslt_matmul(const cublaslt_key& key, cublasComputeType_t compute, cudaDataType_t scale_type,
+                            const void* one, const void* zero, const gemm_problem& p, const void* bias,
+                            const void* aux, cudaStream_t stream) {
+  cublaslt_state& state = cublaslt();
+  std::lock_guard lock(state.mutex);
+  auto handle_at = state.handles.find(key.device);
+  if (handle_at == state.handles.end()) {
+    cublasLtHandle_t handle = nullptr;
+    FUSOR_CUBLAS_CHECK(cublasLtCreate(&handle));
+    int major = 0;
+    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, key.device));
+    state.workspace_limits[key.device] = std::size_t(major == 9 ? 32 : 4) << 20;
+    handle_at = state.handles.emplace(key.device, handle).first;
+  }
+  const cublasLtHandle_t handle = handle_at->second;
+  auto plan_at = state.plans.find(key);
+  if (plan_at == state.plans.end())
+    plan_at = state.plans
+                  .emplace(key, make_plan(handle, key, compute, scale_type, bias, aux, state.workspace_limits[key.device]))
+                  .first;
+  cublaslt_plan& plan = plan_at->second;
+  if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  buffer<device_space> workspace(plan.workspace, stream);
+  FUSOR_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, one, p.a.data, plan.a, p.b.data, plan.b, zero, p.d.data, plan.d,
+                                    p.d.data, plan.d, &plan.algo, workspace.data(), plan.workspace, stream));
+  cuda::launch_counter().fetch_add(1);  // the cuBLASLt call counts as one launch
+}
+
 template <class CV, class AV, class BV, class E>
 void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const BV& b, const E& ep) {
   static_assert(CV::space::device_accessible && AV::space::device_accessible && BV::space::device_accessible,
@@ -291,34 +322,7 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
                                      std::conditional_t<compute == CUBLAS_COMPUTE_16F, float16, float>>;
   const scale_t one = convert<scale_t>(1.0f), zero = convert<scale_t>(0.0f);
 
-  {
-  cublaslt_state& state = cublaslt();
-  std::lock_guard lock(state.mutex);
-  auto handle_at = state.handles.find(device);
-  if (handle_at == state.handles.end()) {
-    cublasLtHandle_t handle = nullptr;
-    FUSOR_CUBLAS_CHECK(cublasLtCreate(&handle));
-    int major = 0;
-    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    state.workspace_limits[device] = std::size_t(major == 9 ? 32 : 4) << 20;
-    handle_at = state.handles.emplace(device, handle).first;
-  }
-  const cublasLtHandle_t handle = handle_at->second;
-  auto plan_at = state.plans.find(key);
-  if (plan_at == state.plans.end())
-    plan_at = state.plans
-                  .emplace(key, make_plan(handle, key, compute, cuda_data_type<scale_t>(), bias, aux,
-                                          state.workspace_limits[device]))
-                  .first;
-  cublaslt_plan& plan = plan_at->second;
-  if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (aux) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-  buffer<device_space> workspace(plan.workspace, executor.stream);
-  FUSOR_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, &one, p.a.data, plan.a, p.b.data, plan.b, &zero, p.d.data,
-                                    plan.d, p.d.data, plan.d, &plan.algo, workspace.data(), plan.workspace,
-                                    executor.stream));
-  cuda::launch_counter().fetch_add(1);  // the cuBLASLt call counts as one launch
-  }
+  cublaslt_matmul(key, compute, cuda_data_type<scale_t>(), &one, &zero, p, bias, aux, executor.stream);
 
   if constexpr (is_expression_epilogue_v<E>) assign(c, ep.function(c), executor);
 }
