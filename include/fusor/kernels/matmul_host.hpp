@@ -1,6 +1,6 @@
 // fusor/kernels/matmul_host.hpp — matmul under the host executor: OpenBLAS
 // (cblas_sgemm / cblas_dgemm, one call per matrix of a batch that does not
-// flatten), and the same epilogues cuBLASLt fuses, applied in one pass over the
+// flatten: Debian's OpenBLAS 0.3.21 has no cblas_sgemm_batch), and the same epilogues cuBLASLt fuses, applied in one pass over the
 // product that also converts it to c's element type.
 //
 // bf16/fp16 operands are converted to fp32 (one fusor pass each, parallel over
@@ -80,8 +80,8 @@ void host_gemm(const gemm_problem& p) {
       static_assert(std::is_same_v<In, bfloat16> && openblas_has_sbgemm, "fusor: no host GEMM for this type");
 #if defined(FUSOR_OPENBLAS_HAS_SBGEMM) && FUSOR_OPENBLAS_HAS_SBGEMM
       cblas_sbgemm(CblasColMajor, op(p.a.transposed), op(p.b.transposed), m, n, k, 1.0f,
-                   reinterpret_cast<const fusor_openblas_bfloat16*>(a), lda,
-                   reinterpret_cast<const fusor_openblas_bfloat16*>(b), ldb, 0.0f, d, ldd);
+                   reinterpret_cast<const std::uint16_t*>(a), lda, reinterpret_cast<const std::uint16_t*>(b), ldb,
+                   0.0f, d, ldd);  // OpenBLAS's bfloat16 is a uint16_t
 #endif
     }
   }
