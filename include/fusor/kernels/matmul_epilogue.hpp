@@ -160,8 +160,10 @@ struct none {};
 struct no_bias_t {};
 inline constexpr no_bias_t no_bias{};
 
-// c = f(c) after the GEMM, in one elementwise pass: f takes c (as an expression)
-// and returns any fusor expression, e.g. [&](auto y) { return silu(y) + residual; }.
+// c = f(product) after the GEMM, in one elementwise pass: f takes the product as
+// an expression and returns any fusor expression, e.g.
+// [&](auto y) { return silu(y) + residual; }. Write it generic (auto): the GPU
+// hands it c, the host hands bf16/fp16 products over in fp32, before rounding.
 template <class F>
 struct expression_t {
   F function;
