@@ -1,0 +1,309 @@
+// Reductions against an fp64 host reference: every kind, over the whole tensor
+// and along each axis (kept and dropped) of 1-D, 2-D and 3-D inputs, in fp32,
+// bf16 and fp16, row- and column-major, transposed (strided) views and fused
+// expressions, at odd sizes (1, 3, 1023, 2^20 + 7, long and short axes).
+//
+// Tolerance of a sum of n terms t_i (accumulated in fp32 for every precision
+// here, eps = 2^-23):
+//     |got - want| <= 2 eps sqrt(n) (||t||_2 + |sum t|) + r |want|,
+// r being the rounding of the destination's element (fusor_test::tolerance).
+// The first part is n roundings, each at most eps times a partial sum,
+// adding up like a random walk (sqrt(n)); a partial sum is bounded by the
+// drift of the terms (|sum t|) plus their spread (||t||_2), whatever order a
+// backend adds in. mean divides it by n, norm by 2 norm. amax, amin, argmax
+// and argmin are exact.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fusor/kernels/reduce.hpp>
+
+#include "support/fusor_test.hpp"
+
+using namespace fusor_test;
+
+namespace {
+
+using shape_list = std::vector<index_t>;
+constexpr double accumulate_eps = 1.1920928955078125e-07;  // fp32
+
+struct expected {
+  double value;
+  double slack;  // allowed accumulation error
+};
+
+constexpr reduction_kind every_kind[] = {reduction_kind::sum,    reduction_kind::mean,   reduction_kind::max,
+                                         reduction_kind::min,    reduction_kind::argmax, reduction_kind::argmin,
+                                         reduction_kind::sum_of_squares, reduction_kind::norm};
+
+template <class F>
+void for_each_kind(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (f.template operator()<every_kind[I]>(), ...);
+  }(std::make_index_sequence<std::size(every_kind)>{});
+}
+
+// fusor's reduction of kind K, any of its three forms.
+template <reduction_kind K, class... A>
+auto reduce_as(A&&... a) {
+  if constexpr (K == reduction_kind::sum) return fusor::sum(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::mean) return fusor::mean(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::max) return fusor::amax(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::min) return fusor::amin(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::argmax) return fusor::argmax(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::argmin) return fusor::argmin(std::forward<A>(a)...);
+  else if constexpr (K == reduction_kind::sum_of_squares) return fusor::sum_of_squares(std::forward<A>(a)...);
+  else return fusor::norm(std::forward<A>(a)...);
+}
+
+// Elements of a host view in logical row-major order, as double.
+template <class V>
+std::vector<double> logical_values(const V& v) {
+  constexpr std::size_t R = V::rank;
+  if constexpr (R == 0) {
+    return {to_double(v.data()[0])};
+  } else {
+    std::vector<double> out;
+    ::cuda::std::array<index_t, R> idx{};
+    for (index_t n = 0; n < v.size(); ++n) {
+      out.push_back(to_double(v.data()[v.offset_of(idx)]));
+      for (std::size_t k = R; k-- > 0;) {
+        if (++idx[k] < v.extent(k)) break;
+        idx[k] = 0;
+      }
+    }
+    return out;
+  }
+}
+
+// The fp64 reference of kind K along `axis` (-1: everything) of row-major `x`
+// of `shape`, in row-major order of the remaining axes.
+std::vector<expected> reference(reduction_kind kind, const std::vector<double>& x, const shape_list& shape, int axis) {
+  index_t outer = 1, length = 1, inner = 1;
+  for (int k = 0; k != int(shape.size()); ++k) {
+    if (axis < 0 || k == axis) length *= shape[k];
+    else if (k < axis) outer *= shape[k];
+    else inner *= shape[k];
+  }
+  std::vector<expected> out;
+  for (index_t o = 0; o < outer; ++o)
+    for (index_t i = 0; i < inner; ++i) {
+      double sum = 0, squares = 0, sum_sq_terms = 0, sum_quartic = 0;  // the last two: ||t||^2 of sum and squares
+      double best_max = -INFINITY, best_min = INFINITY;
+      index_t arg_max = -1, arg_min = -1;
+      bool nan = false;
+      for (index_t r = 0; r < length; ++r) {
+        const double v = x[(o * length + r) * inner + i];
+        sum += v, squares += v * v, sum_sq_terms += v * v, sum_quartic += v * v * v * v;
+        if (std::isnan(v)) {  // the first NaN is both the maximum and the minimum
+          if (!nan) arg_max = arg_min = r;
+          nan = true;
+        } else if (!nan) {  // ties: the first index
+          if (arg_max < 0 || v > best_max) best_max = v, arg_max = r;
+          if (arg_min < 0 || v < best_min) best_min = v, arg_min = r;
+        }
+      }
+      const double n = double(length), walk = 2 * accumulate_eps * std::sqrt(n);
+      const double slack_sum = walk * (std::sqrt(sum_sq_terms) + std::fabs(sum));
+      const double slack_squares = walk * (std::sqrt(sum_quartic) + squares);
+      switch (kind) {
+        case reduction_kind::sum: out.push_back({sum, slack_sum}); break;
+        case reduction_kind::mean: out.push_back({sum / n, slack_sum / n}); break;
+        case reduction_kind::max: out.push_back({nan ? NAN : best_max, 0}); break;
+        case reduction_kind::min: out.push_back({nan ? NAN : best_min, 0}); break;
+        case reduction_kind::argmax: out.push_back({double(arg_max), 0}); break;
+        case reduction_kind::argmin: out.push_back({double(arg_min), 0}); break;
+        case reduction_kind::sum_of_squares: out.push_back({squares, slack_squares}); break;
+        case reduction_kind::norm:
+          out.push_back({std::sqrt(squares), squares > 0 ? slack_squares / (2 * std::sqrt(squares)) : 0});
+      }
+    }
+  return out;
+}
+
+const char* name_of(reduction_kind kind) {
+  constexpr const char* names[] = {"sum", "mean", "sum_of_squares", "norm", "amax", "amin", "argmax", "argmin"};
+  return names[int(kind)];
+}
+
+bool matches(double got, const expected& want, double rounding) {
+  if (std::isnan(want.value)) return std::isnan(got);
+  if (std::isinf(want.value)) return got == want.value;
+  return std::fabs(got - want.value) <= rounding * std::fabs(want.value) + want.slack + 1e-300;
+}
+
+void expect_all(const std::vector<double>& got, const std::vector<expected>& want, double rounding, const char* what,
+                reduction_kind kind, int axis) {
+  REQUIRE(got.size() == want.size());
+  index_t misses = 0, first = -1;
+  for (std::size_t m = 0; m < got.size(); ++m)
+    if (!matches(got[m], want[m], rounding) && misses++ == 0) first = index_t(m);
+  INFO(std::string(what), ": ", std::string(name_of(kind)), " axis ", axis, ": ", misses, " of ", got.size(),
+       " results differ; first at ", first, ": got ", first >= 0 ? got[first] : 0.0, ", want ",
+       first >= 0 ? want[first].value : 0.0, " +- ", first >= 0 ? want[first].slack : 0.0);
+  CHECK(misses == 0);
+}
+
+// Poisons a destination (NaN, or -7 for integers) so an unwritten element shows.
+template <class T>
+void poison_any(const T& t) {
+  using element = typename T::element_type;
+  if constexpr (std::is_integral_v<element>) {
+    host_tensor<element, typename T::extents_type, typename T::layout_type> h(t.extents());
+    for (index_t i = 0; i < h.size(); ++i) h.data()[i] = element(-7);
+    copy(t, h);
+  } else {
+    poison(t);
+  }
+}
+
+template <reduction_kind K, class OutP>
+using destination_precision = std::conditional_t<K == reduction_kind::argmax || K == reduction_kind::argmin,
+                                                 std::int64_t, OutP>;
+
+// Every kind of `in` (a view or expression in the tested space, whose logical
+// values are `values` of shape `shape`): over the whole tensor into a rank-0
+// destination and as a value, then along every axis, kept and dropped.
+// `values_exact`: false where the reference may differ from fusor's elements
+// in the last bit (a * b + c contracts to one fma on the GPU): amax/amin then
+// allow 2 ulps of fp32, and argmax/argmin are left out.
+template <class OutP, std::size_t R, class In>
+void check_every_kind(const In& in, const std::vector<double>& values, const shape_list& shape, const char* what,
+                      bool values_exact = true) {
+  executor ex{};
+  for_each_kind([&]<reduction_kind K>() {
+    if (!values_exact && (K == reduction_kind::argmax || K == reduction_kind::argmin)) return;
+    using D = destination_precision<K, OutP>;
+    const bool relaxed = !values_exact && (K == reduction_kind::max || K == reduction_kind::min);
+    const double rounding = std::is_integral_v<D> ? 0.0 : tolerance<D>() + (relaxed ? 2.5e-7 : 0.0);
+    {
+      space_tensor<D, extents<index_t>> out;
+      poison_any(out);
+      reduce_as<K>(out, in, ex);
+      finish(ex);
+      expect_all(logical_values(to_host(out).view()), reference(K, values, shape, -1), rounding, what, K, -1);
+      const double value = double(reduce_as<K>(in, ex));
+      expect_all({value}, reference(K, values, shape, -1), rounding, what, K, -1);
+    }
+    for (int axis = 0; axis != int(R); ++axis) {
+      ::cuda::std::array<index_t, R> kept{};
+      ::cuda::std::array<index_t, (R > 1 ? R - 1 : 1)> dropped{};
+      for (int k = 0, j = 0; k != int(R); ++k) {
+        kept[k] = k == axis ? 1 : shape[k];
+        if (k != axis) dropped[j++] = shape[k];
+      }
+      const auto want = reference(K, values, shape, axis);
+      space_tensor<D, dextents<index_t, R>> keep(kept);
+      poison_any(keep);
+      reduce_as<K>(keep, in, axis, ex);
+      finish(ex);
+      expect_all(logical_values(to_host(keep).view()), want, rounding, what, K, axis);
+      if constexpr (R > 1) {
+        space_tensor<D, dextents<index_t, R - 1>> drop(dropped);
+        poison_any(drop);
+        reduce_as<K>(drop, in, axis - int(R), ex);  // negative axes count from the end
+        finish(ex);
+        expect_all(logical_values(to_host(drop).view()), want, rounding, what, K, axis);
+      }
+    }
+  });
+}
+
+std::vector<index_t> dims(std::initializer_list<index_t> d) { return d; }
+
+template <class P, std::size_t R, class L = row_major>
+host_tensor<P, dextents<index_t, R>, L> random_tensor(const shape_list& shape, std::uint32_t seed) {
+  ::cuda::std::array<index_t, R> e{};
+  for (std::size_t k = 0; k != R; ++k) e[k] = shape[k];
+  host_tensor<P, dextents<index_t, R>, L> h{dextents<index_t, R>(e)};
+  fill_random(h, seed);
+  return h;
+}
+
+}  // namespace
+
+FUSOR_TEST_CASE("reductions of a whole 1-D tensor: every kind, fp32/bf16/fp16, odd sizes") {
+  std::uint32_t seed = 300;
+  for (index_t n : {index_t(1), index_t(3), index_t(1023), index_t((1 << 20) + 7)}) {
+    INFO("n = ", n);
+    const auto h32 = random_tensor<float, 1>(dims({n}), seed++);
+    const auto h16 = random_tensor<bfloat16, 1>(dims({n}), seed++);
+    const auto hh = random_tensor<float16, 1>(dims({n}), seed++);
+    const auto x32 = to_space(h32);
+    const auto x16 = to_space(h16);
+    const auto xh = to_space(hh);
+    check_every_kind<float, 1>(x32.view(), logical_values(h32.view()), dims({n}), "fp32");
+    check_every_kind<float, 1>(x16.view(), logical_values(h16.view()), dims({n}), "bf16 -> fp32");
+    check_every_kind<float, 1>(xh.view(), logical_values(hh.view()), dims({n}), "fp16 -> fp32");
+    if (n < 2048) {  // results stored in the input's precision (larger sums of squares overflow fp16)
+      check_every_kind<bfloat16, 1>(x16.view(), logical_values(h16.view()), dims({n}), "bf16");
+      check_every_kind<float16, 1>(xh.view(), logical_values(hh.view()), dims({n}), "fp16");
+    }
+  }
+}
+
+FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, long and short axes") {
+  std::uint32_t seed = 400;
+  for (const auto& shape : {dims({1, 1}), dims({3, 1023}), dims({1023, 3}), dims({1, 1023}), dims({1023, 1}),
+                            dims({67, 129}), dims({3, (1 << 20) + 7})}) {
+    INFO("shape [", shape[0], ", ", shape[1], "]");
+    const auto h32 = random_tensor<float, 2>(shape, seed++);
+    const auto h16 = random_tensor<bfloat16, 2>(shape, seed++);
+    const auto hh = random_tensor<float16, 2>(shape, seed++);
+    const auto x32 = to_space(h32);
+    const auto x16 = to_space(h16);
+    const auto xh = to_space(hh);
+    check_every_kind<float, 2>(x32.view(), logical_values(h32.view()), shape, "fp32");
+    check_every_kind<float, 2>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
+    check_every_kind<float, 2>(xh.view(), logical_values(hh.view()), shape, "fp16 -> fp32");
+  }
+}
+
+FUSOR_TEST_CASE("reductions along each axis of 3-D inputs") {
+  std::uint32_t seed = 500;
+  for (const auto& shape : {dims({5, 7, 33}), dims({2, 1, 1023}), dims({1023, 3, 2}), dims({1, 1, 1})}) {
+    INFO("shape [", shape[0], ", ", shape[1], ", ", shape[2], "]");
+    const auto h32 = random_tensor<float, 3>(shape, seed++);
+    const auto h16 = random_tensor<bfloat16, 3>(shape, seed++);
+    const auto x32 = to_space(h32);
+    const auto x16 = to_space(h16);
+    check_every_kind<float, 3>(x32.view(), logical_values(h32.view()), shape, "fp32");
+    check_every_kind<float, 3>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
+  }
+}
+
+FUSOR_TEST_CASE("reductions of column-major and transposed (strided) inputs") {
+  std::uint32_t seed = 600;
+  for (const auto& shape : {dims({37, 129}), dims({1025, 3}), dims({3, 1025})}) {
+    INFO("shape [", shape[0], ", ", shape[1], "]");
+    const auto hc = random_tensor<float, 2, col_major>(shape, seed++);
+    const auto xc = to_space(hc);
+    check_every_kind<float, 2>(xc.view(), logical_values(hc.view()), shape, "column-major fp32");
+    // Read through the transpose of a row-major [cols, rows]: strides (1, rows).
+    const auto ht = random_tensor<float16, 2>(dims({shape[1], shape[0]}), seed++);
+    const auto xt = to_space(ht);
+    check_every_kind<float, 2>(transpose(xt.view()), logical_values(transpose(ht.view())), shape,
+                               "transposed fp16");
+  }
+}
+
+FUSOR_TEST_CASE("fused expressions are reduced without being materialised") {
+  std::uint32_t seed = 700;
+  for (const auto& shape : {dims({3, 1023}), dims({1023, 5}), dims({2, (1 << 19) + 3})}) {
+    const auto hx = random_tensor<bfloat16, 2>(shape, seed++);
+    const auto hy = random_tensor<float, 2, col_major>(shape, seed++);
+    const auto x = to_space(hx);
+    const auto y = to_space(hy);
+    const auto vx = logical_values(hx.view()), vy = logical_values(hy.view());
+    // sum(out, x * y + 1): mixed precisions and layouts in one expression.
+    std::vector<double> fused(vx.size()), difference(vx.size());
+    for (std::size_t i = 0; i < vx.size(); ++i) {
+      fused[i] = double(float(vx[i]) * float(vy[i]) + 1.0f);
+      difference[i] = double(float(vx[i]) - float(vy[i]));
+    }
+    check_every_kind<float, 2>(x * y + 1, fused, shape, "x * y + 1", false);
+    // norm of a difference, e.g. a distance between parameters.
+    check_every_kind<float, 2>(x - y, difference, shape, "x - y");
+  }
+}
