@@ -1,10 +1,11 @@
 // fusor/kernels/layernorm_cuda.hpp — the CUDA kernels of layernorm and rmsnorm
 // (layernorm.hpp), forward and backward.
 //
-// Forward: a warp (rows up to 1024 elements, 2048 at 16 bits) or a 512-thread
-// block per row. A contiguous row that fits in registers is read once, and its
-// variance is two-pass from registers; a longer or strided row is read twice,
-// with Welford's running mean and M2 combined over the group. One launch.
+// Forward: a warp (rows up to 1024 elements) or a 512-thread block per row
+// (row_reduce.hpp). A contiguous row that fits in registers (up to 16384
+// elements) is read once and its variance is two-pass from registers; a
+// longer or strided row is read twice, with Welford's running mean and M2
+// combined over the group. One launch.
 //
 // Backward: each group (warp or block) owns an accumulator row for dweight
 // (and dbias) in shared memory — in global scratch when the row is too long for

@@ -40,8 +40,9 @@ namespace fusor::detail {
 // elements of its row in registers (a warp: rows up to 1024 elements, a
 // block: 16384), counted as if they were 4 bytes wide: 16-bit storage is kept
 // as it is, but every element becomes an fp32 value when used, and more
-// elements would cost occupancy. A pass caching two rows (y and dy) keeps 16
-// fp32 elements of each, or 32 of each at 16 bits.
+// elements would cost occupancy. A pass caching two rows (y and dy, x and dy)
+// keeps 16 elements of each (a warp: 512, a block: 8192). Kernels are capped
+// at 64 registers a thread (32 resident warps a multiprocessor).
 inline constexpr int warp_rows_block_threads = 256;
 inline constexpr int block_row_threads = 512;
 inline constexpr int cached_row_bytes = 128;

@@ -23,7 +23,7 @@
 // over a row, which is in cache by the second). The GPU (softmax_cuda.hpp)
 // takes a row per warp up to 1024 elements and per 512-thread block above
 // that; a contiguous row of up to 16384 elements is read once, into registers
-// (backward: 8192 fp32, 16384 at 16 bits), a longer, strided or expression
+// (backward: 8192 of each of y and dy), a longer, strided or expression
 // row twice. A row with unit column stride and a 16-byte-aligned start moves
 // in 16-byte vectors; other layouts take element accesses: correct, slower.
 // One launch per call.
