@@ -1,5 +1,7 @@
-// fusor/fusor.hpp — the umbrella header: everything fusor has. Programs that
-// care about compile time include the focused headers they use instead.
+// fusor/fusor.hpp — the umbrella header: everything fusor has except matmul.
+// Programs that care about compile time include the focused headers they use
+// instead. Matrix products (fusor/kernels/matmul.hpp) are left out because they
+// need cblas.h and cuBLASLt and the fusor::blas target that links them.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -21,3 +23,7 @@
 #include "fusor/expr/node.hpp"
 #include "fusor/expr/operators.hpp"
 #include "fusor/expr/substitute.hpp"
+#include "fusor/kernels/cross_entropy.hpp"
+#include "fusor/kernels/layernorm.hpp"
+#include "fusor/kernels/reduce.hpp"
+#include "fusor/kernels/softmax.hpp"

@@ -29,6 +29,14 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
 }
 #define FUSOR_CUDA_CHECK(call) ::fusor::cuda::check((call), #call, __FILE__, __LINE__)
 
+// Streaming multiprocessors of the current device: sizes grids that fill the GPU.
+inline int multiprocessor_count() {
+  int device = 0, count = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 inline bool available() {
   static const bool has_device = [] {
     int count = 0;

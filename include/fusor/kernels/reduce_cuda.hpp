@@ -43,14 +43,7 @@
 
 namespace fusor::detail {
 
-inline constexpr int reduce_block_threads = 256;
-
-inline int multiprocessor_count() {
-  int device = 0, count = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
+inline constexpr int reduction_block_threads = 256;
 
 template <auto Kernel, class Job>
 void launch_reduce(const Job& job, dim3 grid, dim3 block, cudaStream_t stream) {
@@ -103,14 +96,14 @@ struct whole_job {
 
 // Block b: positions [b * chunk, (b + 1) * chunk), thread t every 256th from b * chunk + t.
 template <class Job>
-__global__ void __launch_bounds__(reduce_block_threads) reduce_whole_kernel(const __grid_constant__ Job job) {
+__global__ void __launch_bounds__(reduction_block_threads) reduce_whole_kernel(const __grid_constant__ Job job) {
   using accumulator = typename Job::accumulator_type;
-  using block_reduce = cub::BlockReduce<accumulator, reduce_block_threads>;
+  using block_reduce = cub::BlockReduce<accumulator, reduction_block_threads>;
   __shared__ typename block_reduce::TempStorage temp;
   const index_t begin = index_t(blockIdx.x) * job.chunk;
   const index_t end = ::cuda::std::min(job.in.size, begin + job.chunk);
   accumulator acc = job.red.identity();
-  for (index_t p = begin + threadIdx.x; p < end; p += reduce_block_threads) acc = job.red(acc, job.value_at(p));
+  for (index_t p = begin + threadIdx.x; p < end; p += reduction_block_threads) acc = job.red(acc, job.value_at(p));
   acc = block_reduce(temp).Reduce(acc, job.red);
   if (threadIdx.x == 0) {
     if (job.blocks == 1) job.sink(job.red.finish(acc, job.in.size));
@@ -120,12 +113,12 @@ __global__ void __launch_bounds__(reduce_block_threads) reduce_whole_kernel(cons
 
 // One block: the first kernel's block results, in block order.
 template <class Job>
-__global__ void __launch_bounds__(reduce_block_threads) finish_whole_kernel(const __grid_constant__ Job job) {
+__global__ void __launch_bounds__(reduction_block_threads) finish_whole_kernel(const __grid_constant__ Job job) {
   using accumulator = typename Job::accumulator_type;
-  using block_reduce = cub::BlockReduce<accumulator, reduce_block_threads>;
+  using block_reduce = cub::BlockReduce<accumulator, reduction_block_threads>;
   __shared__ typename block_reduce::TempStorage temp;
   accumulator acc = job.red.identity();
-  for (index_t b = threadIdx.x; b < job.blocks; b += reduce_block_threads) acc = job.red(acc, job.partial[b]);
+  for (index_t b = threadIdx.x; b < job.blocks; b += reduction_block_threads) acc = job.red(acc, job.partial[b]);
   acc = block_reduce(temp).Reduce(acc, job.red);
   if (threadIdx.x == 0) job.sink(job.red.finish(acc, job.in.size));
 }
@@ -135,8 +128,8 @@ __global__ void __launch_bounds__(reduce_block_threads) finish_whole_kernel(cons
 template <class Red, class In, class Sink>
 void cuda_reduce_whole(const Red& red, const In& in, const Sink& sink, cudaStream_t stream) {
   using job_type = whole_job<Red, In, Sink>;
-  constexpr index_t threads = reduce_block_threads;
-  const index_t most_blocks = index_t(multiprocessor_count()) * 8;
+  constexpr index_t threads = reduction_block_threads;
+  const index_t most_blocks = index_t(cuda::multiprocessor_count()) * 8;
   index_t blocks = std::clamp<index_t>((in.size + threads * 4 - 1) / (threads * 4), 1, most_blocks);
   const index_t per_block = (in.size + blocks - 1) / blocks;
   const index_t chunk = std::max<index_t>(threads, (per_block + threads - 1) / threads * threads);
@@ -171,7 +164,7 @@ struct axis_job {
 };
 
 inline constexpr int warps_per_block = 8;
-inline constexpr int axis_block_threads = reduce_block_threads;
+inline constexpr int axis_block_threads = reduction_block_threads;
 
 // A warp per (output, piece), lanes striding along the axis.
 template <class Job>
@@ -248,7 +241,7 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
   using job_type = axis_job<Red, In, Dst>;
   const index_t outputs = in.outputs, length = in.length;
   if (outputs == 0) return;
-  const index_t sms = multiprocessor_count();
+  const index_t sms = cuda::multiprocessor_count();
   job_type job{red, in, dst, 1, std::max<index_t>(length, 1), nullptr};
   const bool rows = in.axis_innermost && length >= 32;
   dim3 grid, block;
