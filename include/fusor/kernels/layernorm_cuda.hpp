@@ -317,7 +317,7 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   FUSOR_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Group::block_threads, dynamic_shared));
   const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
-  const int grid = int(std::clamp<index_t>(std::min<index_t>(wanted, index_t(multiprocessor_count()) * std::max(per_sm, 1)),
+  const int grid = int(std::clamp<index_t>(std::min<index_t>(wanted, index_t(cuda::multiprocessor_count()) * std::max(per_sm, 1)),
                                            1, max_row_blocks));
 
   buffer<device_space> partials(std::size_t(grid) * std::size_t(width) * sizeof(S), ex.stream);

@@ -239,13 +239,6 @@ void launch_kernel(int grid, int block, std::size_t shared_bytes, cudaStream_t s
   cuda::launch_counter().fetch_add(1);
 }
 
-inline int multiprocessor_count() {
-  int device = 0, count = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 }  // namespace fusor::detail
 
 #endif  // FUSOR_HAS_CUDA
