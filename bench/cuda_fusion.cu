@@ -24,6 +24,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_timing.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
@@ -40,27 +41,6 @@ template <class T>
 using device_vector = fusor::tensor<T, fusor::extents<int, fusor::dynamic>, fusor::row_major, fusor::device_space>;
 template <class T>
 using host_vector = fusor::tensor<T, fusor::extents<int, fusor::dynamic>>;
-
-// Median milliseconds of `work` over timed_runs runs, each between two events.
-template <class Work>
-double median_ms(cudaStream_t stream, Work&& work) {
-  cudaEvent_t start, stop;
-  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
-  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int r = 0; r < warmup_runs; ++r) work();
-  std::vector<float> times(timed_runs);
-  for (float& t : times) {
-    FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
-    FUSOR_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-  }
-  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
-  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[timed_runs / 2];
-}
 
 void print_row(const char* precision, const char* variant, double ms, double useful_bytes, double moved_bytes,
                double copy_ms) {
@@ -123,13 +103,13 @@ bool run(const char* precision, float tolerance, cudaStream_t stream) {
 
   bool ok = true;
   FUSOR_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, std::size_t(elements) * sizeof(T), stream));
-  const double fused_ms = median_ms(stream, fused);
+  const double fused_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, fused);
   ok &= matches(out, ha, hb, hc, tolerance, "fused");
   FUSOR_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, std::size_t(elements) * sizeof(T), stream));
-  const double unfused_ms = median_ms(stream, unfused);
+  const double unfused_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, unfused);
   // The unfused variant rounds its five temporaries to T: a looser check for bf16.
   ok &= matches(out, ha, hb, hc, tolerance * 8, "unfused");
-  const double copy_ms = median_ms(stream, copy);
+  const double copy_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, copy);
 
   const double n = elements, size = sizeof(T);
   print_row(precision, "fused", fused_ms, 4 * n * size, 4 * n * size, copy_ms);

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 
+#include "cuda_timing.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/strided_views.hpp"
 #include "fusor/core/tensor.hpp"
@@ -47,26 +48,6 @@ template <class P>
 using device_matrix = fusor::tensor<P, matrix, fusor::row_major, fusor::device_space>;
 template <class P>
 using device_vector = fusor::tensor<P, vector, fusor::row_major, fusor::device_space>;
-
-template <class Work>
-double median_ms(cudaStream_t stream, Work&& work) {
-  cudaEvent_t start, stop;
-  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
-  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int r = 0; r < warmup_runs; ++r) work();
-  std::vector<float> times(timed_runs);
-  for (float& t : times) {
-    FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
-    FUSOR_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-  }
-  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
-  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[timed_runs / 2];
-}
 
 template <class P>
 void fill(const device_matrix<P>& d, std::uint32_t seed, float scale = 1.0f) {
@@ -151,8 +132,8 @@ void gemm_row(const char* precision, int m, int n, int k, cudaStream_t stream) {
   fill(x, 1), fill(w, 2);
   const fusor::cuda_executor executor{stream};
   const direct_cublaslt<P> direct(m, n, k);
-  const double fusor_ms = median_ms(stream, [&] { fusor::matmul(y_fusor, x, fusor::transpose(w.view()), executor); });
-  const double direct_ms = median_ms(stream, [&] { direct.run(x.data(), w.data(), y_direct.data(), stream); });
+  const double fusor_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::matmul(y_fusor, x, fusor::transpose(w.view()), executor); });
+  const double direct_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { direct.run(x.data(), w.data(), y_direct.data(), stream); });
   // The same algorithm gives the same bits.
   fusor::tensor<P, matrix> a(y_fusor.extents()), b(y_direct.extents());
   fusor::copy(a, y_fusor), fusor::copy(b, y_direct);
@@ -274,8 +255,8 @@ void mlp_row(int tokens, int width, int hidden, cudaStream_t stream) {
   const double worst = std::max({difference(fused.dx, separate.dx), difference(fused.dw1, separate.dw1),
                                  difference(fused.db1, separate.db1), difference(fused.dw2, separate.dw2),
                                  difference(fused.db2, separate.db2), difference(fused.y, separate.y)});
-  const double fused_ms = median_ms(stream, [&] { fused.fused(executor); });
-  const double separate_ms = median_ms(stream, [&] { separate.separate(executor); });
+  const double fused_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fused.fused(executor); });
+  const double separate_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { separate.separate(executor); });
   const double flops = 6.0 * 2.0 * double(tokens) * width * hidden;
   std::printf("| %5d x %5d x %5d | %8.4f (%llu) | %8.4f (%llu) | %5.3f | %7.1f | %s (%.1e) |\n", tokens, width, hidden,
               fused_ms, (unsigned long long)fused_launches, separate_ms, (unsigned long long)separate_launches,

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <cub/device/device_reduce.cuh>
 
+#include "cuda_timing.hpp"
 #include "fusor/core/buffer.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/tensor.hpp"
@@ -39,26 +40,6 @@ template <class T, std::size_t R>
 using device_tensor = fusor::tensor<T, fusor::dextents<fusor::index_t, R>, fusor::row_major, fusor::device_space>;
 template <class T, std::size_t R>
 using host_tensor = fusor::tensor<T, fusor::dextents<fusor::index_t, R>>;
-
-template <class Work>
-double median_ms(cudaStream_t stream, Work&& work) {
-  cudaEvent_t start, stop;
-  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
-  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int r = 0; r < warmup_runs; ++r) work();
-  std::vector<float> times(timed_runs);
-  for (float& t : times) {
-    FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
-    FUSOR_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-  }
-  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
-  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[timed_runs / 2];
-}
 
 void print_row(const char* precision, const char* variant, double ms, double read_bytes, double copy_gbs) {
   const double gbs = read_bytes / ms * 1e-6;
@@ -115,7 +96,7 @@ bool run(const char* precision, cudaStream_t stream) {
   const double n = double(elements), bytes = n * sizeof(T), tolerance = 1e-3 * std::sqrt(n) * 4;
 
   // The rooflines: a copy, and CUB called directly on the raw pointer (fp32 accumulation).
-  const double copy_ms = median_ms(stream, [&] {
+  const double copy_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] {
     FUSOR_CUDA_CHECK(cudaMemcpyAsync(copy_destination.data(), x.data(), std::size_t(bytes), cudaMemcpyDeviceToDevice,
                                      stream));
   });
@@ -124,25 +105,25 @@ bool run(const char* precision, cudaStream_t stream) {
   FUSOR_CUDA_CHECK(cub::DeviceReduce::TransformReduce(nullptr, cub_bytes, x.data(), scalar.data(), elements,
                                                       ::cuda::std::plus<float>{}, to_float<T>{}, 0.0f, stream));
   fusor::buffer<fusor::device_space> cub_temp(cub_bytes, stream);
-  const double cub_ms = median_ms(stream, [&] {
+  const double cub_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] {
     FUSOR_CUDA_CHECK(cub::DeviceReduce::TransformReduce(cub_temp.data(), cub_bytes, x.data(), scalar.data(), elements,
                                                         ::cuda::std::plus<float>{}, to_float<T>{}, 0.0f, stream));
   });
   bool ok = check("cub sum", host_value(scalar, 0), sum, tolerance);
 
-  const double sum_ms = median_ms(stream, [&] { fusor::sum(scalar, x, ex); });
+  const double sum_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(scalar, x, ex); });
   ok &= check("sum", host_value(scalar, 0), sum, tolerance);
-  const double expression_ms = median_ms(stream, [&] { fusor::sum(scalar, x * y + 1, ex); });
+  const double expression_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(scalar, x * y + 1, ex); });
   ok &= check("sum(x * y + 1)", host_value(scalar, 0), expression_sum, tolerance * 2);
-  const double amax_ms = median_ms(stream, [&] { fusor::amax(scalar, x, ex); });
+  const double amax_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::amax(scalar, x, ex); });
   ok &= check("amax", host_value(scalar, 0), largest, 0);
-  const double argmax_ms = median_ms(stream, [&] { fusor::argmax(index, x, ex); });
+  const double argmax_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::argmax(index, x, ex); });
   ok &= check("argmax", host_value(index, 0), double(largest_at), 0);
-  const double rows_ms = median_ms(stream, [&] { fusor::sum(rows, matrix, 1, ex); });
+  const double rows_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(rows, matrix, 1, ex); });
   ok &= check("row sums", host_value(rows, 16383), row_sums[16383], 1e-2);
-  const double columns_ms = median_ms(stream, [&] { fusor::sum(columns, matrix, 0, ex); });
+  const double columns_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(columns, matrix, 0, ex); });
   ok &= check("column sums", host_value(columns, 0), column0, 1e-2);
-  const double split_ms = median_ms(stream, [&] { fusor::sum(splits, long_rows, 1, ex); });
+  const double split_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(splits, long_rows, 1, ex); });
   ok &= check("split row sums", host_value(splits, 3), split_sums[3], tolerance);
 
   print_row(precision, "cudaMemcpy D2D (reads + writes)", copy_ms, 2 * bytes, copy_gbs);

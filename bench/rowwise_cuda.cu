@@ -22,6 +22,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_timing.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/kernels/cross_entropy.hpp"
@@ -44,26 +45,6 @@ using host_vector = fusor::tensor<P, vector_extents>;
 
 constexpr index_t elements = index_t(1) << 26;
 constexpr int warmup_runs = 5, timed_runs = 30;
-
-template <class Work>
-double median_ms(cudaStream_t stream, Work&& work) {
-  cudaEvent_t start, stop;
-  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
-  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int r = 0; r < warmup_runs; ++r) work();
-  std::vector<float> times(timed_runs);
-  for (float& t : times) {
-    FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
-    work();
-    FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
-    FUSOR_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-  }
-  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
-  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[timed_runs / 2];
-}
 
 // Row r of a matrix as a [1, n] view (for the host reference of one row).
 template <class T>
@@ -134,7 +115,7 @@ void softmax_rows(index_t rows, index_t n, cudaStream_t stream) {
   fusor::softmax(want, first_row(hx));
   fusor::softmax(y, x, ex);
   const bool ok = first_row_matches(y, want, 1e-2);
-  const double ms = median_ms(stream, [&] { fusor::softmax(y, x, ex); });
+  const double ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::softmax(y, x, ex); });
   print_row("softmax", name<P>(), rows, n, ms, 2.0 * double(rows * n) * sizeof(P), ok);
 
   if constexpr (std::is_same_v<P, float>) {
@@ -146,7 +127,7 @@ void softmax_rows(index_t rows, index_t n, cudaStream_t stream) {
     fusor::softmax_backward(want_dx, hy, first_row(hdy));
     fusor::softmax_backward(dx, y, dy, ex);
     const bool backward_ok = first_row_matches(dx, want_dx, 1e-4);
-    const double backward_ms = median_ms(stream, [&] { fusor::softmax_backward(dx, y, dy, ex); });
+    const double backward_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::softmax_backward(dx, y, dy, ex); });
     print_row("softmax_backward", name<P>(), rows, n, backward_ms, 3.0 * double(rows * n) * sizeof(P), backward_ok);
   }
 }
@@ -167,7 +148,7 @@ void layernorm_rows(index_t rows, index_t n, cudaStream_t stream) {
   fusor::layernorm(want, hmean, hrstd, first_row(hx), hw, hb);
   fusor::layernorm(y, mean, rstd, x, w, b, {}, ex);
   const bool ok = first_row_matches(y, want, 2e-2);
-  const double ms = median_ms(stream, [&] { fusor::layernorm(y, mean, rstd, x, w, b, {}, ex); });
+  const double ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::layernorm(y, mean, rstd, x, w, b, {}, ex); });
   print_row("layernorm", name<P>(), rows, n, ms, 2.0 * double(rows * n) * sizeof(P), ok);
 
   if constexpr (!std::is_same_v<P, float>) {
@@ -181,7 +162,7 @@ void layernorm_rows(index_t rows, index_t n, cudaStream_t stream) {
                               first_row(hx), hw, hmean, hrstd);
     fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
     const bool backward_ok = first_row_matches(dx, want_dx, 2e-2);
-    const double backward_ms = median_ms(stream, [&] { fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex); });
+    const double backward_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex); });
     print_row("layernorm_backward", name<P>(), rows, n, backward_ms, 3.0 * double(rows * n) * sizeof(P), backward_ok);
   }
 }
@@ -209,7 +190,7 @@ void cross_entropy_rows(index_t rows, index_t n, cudaStream_t stream) {
   const bool ok = first_row_matches(logits, want, 2e-2);
   // In place: after the first run the logits hold gradients, which is as much
   // work for the kernel as logits are.
-  const double ms = median_ms(stream, [&] { fusor::cross_entropy(losses, logits, logits, t, {}, ex); });
+  const double ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::cross_entropy(losses, logits, logits, t, {}, ex); });
   print_row("cross_entropy (fused)", "bf16", rows, n, ms, 2.0 * double(rows * n) * sizeof(P), ok);
 }
 
@@ -228,7 +209,7 @@ int main() {
     const std::size_t bytes = std::size_t(elements) * sizeof(float);
     fusor::buffer<fusor::device_space> a(bytes, stream), b(bytes, stream);
     FUSOR_CUDA_CHECK(cudaMemsetAsync(a.data(), 0, bytes, stream));
-    const double ms = median_ms(stream, [&] {
+    const double ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] {
       FUSOR_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
     });
     copy_gbps = 2.0 * double(bytes) / ms * 1e-6;

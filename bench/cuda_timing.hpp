@@ -1,0 +1,35 @@
+// bench/cuda_timing.hpp — how every GPU benchmark times its work: warm-up runs,
+// then the median of timed runs, each between two CUDA events on the stream.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include <fusor/core/cuda_runtime.hpp>
+
+namespace fusor_bench {
+
+// Median milliseconds of `work` over timed_runs runs, after warmup_runs untimed ones.
+template <class Work>
+double median_ms(int warmup_runs, int timed_runs, cudaStream_t stream, Work&& work) {
+  cudaEvent_t start, stop;
+  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
+  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int r = 0; r < warmup_runs; ++r) work();
+  std::vector<float> times(timed_runs);
+  for (float& t : times) {
+    FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
+    work();
+    FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
+    FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
+    FUSOR_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+  }
+  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
+  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[timed_runs / 2];
+}
+
+}  // namespace fusor_bench
