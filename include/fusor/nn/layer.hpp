@@ -1,0 +1,63 @@
+// fusor/nn/layer.hpp — what a layer is, for sequential<> and for anyone writing one.
+//
+// A layer is a class template whose arguments say what it computes (sizes, an
+// activation) and which policies it takes (nn/policies.hpp). It is a
+// descriptor: sequential<> binds it to the features it receives, the network's
+// precision and a memory space, and builds the nested class that holds state:
+//
+//   struct my_layer {
+//     template <class In> static constexpr bool accepts = ...;  // whether In can come in
+//     using expected_input = features<...>;                      // what it wants (for the error)
+//     template <class In> using output = features<...>;          // what goes out, given In
+//     template <class In, class NetworkPrecision, class Space>
+//     class instance {
+//       using precision = ...;                                   // its activations' precision
+//       static std::vector<parameter_spec> parameters();         // may be empty
+//       void bind(const parameter_binding<storage_t<precision>, Space>&);
+//       void reserve(index_t max_batch, stream_t);               // allocate what forward saves
+//       void forward(x, y, const run_mode&, const Executor&);    // y = f(x)
+//       void backward(x, y, dy, dx, const Executor&);            // parameter gradients, and dx
+//     };                                                          // (dx.data() == nullptr: not needed)
+//   };
+//
+// x, y, dy, dx are activation_view<precision, features, Space> with the
+// batch as the leading extent. backward may overwrite dy (it is the network's
+// scratch for this layer's output). A layer allocates in reserve() only, so a
+// training step allocates nothing.
+#pragma once
+
+#include <cstdint>
+
+#include "fusor/core/extents.hpp"
+#include "fusor/nn/features.hpp"
+#include "fusor/nn/parameters.hpp"
+#include "fusor/nn/policies.hpp"
+
+namespace fusor::nn {
+
+// How forward runs: training (dropout drops, masks are drawn from `step`) or
+// evaluation. `step` is on the host for the host executor; a CUDA graph replays
+// whatever value it captured, so layers that need a fresh draw per replay read
+// `device_step` (a device counter the trainer advances) when it is set.
+struct run_mode {
+  bool training = true;
+  std::uint64_t step = 0;
+  const std::int64_t* device_step = nullptr;
+};
+inline constexpr run_mode training{true};
+inline constexpr run_mode evaluation{false};
+
+template <class Layer, class In, class NetworkPrecision, class Space>
+using layer_instance = typename Layer::template instance<In, NetworkPrecision, Space>;
+
+// Compile-time error for sequential<>: the produced and expected features are
+// named in the instantiation that fails.
+template <std::size_t Position, class PreviousLayer, class Layer, class Produced, class Expected, bool Match>
+struct layer_sizes_must_match {
+  static_assert(Match,
+                "fusor: nn::sequential: a layer's input does not match the previous layer's output; see "
+                "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>");
+  static constexpr bool value = Match;
+};
+
+}  // namespace fusor::nn

@@ -1,0 +1,121 @@
+// fusor/nn/loss.hpp — the softmax cross-entropy loss of a classifier, with the
+// gradient of its logits in the same pass (kernels/cross_entropy.hpp), and the
+// running sums an epoch report needs, kept where the network runs: nothing
+// here waits for the device until the caller asks for a number.
+//
+//   nn::softmax_cross_entropy<Space> loss(max_batch, stream);
+//   loss.forward_backward(logits, labels, net.output_gradient(), ex);  // dlogits of the mean loss
+//   loss.evaluate(logits, labels, ex);              // loss and correct predictions only
+//   loss.totals() -> {mean loss, accuracy, samples} since reset()       // one wait
+//
+// Labels are int32 class indices; ignore_index (-100) rows count nowhere.
+#pragma once
+
+#include <cstdint>
+
+#include "fusor/core/copy.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/exec/assign.hpp"
+#include "fusor/expr/operators.hpp"
+#include "fusor/kernels/cross_entropy.hpp"
+#include "fusor/kernels/reduce.hpp"
+
+namespace fusor::nn {
+
+struct loss_totals {
+  double mean_loss = 0;  // over the samples seen since reset()
+  double accuracy = 0;   // fraction of them whose largest logit is the label
+  index_t samples = 0;
+};
+
+template <class Space = host_space>
+class softmax_cross_entropy {
+  using scalar = tensor<double, extents<index_t>, row_major, Space>;
+  using per_sample_loss = tensor<double, dextents<index_t, 1>, row_major, Space>;
+  using per_sample_int = tensor<std::int32_t, dextents<index_t, 1>, row_major, Space>;
+
+ public:
+  explicit softmax_cross_entropy(index_t max_batch, cross_entropy_options options = {}, stream_t stream = {})
+      : options_(options),
+        losses_(dextents<index_t, 1>(max_batch), stream),
+        predictions_(dextents<index_t, 1>(max_batch), stream),
+        batch_loss_(extents<index_t>{}, stream),
+        loss_sum_(extents<index_t>{}, stream),
+        correct_sum_(extents<index_t>{}, stream),
+        sample_sum_(extents<index_t>{}, stream),
+        batch_value_(extents<index_t>{}, stream) {
+    reset_host_side();
+  }
+
+  // Per-sample losses, the batch's mean loss (loss()), the running totals, and
+  // dlogits = d(mean loss)/d(logits) * options.grad_scale.
+  template <class Logits, class Labels, class Gradient, class Executor>
+  void forward_backward(const Logits& logits, const Labels& labels, const Gradient& dlogits, const Executor& ex) {
+    const auto l = losses(logits);
+    cross_entropy(l, dlogits, logits, labels, options_, ex);
+    accumulate(logits, labels, l, ex);
+  }
+  // The same without the gradient (evaluation).
+  template <class Logits, class Labels, class Executor>
+  void evaluate(const Logits& logits, const Labels& labels, const Executor& ex) {
+    const auto l = losses(logits);
+    cross_entropy_loss(l, logits, labels, options_, ex);
+    accumulate(logits, labels, l, ex);
+  }
+
+  // The last batch's mean loss, a one-element view in Space (for a loss scaler or a log).
+  view<double, extents<index_t>, row_major, Space> loss() const { return batch_loss_.view(); }
+
+  // Zeroes the running totals (in stream order).
+  template <class Executor>
+  void reset(const Executor& ex) {
+    assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0));
+  }
+  // Copies the totals to the host (waits for them).
+  loss_totals totals() const {
+    double host[3];
+    copy(view<double, extents<index_t>>(host + 0), loss_sum_.view());
+    copy(view<double, extents<index_t>>(host + 1), correct_sum_.view());
+    copy(view<double, extents<index_t>>(host + 2), sample_sum_.view());
+    const index_t n = static_cast<index_t>(host[2]);
+    return {n ? host[0] / host[2] : 0.0, n ? host[1] / host[2] : 0.0, n};
+  }
+  const cross_entropy_options& options() const { return options_; }
+
+ private:
+  void reset_host_side() {
+    const double zero = 0;
+    for (auto* t : {&loss_sum_, &correct_sum_, &sample_sum_, &batch_loss_})
+      copy(t->view(), view<double, extents<index_t>>(const_cast<double*>(&zero)));
+  }
+  template <class Logits>
+  view<double, dextents<index_t, 1>, row_major, Space> losses(const Logits& logits) const {
+    const index_t rows = as_view(logits).extent(0);
+    if (rows > losses_.extent(0))
+      throw shape_error("fusor::nn::softmax_cross_entropy: a batch of " + std::to_string(rows) +
+                        " rows for a loss built for at most " + std::to_string(losses_.extent(0)));
+    return {losses_.data(), rows};
+  }
+  template <class Logits, class Labels, class Executor>
+  void accumulate(const Logits& logits, const Labels& labels, const view<double, dextents<index_t, 1>, row_major, Space>& l,
+                  const Executor& ex) {
+    const auto lv = as_view(labels);
+    const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), l.extent(0));
+    argmax(predicted, logits, 1, ex);
+    cross_entropy_reduce(batch_loss_.view(), l, lv, options_, ex);
+    // Rows with ignore_index count nowhere.
+    const auto counted = cast<double>(lv != options_.ignore_index);
+    sum(batch_value_.view(), counted * cast<double>(predicted == lv), ex);
+    assign(correct_sum_.view(), correct_sum_.view() + batch_value_.view(), ex);
+    sum(batch_value_.view(), counted, ex);
+    assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + batch_value_.view()),
+                out(loss_sum_.view(), loss_sum_.view() + batch_loss_.view() * batch_value_.view()));
+  }
+
+  cross_entropy_options options_;
+  per_sample_loss losses_;
+  per_sample_int predictions_;
+  scalar batch_loss_, loss_sum_, correct_sum_, sample_sum_, batch_value_;
+};
+
+}  // namespace fusor::nn

@@ -1,0 +1,70 @@
+// fusor/nn/policies.hpp — the policies a layer takes, in any order, each with a
+// default: its precision (default: the network's), its layout, and the slot the
+// parallel strategy fills (default: not parallel).
+//
+//   nn::linear<784, 256, nn::relu>                                 // all defaults
+//   nn::linear<784, 256, nn::relu, nn::precision<tf32>>            // this layer on tf32 tensor cores
+//
+// Policies are small tag types; a layer reads them with layer_policies<...>.
+#pragma once
+
+#include <type_traits>
+
+namespace fusor::nn {
+
+// "Whatever the network uses": the default precision of every layer.
+struct inherit {};
+
+template <class P>
+struct precision {
+  using type = P;
+};
+
+// The layout of a layer's activations or weights, where it has a choice
+// (row_major/col_major weights, nchw/nhwc images).
+template <class L>
+struct layout {
+  using type = L;
+};
+
+// The parallel strategy slot: no_parallel by default; the parallelism part
+// (tensor-parallel column/row layers) fills it.
+struct no_parallel {};
+template <class S>
+struct parallel {
+  using type = S;
+};
+
+namespace detail {
+template <template <class> class Tag, class T>
+inline constexpr bool is_tag_v = false;
+template <template <class> class Tag, class X>
+inline constexpr bool is_tag_v<Tag, Tag<X>> = true;
+
+template <template <class> class Tag, class Default, class... Policies>
+struct find_policy {
+  using type = Default;
+};
+template <template <class> class Tag, class Default, class First, class... Rest>
+struct find_policy<Tag, Default, First, Rest...> {
+  using type = std::conditional_t<is_tag_v<Tag, First>, First, typename find_policy<Tag, Default, Rest...>::type>;
+};
+template <class T>
+inline constexpr bool is_policy_v = is_tag_v<precision, T> || is_tag_v<layout, T> || is_tag_v<parallel, T>;
+}  // namespace detail
+
+// The policies of one layer, defaults filled in.
+template <class DefaultLayout, class... Policies>
+struct layer_policies {
+  static_assert((detail::is_policy_v<Policies> && ...),
+                "fusor::nn: a layer's policies are nn::precision<P>, nn::layout<L> and nn::parallel<S>");
+  using precision = typename detail::find_policy<nn::precision, nn::precision<inherit>, Policies...>::type::type;
+  using layout = typename detail::find_policy<nn::layout, nn::layout<DefaultLayout>, Policies...>::type::type;
+  using parallel = typename detail::find_policy<nn::parallel, nn::parallel<no_parallel>, Policies...>::type::type;
+};
+
+// A layer's precision once the network's is known.
+template <class LayerPrecision, class NetworkPrecision>
+using resolve_precision = std::conditional_t<std::is_same_v<LayerPrecision, inherit>, NetworkPrecision, LayerPrecision>;
+
+}  // namespace fusor::nn

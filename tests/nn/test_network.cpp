@@ -1,0 +1,146 @@
+// nn::network, nn::sequential and nn::softmax_cross_entropy under every
+// executor: forward against a plain double loop over the same parameters,
+// the flat parameter layout, the loss totals, and the shape errors.
+#include <cmath>
+#include <vector>
+
+#include "support/fusor_test.hpp"
+
+#include <fusor/nn/linear.hpp>
+#include <fusor/nn/loss.hpp>
+#include <fusor/nn/network.hpp>
+
+using namespace fusor;
+using namespace fusor_test;
+
+namespace {
+using mlp = nn::sequential<nn::features<20>, nn::linear<20, 16, nn::relu>, nn::linear<16, 12, nn::gelu_tanh>,
+                           nn::linear<12, 5>>;
+using matrix = dextents<index_t, 2>;
+
+template <class Element>
+std::vector<double> host_values(const nn::flat_view<Element, space>& v) {
+  const auto h = to_host(v);
+  std::vector<double> out(std::size_t(h.size()));
+  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = double(convert<float>(h.data()[i]));
+  return out;
+}
+
+// y = x w^T + b, then the activation, in double.
+std::vector<double> dense(const std::vector<double>& x, index_t rows, index_t in, index_t outs,
+                          const std::vector<double>& w, const std::vector<double>& b, int activation) {
+  std::vector<double> y(std::size_t(rows * outs));
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t o = 0; o < outs; ++o) {
+      double s = b[std::size_t(o)];
+      for (index_t k = 0; k < in; ++k) s += x[std::size_t(r * in + k)] * w[std::size_t(o * in + k)];
+      if (activation == 1) s = std::fmax(s, 0.0);
+      if (activation == 2) s = 0.5 * s * (1 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+      y[std::size_t(r * outs + o)] = s;
+    }
+  return y;
+}
+
+template <class P>
+void check_forward(double tolerance) {
+  executor ex{};
+  const index_t batch = 37;
+  nn::network<mlp, P, space> net(64, {.seed = 5});
+  host_tensor<float, matrix> hx(batch, 20);
+  fill_random(hx, 3);
+  const auto x = to_space(hx);
+  poison(net.output_gradient());
+  const auto y = to_host(net.forward(x, ex));
+  finish(ex);
+
+  std::vector<std::vector<double>> p;
+  net.for_each_parameter([&](const nn::parameter_slot&, auto values, auto) { p.push_back(host_values(values)); });
+  REQUIRE(p.size() == 6);
+  std::vector<double> a(hx.data(), hx.data() + hx.size());
+  for (auto& v : a) v = double(convert<float>(convert<storage_t<P>>(float(v))));  // the input as the network stores it
+  a = dense(a, batch, 20, 16, p[0], p[1], 1);
+  a = dense(a, batch, 16, 12, p[2], p[3], 2);
+  a = dense(a, batch, 12, 5, p[4], p[5], 0);
+  REQUIRE(y.extent(0) == batch);
+  for (index_t i = 0; i < y.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::fabs(double(convert<float>(y.data()[i])) - a[std::size_t(i)]) <= tolerance * std::fmax(1.0, std::fabs(a[std::size_t(i)])));
+  }
+}
+}  // namespace
+
+FUSOR_TEST_CASE("network: forward of an MLP against a double loop, fp32 and bf16") {
+  check_forward<fp32>(2e-5);
+  check_forward<bf16>(4e-2);
+}
+
+FUSOR_TEST_CASE("network: parameters in one aligned flat buffer per element type, named as PyTorch") {
+  nn::network<mlp, fp32, space> net(8, {.seed = 9});
+  std::vector<std::string> names;
+  index_t previous_end = 0;
+  net.for_each_parameter([&](const nn::parameter_slot& slot, auto values, auto gradients) {
+    names.push_back(slot.name);
+    CHECK(slot.offset % nn::parameter_alignment == 0);
+    CHECK(slot.offset >= previous_end);
+    previous_end = slot.offset + slot.size;
+    CHECK(values.size() == slot.size);
+    CHECK(gradients.size() == slot.size);
+  });
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"});
+  CHECK(net.parameter_count() == 20 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5);
+  // Same seed, same values; another seed, other values; bounds 1/sqrt(fan_in).
+  nn::network<mlp, fp32, space> same(8, {.seed = 9}), other(8, {.seed = 10});
+  const auto a = host_values(net.group<float>().values());
+  const auto b = host_values(same.group<float>().values());
+  const auto c = host_values(other.group<float>().values());
+  CHECK(a == b);
+  CHECK(a != c);
+  const auto& first = net.group<float>().slots()[0];
+  for (index_t i = 0; i < first.size; ++i) CHECK(std::fabs(a[std::size_t(first.offset + i)]) <= 1 / std::sqrt(20.0));
+  // Padding between parameters is zero.
+  const auto& bias = net.group<float>().slots()[1];
+  for (index_t i = first.offset + first.size; i < bias.offset; ++i) CHECK(a[std::size_t(i)] == 0.0);
+}
+
+FUSOR_TEST_CASE("softmax_cross_entropy: running loss and accuracy against a double reference") {
+  executor ex{};
+  const index_t rows = 50, classes = 7;
+  host_tensor<float, matrix> hl(rows, classes);
+  fill_random(hl, 21, -3, 3);
+  host_tensor<std::int32_t, dextents<index_t, 1>> ht(rows);
+  for (index_t r = 0; r < rows; ++r) ht(r) = std::int32_t((r * 5 + 3) % classes);
+  ht(4) = -100;  // ignored
+  const auto logits = to_space(hl);
+  const auto labels = to_space(ht);
+  space_tensor<float, matrix> dlogits(rows, classes);
+  nn::softmax_cross_entropy<space> loss(64);
+  loss.reset(ex);
+  loss.forward_backward(logits, labels, dlogits, ex);
+  loss.evaluate(logits, labels, ex);  // the same batch again: totals over 2 * 49 rows
+  const nn::loss_totals t = loss.totals();
+
+  double sum = 0, correct = 0;
+  for (index_t r = 0; r < rows; ++r) {
+    if (ht(r) == -100) continue;
+    double m = -1e300, z = 0;
+    index_t best = 0;
+    for (index_t j = 0; j < classes; ++j) {
+      if (hl(r, j) > m) m = hl(r, j), best = j;
+    }
+    for (index_t j = 0; j < classes; ++j) z += std::exp(double(hl(r, j)) - m);
+    sum += std::log(z) + m - hl(r, ht(r));
+    correct += best == ht(r);
+  }
+  CHECK(t.samples == 2 * (rows - 1));
+  CHECK(std::fabs(t.mean_loss - sum / (rows - 1)) <= 1e-5);
+  CHECK(std::fabs(t.accuracy - correct / (rows - 1)) <= 1e-12);
+}
+
+FUSOR_TEST_CASE("network: batch and input shape errors name both sides") {
+  executor ex{};
+  nn::network<mlp, fp32, space> net(16, {.seed = 1});
+  space_tensor<float, matrix> too_many(17, 20), wrong_width(4, 21);
+  expect_error<shape_error>([&] { net.forward(too_many, ex); }, {"17 samples", "[17, 20]", "at most 16"});
+  expect_error<shape_error>([&] { net.forward(wrong_width, ex); }, {"[4, 21]", "[4, 20]"});
+  expect_error<error>([&] { net.backward(ex); }, {"call forward first"});
+}

@@ -1,0 +1,37 @@
+# Layers and networks (fusor/nn, issue 4): every layer's backward against
+# central differences in fp64 on the host; networks, losses and their errors
+# under every executor; a mismatched sequential<> fails to compile, naming both layers.
+if(NOT FUSOR_BLAS_FOUND)
+  message(STATUS "fusor: OpenBLAS not found (Debian: libopenblas-dev); skipping the nn tests")
+  return()
+endif()
+
+fusor_add_test_suite(nn
+  EXECUTOR_TESTS
+    nn/test_network.cpp
+  HOST_TESTS
+    nn/test_linear.cpp
+  LIBRARIES fusor::blas
+)
+
+set(_nn_compile_flags -std=c++20 -I${PROJECT_SOURCE_DIR}/include)
+foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS _fusor_cblas_include_dirs)
+  list(APPEND _nn_compile_flags -isystem ${dir})
+  if(EXISTS ${dir}/cccl)
+    list(APPEND _nn_compile_flags -isystem ${dir}/cccl)
+  endif()
+endforeach()
+set(_script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_nn_sequential_mismatch.cmake)
+set(_content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\nset(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/nn/compile_fail/sequential_mismatch.cpp]==])\nset(MODE fail)\nset(FLAGS)\n")
+foreach(flag IN LISTS _nn_compile_flags)
+  string(APPEND _content "list(APPEND FLAGS [==[${flag}]==])\n")
+endforeach()
+string(APPEND _content "set(REASON \"\")\nset(PATTERNS)\n")
+foreach(pattern
+    "a layer's input does not match the previous layer's output"
+    "layer_sizes_must_match<1, fusor::nn::linear<784, 256, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<128, 10>, fusor::nn::features<256>, fusor::nn::features<128>")
+  string(APPEND _content "list(APPEND PATTERNS [==[${pattern}]==])\n")
+endforeach()
+string(APPEND _content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
+file(CONFIGURE OUTPUT ${_script} CONTENT "${_content}")
+add_test(NAME compile_fail.nn_sequential_mismatch COMMAND ${CMAKE_COMMAND} -P ${_script})
