@@ -96,10 +96,12 @@ class network {
   };
   using indices = std::make_index_sequence<depth>;
   using activations_type = typename activation_tuple<indices>::type;
-  using groups_type =
-      typename detail::group_tuple<Space, typename detail::unique_types<typename activation_tuple<indices>::elements>::type>::type;
 
  public:
+  // The element types of the parameter groups, in order (a detail::type_list).
+  using group_elements = typename detail::unique_types<typename activation_tuple<indices>::elements>::type;
+  using groups_type = typename detail::group_tuple<Space, group_elements>::type;
+
   explicit network(index_t max_batch, network_options options = {}) : max_batch_(max_batch), stream_(options.stream) {
     if (max_batch < 1) throw error("fusor::nn::network: max_batch must be at least 1, not " + std::to_string(max_batch));
     for_each_index([&]<std::size_t I>() {
