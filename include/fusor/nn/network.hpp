@@ -181,6 +181,8 @@ class network {
   void for_each_group(Fn&& fn) const {
     std::apply([&](const auto&... group) { (fn(group), ...); }, groups_);
   }
+  groups_type& groups() { return groups_; }
+  const groups_type& groups() const { return groups_; }
   template <class Element>
   parameter_group<Element, Space>& group() { return std::get<parameter_group<Element, Space>>(groups_); }
   // fn(name, values, gradients) for every parameter, in layer order: flat views.
