@@ -92,3 +92,22 @@ function(fusor_link_blas target)
     target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:$<$<LINK_LANGUAGE:CUDA>:CUDA::cublasLt>>)
   endif()
 endfunction()
+
+# fusor::data — what the input pipeline (fusor/data/) links beyond headers: zlib
+# (gzipped IDX files; Debian: zlib1g-dev) and the platform's threads (the
+# loader's background worker). Found quietly: FUSOR_DATA_FOUND says whether zlib was.
+if(NOT DEFINED FUSOR_DATA_FOUND)
+  find_package(ZLIB QUIET)
+  find_package(Threads QUIET)
+  if(TARGET ZLIB::ZLIB AND TARGET Threads::Threads)
+    set(FUSOR_DATA_FOUND TRUE)
+  else()
+    set(FUSOR_DATA_FOUND FALSE)
+  endif()
+endif()
+
+function(fusor_link_data target)
+  if(FUSOR_DATA_FOUND)
+    target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:ZLIB::ZLIB> $<BUILD_INTERFACE:Threads::Threads>)
+  endif()
+endfunction()
