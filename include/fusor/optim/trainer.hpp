@@ -1,0 +1,164 @@
+// fusor/optim/trainer.hpp — one training step of a classifier in one call:
+// forward, softmax cross-entropy, backward, the shared per-step decisions
+// (norm, clipping, Inf/NaN skip, loss scale, learning rate) and the fused
+// optimizer over every parameter group, with nothing read back on the host.
+//
+//   nn::network<mlp, fs::bf16, fs::device_space> net(256, {.seed = 1, .stream = s});
+//   optim::trainer<decltype(net), optim::adamw> train(net, {.lr = 1e-3}, {.weight_decay = 1e-4});
+//   train.step(images, labels, ex);              // capturable as a CUDA graph (graph/capture.hpp)
+//   train.loss().totals()                        // {mean loss, accuracy, samples}: waits, once per epoch
+//
+// One optimizer per parameter group (element type): fp32 groups update in
+// place; bf16/fp16 groups keep fp32 master weights inside their optimizer. With
+// loss_scaling.dynamic (fp16) the gradient of the loss is multiplied by the
+// device-resident scale before backward and divided out inside the optimizer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "fusor/exec/assign.hpp"
+#include "fusor/nn/loss.hpp"
+#include "fusor/nn/network.hpp"
+#include "fusor/optim/pruning.hpp"
+#include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/schedule.hpp"
+#include "fusor/optim/update_controller.hpp"
+
+namespace fusor::optim {
+
+struct trainer_options {
+  learning_rate_schedule schedule = learning_rate_schedule::constant(1e-3f);
+  clip_options clip = {};
+  loss_scaling scaling = {};
+  stream_t stream = {};
+};
+
+template <class Network, template <class, class> class Optimizer>
+class trainer {
+ public:
+  using space = typename Network::space;
+
+ private:
+  template <class List>
+  struct optimizer_tuple;
+  template <class... E>
+  struct optimizer_tuple<nn::detail::type_list<E...>> {
+    using type = std::tuple<Optimizer<E, space>...>;
+  };
+  using optimizers_type = typename optimizer_tuple<typename Network::group_elements>::type;
+
+ public:
+  template <class OptimizerOptions>
+  trainer(Network& network, trainer_options options, const OptimizerOptions& optimizer_options)
+      : network_(network),
+        options_(options),
+        controller_(options.schedule, options.clip, options.scaling, options.stream),
+        loss_(network.max_batch(), {}, options.stream),
+        optimizers_(make_optimizers(network, optimizer_options, options.stream,
+                                    std::make_index_sequence<std::tuple_size_v<optimizers_type>>{})) {}
+
+  // Master weights and moments from the network's current parameters (after
+  // construction, or after loading a checkpoint of parameters only).
+  template <class Executor>
+  void initialize(const Executor& ex) {
+    for_each_group_and_optimizer([&](auto& group, auto& optimizer) { optimizer.initialize(group.values(), ex); });
+  }
+
+  // One step on a batch: images [batch, features...] (any element type the
+  // network converts), labels [batch] int32.
+  template <class Images, class Labels, class Executor>
+  void step(const Images& images, const Labels& labels, const Executor& ex) {
+    nn::run_mode mode{true, host_steps_++, controller_.scalars().step().data()};
+    const auto logits = network_.forward(images, ex, mode);
+    const auto dlogits = network_.output_gradient();
+    loss_.forward_backward(logits, labels, dlogits, ex);
+    if (options_.scaling.dynamic) assign(dlogits, dlogits * scalar(controller_.scalars().loss_scale()), ex);
+    network_.backward(ex);
+    controller_.begin_step(ex);
+    network_.for_each_group([&](auto& group) { controller_.accumulate_gradient_norm(group.gradients(), ex); });
+    controller_.prepare_update(ex);
+    for_each_group_and_optimizer(
+        [&](auto& group, auto& optimizer) { optimizer.step(group.values(), group.gradients(), controller_.scalars(), ex); });
+    if (pruning_applies_) apply_pruning(ex);
+    controller_.finish_step(ex);
+  }
+
+  // Loss and accuracy on a batch, without learning.
+  template <class Images, class Labels, class Executor>
+  void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
+  }
+
+  // Magnitude pruning of every weight matrix (not biases): the `fraction` of
+  // smallest-magnitude weights become zero and stay zero after every later step.
+  template <class Executor>
+  void prune(double fraction, const Executor& ex) {
+    std::size_t k = 0;
+    for_each_group_and_optimizer([&](auto& group, auto&) {
+      auto& pruning = pruning_for(k++, group.size());
+      std::vector<std::pair<index_t, index_t>> ranges;
+      for (const nn::parameter_slot& slot : group.slots())
+        if (slot.shape.size() >= 2) ranges.emplace_back(slot.offset, slot.offset + slot.size);
+      pruning.prune_smallest(group.values(), fraction, ranges, ex);
+    });
+    pruning_applies_ = true;
+    initialize(ex);  // master weights follow the pruned values
+  }
+
+  nn::softmax_cross_entropy<space>& loss() { return loss_; }
+  update_controller<space>& controller() { return controller_; }
+  Network& network() { return network_; }
+  std::uint64_t steps_taken() const { return host_steps_; }
+
+  // fn(name, view) for everything besides the parameters that training resumes
+  // from: each optimizer's state ("optimizer.<group>.<state>") and the step scalars.
+  template <class Fn>
+  void for_each_state(Fn&& fn) {
+    std::size_t k = 0;
+    for_each_group_and_optimizer([&](auto&, auto& optimizer) {
+      const std::string prefix = "optimizer." + std::to_string(k++) + ".";
+      optimizer.for_each_state([&](const auto& name, const auto& v) { fn(prefix + name, v); });
+    });
+    controller_.for_each_state([&](const auto& name, const auto& v) { fn("controller." + std::string(name), v); });
+  }
+  // After loading the state back, the host-side step count (dropout's stream of masks).
+  void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
+
+ private:
+  template <class OptimizerOptions, std::size_t... I>
+  static optimizers_type make_optimizers(Network& network, const OptimizerOptions& o, stream_t stream,
+                                         std::index_sequence<I...>) {
+    return optimizers_type{std::tuple_element_t<I, optimizers_type>(
+        std::get<I>(network.groups()).size(), o, stream)...};
+  }
+  template <class Fn>
+  void for_each_group_and_optimizer(Fn&& fn) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (fn(std::get<I>(network_.groups()), std::get<I>(optimizers_)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<optimizers_type>>{});
+  }
+  magnitude_pruning<space>& pruning_for(std::size_t k, index_t size) {
+    while (pruning_.size() <= k) pruning_.emplace_back(0, options_.stream);
+    if (pruning_[k].parameter_count() != size) pruning_[k] = magnitude_pruning<space>(size, options_.stream);
+    return pruning_[k];
+  }
+  template <class Executor>
+  void apply_pruning(const Executor& ex) {
+    std::size_t k = 0;
+    network_.for_each_group([&](auto& group) { pruning_[k++].apply(group.values(), ex); });
+  }
+
+  Network& network_;
+  trainer_options options_;
+  update_controller<space> controller_;
+  nn::softmax_cross_entropy<space> loss_;
+  optimizers_type optimizers_;
+  std::vector<magnitude_pruning<space>> pruning_;
+  bool pruning_applies_ = false;
+  std::uint64_t host_steps_ = 0;
+};
+
+}  // namespace fusor::optim

@@ -1,0 +1,91 @@
+// fusor/optim/training_checkpoint.hpp — a network's parameters, and what its
+// trainer resumes from, to and from safetensors files (io/checkpoint.hpp:
+// written atomically, so a crash mid-save leaves the previous file intact).
+//
+//   optim::save_parameters("mlp.safetensors", net);          // loads in PyTorch:
+//       # model = nn.Sequential(...); model.load_state_dict(safetensors.torch.load_file(...), strict=False)
+//   optim::save_training_state("run.safetensors", trainer, {{"epoch", "3"}});
+//   optim::load_training_state("run.safetensors", trainer);  // parameters, optimizer state, step scalars
+//
+// Parameters are stored under their network names ("0.weight") in their
+// logical shapes; optimizer state as "optimizer.<group>.<name>" (flat), the
+// step scalars as "controller.<name>", and the trainer's host step count in the
+// metadata, so training resumed from a checkpoint repeats exactly the losses
+// of training that never stopped (same data order, same dropout masks).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "fusor/io/checkpoint.hpp"
+#include "fusor/nn/network.hpp"
+
+namespace fusor::optim {
+
+namespace detail {
+// fn(view of the slot in its logical shape), rank 1 to 4.
+template <class Flat, class Fn>
+void with_parameter_shape(const nn::parameter_slot& slot, const Flat& flat, Fn&& fn) {
+  using E = typename Flat::element_type;
+  using S = typename Flat::space;
+  const auto& s = slot.shape;
+  switch (s.size()) {
+    case 1: return fn(view<E, dextents<index_t, 1>, row_major, S>(flat.data(), s[0]));
+    case 2: return fn(view<E, dextents<index_t, 2>, row_major, S>(flat.data(), s[0], s[1]));
+    case 3: return fn(view<E, dextents<index_t, 3>, row_major, S>(flat.data(), s[0], s[1], s[2]));
+    case 4: return fn(view<E, dextents<index_t, 4>, row_major, S>(flat.data(), s[0], s[1], s[2], s[3]));
+    default: throw error("fusor: parameter '" + slot.name + "' has rank " + std::to_string(s.size()) + "; checkpoints store ranks 1 to 4");
+  }
+}
+
+template <class Network>
+void add_parameters(io::checkpoint_writer& writer, const Network& network) {
+  network.for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
+    with_parameter_shape(slot, values, [&](const auto& v) { writer.add(slot.name, v); });
+  });
+}
+template <class Network>
+void read_parameters(const io::checkpoint_reader& reader, Network& network) {
+  network.for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
+    with_parameter_shape(slot, values, [&](const auto& v) { reader.read(slot.name, v); });
+  });
+}
+}  // namespace detail
+
+// The parameters alone (for inference, or PyTorch).
+template <class Network>
+void save_parameters(const std::filesystem::path& file, const Network& network,
+                     const std::map<std::string, std::string>& metadata = {}) {
+  io::checkpoint_writer writer;
+  detail::add_parameters(writer, network);
+  for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
+  writer.save(file);
+}
+template <class Network>
+void load_parameters(const std::filesystem::path& file, Network& network) {
+  detail::read_parameters(io::checkpoint_reader(file), network);
+}
+
+// Parameters, optimizer state, step scalars and the host step count.
+template <class Trainer>
+void save_training_state(const std::filesystem::path& file, Trainer& trainer,
+                         const std::map<std::string, std::string>& metadata = {}) {
+  io::checkpoint_writer writer;
+  detail::add_parameters(writer, trainer.network());
+  trainer.for_each_state([&](const std::string& name, const auto& v) { writer.add(name, v); });
+  writer.add_metadata("fusor.steps_taken", std::to_string(trainer.steps_taken()));
+  for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
+  writer.save(file);
+}
+// Returns the metadata, for the caller's own keys (the epoch, say).
+template <class Trainer>
+std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer) {
+  const io::checkpoint_reader reader(file);
+  detail::read_parameters(reader, trainer.network());
+  trainer.for_each_state([&](const std::string& name, const auto& v) { reader.read(name, v); });
+  trainer.set_steps_taken(std::stoull(reader.metadata("fusor.steps_taken")));
+  return reader.contents().metadata;
+}
+
+}  // namespace fusor::optim

