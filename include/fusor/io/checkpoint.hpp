@@ -1,0 +1,234 @@
+// fusor/io/checkpoint.hpp — checkpoints: tensors of any memory space and
+// layout saved to a safetensors file atomically, and read back into tensors
+// of any space and layout.
+//
+// A checkpoint_writer collects named tensors (copied to the host at once, so
+// training may go on) and string metadata, then commits them with one atomic
+// write: a crash never leaves a half-written checkpoint in place of the last
+// good one. Every tensor is stored in row-major order of its logical shape, as
+// PyTorch and numpy expect: a col_major or nhwc tensor is reordered on the way
+// out and on the way back in. A checkpoint_reader reads and validates the
+// whole file once; read() checks the dtype and shape against the destination.
+//
+// Device tensors need a translation unit compiled by nvcc and a gap-free view;
+// they are read and written with cudaMemcpy after cudaDeviceSynchronize, so
+// work queued on any stream is finished first (checkpoints are not in the
+// step's hot path, and a stream-ordered copy would need the caller's stream).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <cuda/std/array>
+
+#include "fusor/core/copy.hpp"
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/memory.hpp"
+#include "fusor/io/file.hpp"
+#include "fusor/io/safetensors.hpp"
+
+namespace fusor::io {
+
+namespace detail {
+// Calls visit(i, offset) for each element: i its position in row-major order
+// of the logical shape, offset its position in the view's memory.
+template <class View, class Visit>
+void for_each_logical(const View& v, Visit&& visit) {
+  ::cuda::std::array<index_t, View::rank> idx{};
+  const index_t n = v.size();
+  for (index_t i = 0; i < n; ++i) {
+    visit(i, v.offset_of(idx));
+    for (std::size_t k = View::rank; k-- > 0;) {
+      if (++idx[k] < v.extent(k)) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+// Memory order already is row-major logical order: one memcpy does.
+template <class View>
+bool stored_row_major(const View& v) {
+  if (!v.is_contiguous()) return false;
+  index_t expected = 1;
+  for (std::size_t k = View::rank; k-- > 0;) {
+    if (v.extent(k) != 1 && v.stride(k) != expected) return false;
+    expected *= v.extent(k);
+  }
+  return true;
+}
+
+template <class View>
+std::vector<index_t> shape_of(const View& v) {
+  std::vector<index_t> shape(View::rank);
+  for (std::size_t k = 0; k != View::rank; ++k) shape[k] = v.extent(k);
+  return shape;
+}
+
+template <class Element>
+void load_element(Element* to, const std::byte* from) {
+  if constexpr (std::is_same_v<Element, bool>) *to = *from != std::byte{0};  // any other byte would be UB as a bool
+  else std::memcpy(to, from, sizeof(Element));
+}
+
+// From the view's memory (at `base`, host-readable) to row-major bytes.
+template <class View>
+void gather(const View& v, const typename View::element_type* base, std::byte* out) {
+  using E = typename View::element_type;
+  if (stored_row_major(v)) std::memcpy(out, base, static_cast<std::size_t>(v.size()) * sizeof(E));
+  else for_each_logical(v, [&](index_t i, index_t offset) { std::memcpy(out + i * sizeof(E), base + offset, sizeof(E)); });
+}
+// From row-major bytes to the view's memory (at `base`, host-writable).
+template <class View>
+void scatter(const View& v, typename View::element_type* base, const std::byte* in) {
+  using E = typename View::element_type;
+  if (!std::is_same_v<E, bool> && stored_row_major(v))
+    std::memcpy(base, in, static_cast<std::size_t>(v.size()) * sizeof(E));
+  else
+    for_each_logical(v, [&](index_t i, index_t offset) { load_element(base + offset, in + i * sizeof(E)); });
+}
+
+template <class>
+inline constexpr bool needs_nvcc_for_device = false;
+
+template <class View>
+void check_device_view([[maybe_unused]] const View& v, const std::string& name) {
+  using S = typename View::space;
+  if constexpr (!S::host_accessible) {
+    static_assert(FUSOR_HAS_CUDA || needs_nvcc_for_device<S>,
+                  "fusor: checkpoints of device tensors need a translation unit compiled by nvcc");
+    if (!v.is_contiguous())
+      throw checkpoint_error("fusor: tensor '" + name + "' is a device view with gaps; checkpoints copy device "
+                             "memory as one block: give a gap-free view (or assign() it to a tensor first)");
+  }
+}
+
+// The view's elements, host side, in row-major logical order.
+template <class View>
+std::vector<std::byte> row_major_bytes(const View& v, const std::string& name) {
+  using E = typename View::element_type;
+  std::vector<std::byte> out(static_cast<std::size_t>(v.size()) * sizeof(E));
+  if (out.empty()) return out;
+  check_device_view(v, name);
+  if constexpr (View::space::host_accessible) {
+    gather(v, v.data(), out.data());
+  } else {
+#if FUSOR_HAS_CUDA
+    const std::unique_ptr<E[]> staging(new E[static_cast<std::size_t>(v.size())]);  // the view's memory order
+    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+    FUSOR_CUDA_CHECK(cudaMemcpy(staging.get(), v.data(), out.size(), cudaMemcpyDeviceToHost));
+    gather(v, staging.get(), out.data());
+#endif
+  }
+  return out;
+}
+
+// Stores row-major bytes into the view, whatever its space and layout.
+template <class View>
+void store_row_major(const View& v, const std::vector<std::byte>& bytes, const std::string& name) {
+  if (v.size() == 0) return;
+  check_device_view(v, name);
+  if constexpr (View::space::host_accessible) {
+    scatter(v, v.data(), bytes.data());
+  } else {
+#if FUSOR_HAS_CUDA
+    using E = typename View::element_type;
+    const std::unique_ptr<E[]> staging(new E[static_cast<std::size_t>(v.size())]);
+    scatter(v, staging.get(), bytes.data());
+    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the destination may still be in use on another stream
+    FUSOR_CUDA_CHECK(cudaMemcpy(v.data(), staging.get(), bytes.size(), cudaMemcpyHostToDevice));
+    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the copy has landed before any stream reads it
+#endif
+  }
+}
+}  // namespace detail
+
+class checkpoint_writer {
+ public:
+  // Copies a view or tensor of any space and gap-free layout (host views may
+  // also be strided) under `name`, in row-major order of its logical shape.
+  template <class View>
+  void add(std::string name, const View& v) {
+    const auto& view = as_view(v);
+    using view_t = std::remove_cvref_t<decltype(view)>;
+    tensor_record record{std::move(name), dtype_of<typename view_t::element_type>(), detail::shape_of(view), {}};
+    record.bytes = detail::row_major_bytes(view, record.name);
+    add_record(std::move(record));
+  }
+
+  // A string saved in the header's "__metadata__" (replaces an earlier value).
+  void add_metadata(std::string key, std::string value) { file_.metadata[std::move(key)] = std::move(value); }
+
+  // A tensor already in file form; its bytes must match its dtype and shape.
+  void add_record(tensor_record record) {
+    detail::check_record(record);
+    if (file_.find(record.name)) throw checkpoint_error("fusor: the checkpoint already holds a tensor named '" + record.name + "'");
+    file_.tensors.push_back(std::move(record));
+  }
+
+  const safetensors_file& contents() const { return file_; }
+
+  // Writes the checkpoint atomically; the writer keeps its contents, so it can save again.
+  void save(const std::filesystem::path& file) const { write_file_atomically(file, encode_safetensors(file_)); }
+
+ private:
+  safetensors_file file_;
+};
+
+class checkpoint_reader {
+ public:
+  // Reads and validates the whole file; errors name it.
+  explicit checkpoint_reader(const std::filesystem::path& file)
+      : file_(file), contents_(decode_safetensors(read_file(file), file.string())) {}
+
+  // Copies tensor `name` into `destination` (a view or tensor of any space and
+  // layout) after checking that the dtypes and the shapes agree.
+  template <class View>
+  void read(const std::string& name, const View& destination) const {
+    const auto& view = as_view(destination);
+    using view_t = std::remove_cvref_t<decltype(view)>;
+    const tensor_record& record = find_or_throw(name);
+    constexpr dtype wanted = dtype_of<typename view_t::element_type>();
+    if (record.type != wanted)
+      throw checkpoint_error("fusor: checkpoint '" + file_.string() + "': tensor '" + name + "' is stored as " +
+                             dtype_name(record.type) + ", but the destination holds " + dtype_name(wanted));
+    const std::vector<index_t> shape = detail::shape_of(view);
+    if (record.shape != shape)
+      throw checkpoint_error("fusor: checkpoint '" + file_.string() + "': tensor '" + name + "' has shape " +
+                             shape_text(record.shape) + ", but the destination has shape " + shape_text(shape));
+    detail::store_row_major(view, record.bytes, name);
+  }
+
+  const safetensors_file& contents() const { return contents_; }
+  bool contains(const std::string& name) const { return contents_.find(name) != nullptr; }
+  const std::filesystem::path& file() const { return file_; }
+
+  // Throws checkpoint_error when the header has no such key.
+  std::string metadata(const std::string& key) const {
+    const auto it = contents_.metadata.find(key);
+    if (it != contents_.metadata.end()) return it->second;
+    std::string present;
+    for (const auto& [k, v] : contents_.metadata) present += (present.empty() ? "'" : ", '") + k + "'";
+    throw checkpoint_error("fusor: checkpoint '" + file_.string() + "' has no metadata '" + key +
+                           "'; the keys present are: " + (present.empty() ? std::string("none") : present));
+  }
+
+ private:
+  const tensor_record& find_or_throw(const std::string& name) const {
+    try {
+      return contents_.at(name);
+    } catch (const checkpoint_error& e) {
+      throw checkpoint_error(std::string(e.what()) + " (in checkpoint '" + file_.string() + "')");
+    }
+  }
+
+  std::filesystem::path file_;
+  safetensors_file contents_;
+};
+
+}  // namespace fusor::io

@@ -1,0 +1,145 @@
+// fusor/io/file.hpp — whole-file writes that a crash cannot half-do, and
+// whole-file reads; both throw checkpoint_error naming the file and the
+// system's reason.
+//
+// write_file_atomically writes a temporary file beside the target (same
+// directory, so same file system), fsyncs it, renames it over the target and
+// fsyncs the directory: at every instant the target is either the complete old
+// file or the complete new one. A process killed mid-write leaves the old file
+// and a stray ".<name>.tmp.<pid>.<n>" beside it; any failure it sees itself
+// removes the temporary and leaves the target untouched. POSIX (Linux) only.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "fusor/io/safetensors.hpp"
+
+namespace fusor::io {
+
+namespace detail {
+// Bytes per write() call; between calls the test hook below may interrupt.
+inline constexpr std::size_t write_chunk_bytes = std::size_t(1) << 20;
+
+// Tests only: called after each chunk reaches the temporary file with the bytes
+// written so far, to simulate a crash (raise SIGKILL) or a failure (throw).
+inline void (*write_test_hook)(std::size_t bytes_written) = nullptr;
+
+[[noreturn]] inline void file_failure(const std::filesystem::path& file, const std::string& step, int error_number) {
+  throw checkpoint_error("fusor: cannot write checkpoint file '" + file.string() + "': " + step + ": " +
+                         std::generic_category().message(error_number));
+}
+
+// Closes the descriptor and removes the temporary unless disarmed.
+struct temporary_file {
+  int descriptor = -1;
+  std::filesystem::path path;
+  bool remove = true;
+  temporary_file() = default;
+  temporary_file(const temporary_file&) = delete;
+  temporary_file& operator=(const temporary_file&) = delete;
+  ~temporary_file() {
+    if (descriptor >= 0) ::close(descriptor);
+    if (remove && !path.empty()) ::unlink(path.c_str());
+  }
+};
+}  // namespace detail
+
+// Replaces `file` by `bytes`, atomically and durably (see the top of this file).
+inline void write_file_atomically(const std::filesystem::path& file, std::span<const std::byte> bytes) {
+  using detail::file_failure;
+  if (!file.has_filename()) file_failure(file, "the path names no file", EISDIR);
+  const std::filesystem::path directory = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+
+  static std::atomic<unsigned long> serial{0};
+  detail::temporary_file temp;
+  for (int attempt = 0;; ++attempt) {
+    std::string name = ".";
+    name.append(file.filename().string()).append(".tmp.").append(std::to_string(::getpid()));
+    name.append(".").append(std::to_string(serial++));
+    temp.path = directory / name;
+    temp.descriptor = ::open(temp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (temp.descriptor >= 0) break;
+    const int why = errno;
+    if (why != EEXIST || attempt == 100) {
+      temp.path.clear();  // not ours to remove
+      file_failure(file, "cannot create a temporary file in '" + directory.string() + "'", why);
+    }
+  }
+
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const std::size_t chunk = std::min(detail::write_chunk_bytes, bytes.size() - written);
+    const ssize_t n = ::write(temp.descriptor, bytes.data() + written, chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      file_failure(file, "writing '" + temp.path.string() + "'", errno);
+    }
+    written += static_cast<std::size_t>(n);
+    if (detail::write_test_hook) detail::write_test_hook(written);
+  }
+  if (::fsync(temp.descriptor) != 0) file_failure(file, "fsync of '" + temp.path.string() + "'", errno);
+  if (::close(std::exchange(temp.descriptor, -1)) != 0)
+    file_failure(file, "closing '" + temp.path.string() + "'", errno);
+  if (::rename(temp.path.c_str(), file.c_str()) != 0)
+    file_failure(file, "renaming '" + temp.path.string() + "' over it", errno);
+  temp.remove = false;
+
+  // The rename is durable only once the directory entry is on disk.
+  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) file_failure(file, "the new file is in place, but opening its directory to fsync it failed", errno);
+  const int synced = ::fsync(dir);
+  const int why = errno;
+  ::close(dir);
+  if (synced != 0) file_failure(file, "the new file is in place, but fsync of its directory failed", why);
+}
+
+// The whole file's bytes.
+inline std::vector<std::byte> read_file(const std::filesystem::path& file) {
+  const auto failure = [&](const char* step, int error_number) {
+    return checkpoint_error("fusor: cannot read checkpoint file '" + file.string() + "': " + step +
+                            std::generic_category().message(error_number));
+  };
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw failure("", errno);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_on_exit{fd};
+  struct stat info{};
+  if (::fstat(fd, &info) != 0) throw failure("fstat: ", errno);
+  if (S_ISDIR(info.st_mode)) throw failure("", EISDIR);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(info.st_size));
+  std::size_t done = 0;
+  const auto read_some = [&](std::byte* to, std::size_t count) -> std::size_t {
+    for (;;) {
+      const ssize_t n = ::read(fd, to, count);
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno != EINTR) throw failure("read: ", errno);
+    }
+  };
+  while (done < bytes.size()) {
+    const std::size_t n = read_some(bytes.data() + done, bytes.size() - done);
+    if (n == 0) break;  // the file shrank
+    done += n;
+  }
+  bytes.resize(done);
+  // A file that grew since fstat is read to its end.
+  std::byte more[4096];
+  while (const std::size_t n = read_some(more, sizeof more)) bytes.insert(bytes.end(), more, more + n);
+  return bytes;
+}
+
+}  // namespace fusor::io
