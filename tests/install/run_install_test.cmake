@@ -88,6 +88,7 @@ step("configure the C++ consumer (find_package)"
 expect_fusor_from_prefix(${build})
 step("build the C++ consumer (find_package)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs})
 step("run the C++ consumer (find_package)" ${build}/consumer)
+step("run the data consumer (find_package)" ${build}/consumer_data)
 
 # 3. find_package, CUDA with nvcc
 if(WITH_CUDA)
@@ -115,6 +116,7 @@ endif()
 step("configure the consumer (add_subdirectory)" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${sub_args})
 step("build the consumer (add_subdirectory)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs})
 step("run the C++ consumer (add_subdirectory)" ${build}/consumer)
+step("run the data consumer (add_subdirectory)" ${build}/consumer_data)
 if(WITH_CUDA AND gpu)
   step("run the CUDA consumer (add_subdirectory)" ${build}/consumer_cuda)
 endif()
