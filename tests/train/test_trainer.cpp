@@ -72,6 +72,25 @@ FUSOR_TEST_CASE("trainer: resumed from a checkpoint, training repeats the uninte
   std::filesystem::remove_all(dir);
 }
 
+FUSOR_TEST_CASE("trainer: a step allocates nothing once the first has run") {
+  executor ex{};
+  network_t net(128, {.seed = 4});
+  trainer_t trainer(net, schedule(8), optim::adamw_options{});
+  trainer.initialize(ex);
+  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 2, .drop_last = true});
+  loader.start_epoch(0);
+  const auto* first = loader.next();
+  trainer.step(first->images, first->labels, ex);  // cuBLASLt plans, workspaces: once
+  finish(ex);
+  const std::uint64_t before = allocation_count();
+  for (int i = 0; i < 4; ++i) {
+    const auto* b = loader.next();
+    trainer.step(b->images, b->labels, ex);
+  }
+  finish(ex);
+  CHECK(allocation_count() == before);
+}
+
 FUSOR_TEST_CASE("trainer: a short run on 2048 Fashion-MNIST images gets its loss below 0.75") {
   // Bound: chance is ln 10 = 2.30; four epochs of this MLP reach about 0.6 on
   // the training slice (a regression in any part shows as a loss near 2.3).

@@ -7,6 +7,7 @@
 // Every failure throws allocation_error naming the bytes and the space.
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -75,9 +76,18 @@ inline cudaMemPool_t device_pool() {
 #endif
 }  // namespace detail
 
+// Every allocate() that takes memory, in any space: how tests show that a
+// training step allocates nothing once it has run once.
+inline std::atomic<std::uint64_t>& allocation_counter() {
+  static std::atomic<std::uint64_t> count{0};
+  return count;
+}
+inline std::uint64_t allocation_count() { return allocation_counter().load(std::memory_order_relaxed); }
+
 template <memory_space Space>
 void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
   if (bytes == 0) return nullptr;
+  allocation_counter().fetch_add(1, std::memory_order_relaxed);
   if constexpr (std::is_same_v<Space, host_space>) {
     const std::size_t rounded = (bytes + host_alignment - 1) / host_alignment * host_alignment;
     void* p = std::aligned_alloc(host_alignment, rounded);
