@@ -8,7 +8,8 @@
 FUSOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUSOR_BUILD="${FUSOR_BUILD_DIR:-$FUSOR_ROOT/build}"
 FUSOR_JOBS="$(nproc 2>/dev/null || echo 2)"
-FUSOR_PACKAGES=(cmake g++ make doctest-dev libbenchmark-dev libeigen3-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist)
+FUSOR_PACKAGES=(cmake g++ make doctest-dev libbenchmark-dev libeigen3-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
+                python3 python3-numpy python3-pip)
 
 fusor_say() {
   if [ -t 1 ]; then printf '\033[1m[fusor]\033[0m %s\n' "$*"; else printf '[fusor] %s\n' "$*"; fi
@@ -31,6 +32,20 @@ fusor_install_packages() {
   fusor_say "installing with apt-get: ${missing[*]}"
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The checkpoint interop test runs Hugging Face's `safetensors` package with
+# Debian's python3 (the interpreter tests/suites/io.cmake uses); Debian has no
+# package for it, so pip installs it once.
+fusor_install_python_packages() {
+  if /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+    fusor_say "python package present: safetensors"
+    return
+  fi
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  fusor_say "installing with pip: safetensors"
+  "${sudo[@]}" /usr/bin/python3 -m pip install -q --break-system-packages safetensors
 }
 
 # fusor needs the CUDA Toolkit's headers even for host-only code; nvcc (when
@@ -58,6 +73,7 @@ fusor_configure() {
 
 fusor_setup() {
   fusor_install_packages
+  fusor_install_python_packages
   fusor_find_cuda
   fusor_configure
 }
