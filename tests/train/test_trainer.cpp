@@ -16,6 +16,9 @@
 #include <fusor/optim/sgd.hpp>
 #include <fusor/optim/trainer.hpp>
 #include <fusor/optim/training_checkpoint.hpp>
+#if defined(FUSOR_TEST_CUDA)
+#include <fusor/graph/capture.hpp>
+#endif
 
 using namespace fusor;
 using namespace fusor_test;
@@ -100,6 +103,46 @@ FUSOR_TEST_CASE("trainer: a short run on 2048 Fashion-MNIST images gets its loss
   CHECK(losses[3] < 0.75);
 }
 
+template <class Precision>
+std::vector<double> train_reduced_precision(bool dynamic_scaling, std::int64_t& steps_applied, float& final_scale) {
+  executor ex{};
+  using net_t = nn::network<mlp, Precision, space>;
+  net_t net(128, {.seed = 3});
+  optim::trainer_options o = schedule(16 * 3);
+  o.scaling.dynamic = dynamic_scaling;
+  optim::trainer<net_t, optim::adamw> trainer(net, o, optim::adamw_options{.weight_decay = 0.01f});
+  trainer.initialize(ex);
+  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 5, .drop_last = true, .mean = 0.286f, .std = 0.353f});
+  std::vector<double> losses;
+  for (int e = 0; e < 3; ++e) {
+    trainer.loss().reset(ex);
+    loader.start_epoch(std::uint64_t(e));
+    while (const auto* b = loader.next()) trainer.step(b->images, b->labels, ex);
+    losses.push_back(trainer.loss().totals().mean_loss);
+  }
+  steps_applied = trainer.controller().step_for_host();
+  final_scale = trainer.controller().loss_scale_for_host();
+  return losses;
+}
+
+FUSOR_TEST_CASE("trainer: bf16 with fp32 master weights, and fp16 with a dynamic loss scale, learn like fp32") {
+  std::int64_t steps = 0;
+  float scale = 0;
+  const std::vector<double> bf16_losses = train_reduced_precision<bf16>(false, steps, scale);
+  INFO("bf16 epoch losses " << bf16_losses[0] << " " << bf16_losses[1] << " " << bf16_losses[2]);
+  CHECK(steps == 48);
+  CHECK(scale == 1.0f);
+  CHECK(bf16_losses[2] < 0.85);
+  const std::vector<double> fp16_losses = train_reduced_precision<fp16>(true, steps, scale);
+  INFO("fp16 epoch losses " << fp16_losses[0] << " " << fp16_losses[1] << " " << fp16_losses[2] << ", steps applied "
+                            << steps << ", final scale " << scale);
+  CHECK(fp16_losses[2] < 0.85);
+  CHECK(steps >= 40);  // a few steps may be skipped while the scale backs off from 2^16
+  CHECK(steps <= 48);
+  // Each skipped step halved the scale once; no growth within 48 clean steps (interval 2000).
+  CHECK(scale == std::ldexp(65536.0f, -int(48 - steps)));
+}
+
 FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which stay zero; biases are kept") {
   // Global magnitude pruning over every weight matrix of the group (not per layer).
   executor ex{};
@@ -142,3 +185,42 @@ FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which
   CHECK(largest_pruned <= smallest_kept);  // the smallest magnitudes went
   CHECK(kept_moved > kept / 2);            // and training went on for the rest
 }
+
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("trainer: a step captured as a CUDA graph and replayed equals the eager steps") {
+  cudaStream_t stream{};
+  FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const cuda_executor ex{stream};
+  const data::loader_options lo{.batch_size = 128, .seed = 7, .drop_last = true};
+  auto run = [&](bool graph) {
+    network_t net(128, {.seed = 6, .stream = stream});
+    trainer_t trainer(net, {.schedule = optim::learning_rate_schedule::warmup_cosine(2e-3f, 2, 10), .stream = stream},
+                      optim::adamw_options{});
+    trainer.initialize(ex);
+    data::loader<space> loader(slice(), lo, stream);
+    loader.start_epoch(0);
+    space_tensor<float, dextents<index_t, 2>> images(128, 784);
+    space_tensor<std::int32_t, dextents<index_t, 1>> labels(128);
+    graph::captured_step captured;
+    for (int i = 0; i < 8; ++i) {
+      const auto* b = loader.next();
+      copy_async(images.view(), b->images, stream);
+      copy_async(labels.view(), b->labels, stream);
+      if (!graph || i == 0) {
+        trainer.step(images, labels, ex);
+      } else {
+        if (!captured.captured()) captured.capture(stream, [&] { trainer.step(images, labels, ex); });
+        captured.replay();
+      }
+    }
+    ex.synchronize();
+    if (graph) CHECK(captured.node_count() > 10);
+    return std::pair{to_host(net.group<float>().values()), trainer.loss().totals().mean_loss};
+  };
+  const auto [eager, eager_loss] = run(false);
+  const auto [replayed, replayed_loss] = run(true);
+  CHECK(replayed_loss == eager_loss);
+  for (index_t i = 0; i < eager.size(); ++i) REQUIRE(replayed.data()[i] == eager.data()[i]);
+  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+#endif
