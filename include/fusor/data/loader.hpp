@@ -10,7 +10,8 @@
 // copy; when the consumer asks for the following batch, an event recorded on
 // the compute stream tells the copy stream when the old slot may be
 // overwritten. An exception in the worker is rethrown by next(); the
-// destructor stops and joins the worker wherever it is.
+// destructor stops and joins the worker wherever it is. One thread (the
+// consumer) calls start_epoch() and next().
 #pragma once
 
 #include <algorithm>
@@ -70,6 +71,12 @@ class loader {
       : data_(&data), options_(options), compute_stream_(compute_stream) {
     check(options_);
     validate(data);
+#if FUSOR_HAS_CUDA
+    if constexpr (on_device) {
+      cuda::require("loader<device_space>");
+      FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
+    }
+#endif
     count_ = data.count;
     pixels_per_sample_ = data.rows * data.cols;
     const index_t size = options_.batch_size;
@@ -89,8 +96,6 @@ class loader {
     sizes_.assign(slots, 0);
 #if FUSOR_HAS_CUDA
     if constexpr (on_device) {
-      cuda::require("loader<device_space>");
-      FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
       copy_stream_ = detail::owned_stream::non_blocking();
       device_slots_.reserve(slots);
       for (std::size_t s = 0; s < slots; ++s) device_slots_.emplace_back(image_bytes, label_bytes, copy_stream_.get());
@@ -129,9 +134,13 @@ class loader {
   // Visits the samples in the order of (seed, epoch) (in order without
   // shuffle) and starts preparing batches; abandons the current epoch.
   void start_epoch(std::uint64_t epoch) {
-    std::vector<index_t> order(static_cast<std::size_t>(count_));
-    if (options_.shuffle) order = epoch_permutation(count_, options_.seed, epoch);
-    else std::iota(order.begin(), order.end(), index_t(0));
+    std::vector<index_t> order;
+    if (options_.shuffle) {
+      order = epoch_permutation(count_, options_.seed, epoch);
+    } else {
+      order.resize(static_cast<std::size_t>(count_));
+      std::iota(order.begin(), order.end(), index_t(0));
+    }
     std::unique_lock lock(mutex_);
     ++generation_;
     active_ = false;
