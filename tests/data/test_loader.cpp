@@ -5,7 +5,9 @@
 // stay valid while the worker runs ahead; start_epoch mid-epoch; destruction at
 // any point without a hang; the worker's exceptions rethrown by next();
 // options checked.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
 #include <thread>
 #include <vector>
