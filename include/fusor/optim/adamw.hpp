@@ -1,0 +1,138 @@
+// fusor/optim/adamw.hpp — AdamW (decoupled weight decay), as torch.optim.AdamW
+// defines it, in ONE fused pass over a flat parameter buffer: gradients, both
+// moments, fp32 master weights and parameters are read and written together.
+//
+// With g = grads * gradient_multiplier, t = step + 1 (steps applied so far,
+// plus this one) and w the master weights (or the fp32 parameters):
+//   w *= 1 - lr * weight_decay
+//   m  = beta1 * m + (1 - beta1) * g
+//   v  = beta2 * v + (1 - beta2) * g^2
+//   w -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + epsilon)
+// 16-bit parameters then receive w rounded to their precision. On a skipped
+// step (Inf/NaN gradients) every value is written back unchanged.
+//
+// The three per-step factors (lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t),
+// 1 - lr * weight_decay) are computed once per step by a one-thread task into
+// this optimizer's own device memory, from the device step count and learning
+// rate, so the pass does not evaluate pow() per element: a step is that task
+// and the one pass.
+#pragma once
+
+#include <type_traits>
+
+#include <cuda/std/cmath>
+
+#include "fusor/core/error.hpp"
+#include "fusor/exec/assign.hpp"
+#include "fusor/expr/operators.hpp"
+#include "fusor/optim/flat_state.hpp"
+#include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/step_scalars.hpp"
+
+namespace fusor::optim {
+
+struct adamw_options {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+namespace detail {
+// [0] lr / (1 - beta1^t)   [1] 1 / sqrt(1 - beta2^t)   [2] 1 - lr * weight_decay
+struct adamw_factors_task {
+  const step_values* values;
+  float* factors;
+  adamw_options options;
+  FUSOR_HOST_DEVICE void operator()() const {
+    const double t = double(values->step + 1);
+    const double learning_rate = values->learning_rate;
+    const double correction1 = 1.0 - ::cuda::std::pow(double(options.beta1), t);
+    const double correction2 = 1.0 - ::cuda::std::pow(double(options.beta2), t);
+    factors[0] = float(learning_rate / correction1);
+    factors[1] = float(1.0 / ::cuda::std::sqrt(correction2));
+    factors[2] = float(1.0 - learning_rate * double(options.weight_decay));
+  }
+};
+}  // namespace detail
+
+template <class Precision, class Space = host_space>
+class adamw {
+ public:
+  using storage_type = typename state_traits<Precision>::storage_type;
+  using state_type = typename state_traits<Precision>::state_type;
+  using parameter_view = flat_view<Precision, Space>;
+  using state_view = flat_view<state_type, Space>;
+  static constexpr bool has_master_weights = state_traits<Precision>::has_master_weights;
+
+  explicit adamw(index_t parameter_count, adamw_options options = {}, stream_t stream = {})
+      : options_(options), count_(parameter_count) {
+    if (parameter_count < 0) throw error("fusor: adamw needs a parameter count >= 0");
+    if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f) || !(options.beta2 >= 0.0f && options.beta2 < 1.0f) ||
+        !(options.epsilon >= 0.0f) || !(options.weight_decay >= 0.0f))
+      throw error("fusor: adamw needs 0 <= beta1, beta2 < 1, epsilon >= 0 and weight_decay >= 0");
+    exp_avg_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
+    exp_avg_sq_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
+    if constexpr (has_master_weights) master_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
+    factors_ = detail::zero_tensor<float, Space>(3, stream);
+  }
+
+  // Master weights = params (once, after the parameters are initialised or loaded).
+  template <flat_view_of<storage_type> V, class Ex>
+  void initialize(const V& params, const Ex& executor) {
+    detail::check_size("adamw", "parameters", count_, params.size());
+    if constexpr (has_master_weights) assign(master_.view(), params, executor);
+  }
+
+  template <flat_view_of<storage_type> V, class G, class Ex>
+  void step(const V& params, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+    detail::check_size("adamw", "parameters", count_, params.size());
+    detail::check_size("adamw", "gradients", count_, as_view(grads).size());
+    run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
+    if constexpr (has_master_weights) update(master_.view(), as_view(grads), scalars, executor, params);
+    else update(params, as_view(grads), scalars, executor);
+  }
+
+  // The state a checkpoint keeps: fn(name, view), names stable.
+  template <class Fn>
+  void for_each_state(Fn&& fn) const {
+    fn("exp_avg", exp_avg_.view());
+    fn("exp_avg_sq", exp_avg_sq_.view());
+    if constexpr (has_master_weights) fn("master", master_.view());
+  }
+  state_view master_weights() const
+    requires has_master_weights
+  {
+    return master_.view();
+  }
+  index_t parameter_count() const { return count_; }
+  const adamw_options& options() const { return options_; }
+
+ private:
+  template <class W, class G, class Ex, class... Params>
+  void update(const W& w, const G& grads, const step_scalars<Space>& scalars, const Ex& executor,
+              const Params&... params) {
+    const auto skip = scalar(scalars.skip());
+    const auto step_size = scalar<float, Space>(factors_.data() + 0);
+    const auto inverse_sqrt_correction2 = scalar<float, Space>(factors_.data() + 1);
+    const auto decay = scalar<float, Space>(factors_.data() + 2);
+    const auto g = grads * scalar(scalars.gradient_multiplier());
+    const auto m = exp_avg_.view();
+    const auto v = exp_avg_sq_.view();
+    const auto m_new = options_.beta1 * m + (1.0f - options_.beta1) * g;
+    const auto v_new = options_.beta2 * v + (1.0f - options_.beta2) * (g * g);
+    const auto w_new = where(skip, w,
+                             w * decay - step_size * m_new / (sqrt(v_new) * inverse_sqrt_correction2 + options_.epsilon));
+    assign_many(executor, out(m, where(skip, m, m_new)), out(v, where(skip, v, v_new)), out(w, w_new),
+                out(params, w_new)...);
+  }
+
+  adamw_options options_;
+  index_t count_;
+  flat_tensor<state_type, Space> exp_avg_;
+  flat_tensor<state_type, Space> exp_avg_sq_;
+  flat_tensor<state_type, Space> master_;
+  flat_tensor<float, Space> factors_;
+};
+
+}  // namespace fusor::optim

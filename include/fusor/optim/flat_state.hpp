@@ -1,0 +1,67 @@
+// fusor/optim/flat_state.hpp — what the optimizers share about their state:
+// flat 1-D views and tensors over a parameter buffer, zero-filled state, the
+// fp32 master copy of 16-bit parameters, and the size checks.
+//
+// An optimizer keeps its state (moments, master weights) in the compute type
+// of the parameters' precision: fp32 for fp32, bf16 and fp16 parameters (fp64
+// for fp64). Parameters stored narrower than that (bf16, fp16) get master
+// weights: the update happens on the master copy and the parameters receive
+// its rounding, so small updates are not lost to 8- or 11-bit mantissas.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/error.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/precision.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/core/view.hpp"
+
+namespace fusor::optim {
+
+template <class P, class Space>
+using flat_view = view<P, dextents<index_t, 1>, row_major, Space>;
+template <class P, class Space>
+using flat_tensor = tensor<P, dextents<index_t, 1>, row_major, Space>;
+
+// The state of an optimizer for parameters of precision P.
+template <class P>
+struct state_traits {
+  using storage_type = storage_t<P>;
+  using state_type = compute_t<P>;
+  static constexpr bool has_master_weights = !std::is_same_v<storage_type, state_type>;
+};
+
+// A view of any precision whose elements are stored as T (fusor::bf16 and
+// __nv_bfloat16 name the same memory).
+template <class V, class T>
+concept flat_view_of = is_view_v<V> && V::rank == 1 && std::is_same_v<typename V::element_type, T> &&
+                       std::is_same_v<typename V::layout_type, row_major>;
+
+namespace detail {
+template <class T, class Space>
+flat_tensor<T, Space> zero_tensor(index_t n, stream_t stream) {
+  flat_tensor<T, Space> t(dextents<index_t, 1>(n), stream);
+  if (n == 0) return t;
+  if constexpr (Space::host_accessible && !Space::device_accessible) {
+    std::memset(t.data(), 0, std::size_t(n) * sizeof(T));
+  } else {
+#if FUSOR_HAS_CUDA
+    FUSOR_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, std::size_t(n) * sizeof(T), stream));
+#endif
+  }
+  return t;
+}
+
+inline void check_size(const char* who, const char* what, index_t expected, index_t got) {
+  if (expected != got)
+    throw shape_error(std::string("fusor: ") + who + " was made for " + std::to_string(expected) +
+                      " parameters, but its " + what + " have shape [" + std::to_string(got) + "] (expected [" +
+                      std::to_string(expected) + "])");
+}
+}  // namespace detail
+
+}  // namespace fusor::optim

@@ -1,0 +1,113 @@
+// fusor/optim/sgd.hpp — stochastic gradient descent with momentum, dampening,
+// Nesterov momentum and weight decay, as torch.optim.SGD defines them, in ONE
+// fused pass over a flat parameter buffer: gradients, momentum, fp32 master
+// weights and parameters are read and written together, element by element.
+//
+// With g = grads * gradient_multiplier + weight_decay * w (w: the master
+// weights, or the parameters themselves when they are fp32):
+//   momentum == 0:  w -= lr * g
+//   otherwise:      b = (first step) ? g : momentum * b + (1 - dampening) * g
+//                   w -= lr * (nesterov ? g + momentum * b : b)
+// 16-bit parameters then receive w rounded to their precision. The learning
+// rate, gradient multiplier, skip flag and step count come from the
+// step_scalars in memory; on a skipped step (Inf/NaN gradients) every value is
+// written back unchanged, and "first step" means the first step applied.
+#pragma once
+
+#include <type_traits>
+
+#include "fusor/core/error.hpp"
+#include "fusor/exec/assign.hpp"
+#include "fusor/expr/operators.hpp"
+#include "fusor/optim/flat_state.hpp"
+#include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/step_scalars.hpp"
+
+namespace fusor::optim {
+
+struct sgd_options {
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+template <class Precision, class Space = host_space>
+class sgd {
+ public:
+  using storage_type = typename state_traits<Precision>::storage_type;
+  using state_type = typename state_traits<Precision>::state_type;
+  using parameter_view = flat_view<Precision, Space>;
+  using state_view = flat_view<state_type, Space>;
+  static constexpr bool has_master_weights = state_traits<Precision>::has_master_weights;
+
+  explicit sgd(index_t parameter_count, sgd_options options = {}, stream_t stream = {})
+      : options_(options), count_(parameter_count) {
+    if (parameter_count < 0) throw error("fusor: sgd needs a parameter count >= 0");
+    if (!(options.momentum >= 0.0f) || !(options.weight_decay >= 0.0f) || !(options.dampening >= 0.0f) ||
+        !(options.dampening <= 1.0f))
+      throw error("fusor: sgd needs momentum >= 0, weight_decay >= 0 and 0 <= dampening <= 1");
+    if (options.nesterov && (options.momentum == 0.0f || options.dampening != 0.0f))
+      throw error("fusor: Nesterov momentum needs momentum > 0 and dampening 0 (as in torch.optim.SGD)");
+    if (options.momentum != 0.0f) momentum_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
+    if constexpr (has_master_weights) master_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
+  }
+
+  // Master weights = params (once, after the parameters are initialised or loaded).
+  template <flat_view_of<storage_type> V, class Ex>
+  void initialize(const V& params, const Ex& executor) {
+    detail::check_size("sgd", "parameters", count_, params.size());
+    if constexpr (has_master_weights) assign(master_.view(), params, executor);
+  }
+
+  template <flat_view_of<storage_type> V, class G, class Ex>
+  void step(const V& params, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+    detail::check_size("sgd", "parameters", count_, params.size());
+    detail::check_size("sgd", "gradients", count_, as_view(grads).size());
+    if constexpr (has_master_weights) update(master_.view(), as_view(grads), scalars, executor, params);
+    else update(params, as_view(grads), scalars, executor);
+  }
+
+  // The state a checkpoint keeps: fn(name, view), names stable.
+  template <class Fn>
+  void for_each_state(Fn&& fn) const {
+    if (momentum_.size() != 0) fn("momentum", momentum_.view());
+    if constexpr (has_master_weights) fn("master", master_.view());
+  }
+  state_view master_weights() const
+    requires has_master_weights
+  {
+    return master_.view();
+  }
+  index_t parameter_count() const { return count_; }
+  const sgd_options& options() const { return options_; }
+
+ private:
+  // w: the weights the update happens on; params: where their rounding goes, if elsewhere.
+  template <class W, class G, class Ex, class... Params>
+  void update(const W& w, const G& grads, const step_scalars<Space>& scalars, const Ex& executor,
+              const Params&... params) {
+    const auto learning_rate = scalar(scalars.learning_rate());
+    const auto skip = scalar(scalars.skip());
+    const auto g = grads * scalar(scalars.gradient_multiplier()) + options_.weight_decay * w;
+    if (momentum_.size() == 0) {
+      const auto w_new = where(skip, w, w - learning_rate * g);
+      assign_many(executor, out(w, w_new), out(params, w_new)...);
+    } else {
+      const auto b = momentum_.view();
+      const auto b_new = where(scalar(scalars.step()) == 0, g, options_.momentum * b + (1.0f - options_.dampening) * g);
+      // Nesterov: g + momentum * b; otherwise 0 * g + 1 * b (exact): one kernel for both.
+      const float on_gradient = options_.nesterov ? 1.0f : 0.0f;
+      const float on_momentum = options_.nesterov ? options_.momentum : 1.0f;
+      const auto w_new = where(skip, w, w - learning_rate * (on_gradient * g + on_momentum * b_new));
+      assign_many(executor, out(b, where(skip, b, b_new)), out(w, w_new), out(params, w_new)...);
+    }
+  }
+
+  sgd_options options_;
+  index_t count_;
+  flat_tensor<state_type, Space> momentum_;
+  flat_tensor<state_type, Space> master_;
+};
+
+}  // namespace fusor::optim

@@ -1,0 +1,12 @@
+# Optimizers (issue 4): SGD and AdamW in one fused pass with fp32 master
+# weights, clipping by global norm, learning-rate schedules, the dynamic loss
+# scaler (all per-step decisions in device memory) and magnitude pruning.
+fusor_add_test_suite(optim
+  EXECUTOR_TESTS
+    optim/test_sgd.cpp
+    optim/test_adamw.cpp
+    optim/test_schedule.cpp
+    optim/test_clipping.cpp
+    optim/test_loss_scaler.cpp
+    optim/test_pruning.cpp
+)
