@@ -143,7 +143,7 @@ TEST_CASE("a write into a directory the writer may not write to fails clearly an
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE_MESSAGE(WEXITSTATUS(status) == 0, "the child could not drop to uid/gid 65534 (exit 4) or report (exit 5)");
 
   INFO("message: ", message);
   CHECK(message.find("cannot write checkpoint file '" + file.string() + "'") != std::string::npos);
