@@ -9,8 +9,11 @@ endif()
 fusor_add_test_suite(nn
   EXECUTOR_TESTS
     nn/test_network.cpp
+    nn/test_conv2d.cpp
+    nn/test_sequence_layers.cpp
   HOST_TESTS
     nn/test_linear.cpp
+    nn/test_layer_gradients.cpp
   LIBRARIES fusor::blas
 )
 

@@ -34,6 +34,12 @@ inline constexpr bool is_features_v<features<S...>> = true;
 template <class Precision, class Features, class Space>
 using activation_view = view<Precision, typename Features::batched_extents, row_major, Space>;
 
+// Whether F is an image, features<channels, height, width> (conv2d, max_pool2d).
+template <class F>
+inline constexpr bool is_image_v = false;
+template <std::size_t C, std::size_t H, std::size_t W>
+inline constexpr bool is_image_v<features<C, H, W>> = true;
+
 namespace detail {
 // The extent at position Axis of features<S...>.
 template <std::size_t Axis, std::size_t... S>

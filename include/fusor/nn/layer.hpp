@@ -20,6 +20,11 @@
 //     };                                                          // (dx.data() == nullptr: not needed)
 //   };
 //
+// Optional members of an instance: `using input_precision = ...;` where x is
+// not in `precision` (an embedding's int32 token ids; the network's first layer
+// only), and `void seed(std::uint64_t)`, which the network calls once with a
+// seed derived from its own and the layer's position (dropout's masks).
+//
 // x, y, dy, dx are activation_view<precision, features, Space> with the
 // batch as the leading extent. backward may overwrite dy (it is the network's
 // scratch for this layer's output). A layer allocates in reserve() only, so a
@@ -49,6 +54,22 @@ inline constexpr run_mode evaluation{false};
 
 template <class Layer, class In, class NetworkPrecision, class Space>
 using layer_instance = typename Layer::template instance<In, NetworkPrecision, Space>;
+
+namespace detail {
+template <class Instance>
+struct input_precision_of {
+  using type = typename Instance::precision;
+};
+template <class Instance>
+  requires requires { typename Instance::input_precision; }
+struct input_precision_of<Instance> {
+  using type = typename Instance::input_precision;
+};
+}  // namespace detail
+
+// The precision of a layer instance's input x: its input_precision if it names one.
+template <class Instance>
+using layer_input_precision = typename detail::input_precision_of<Instance>::type;
 
 // Compile-time error for sequential<>: the produced and expected features are
 // named in the instantiation that fails.

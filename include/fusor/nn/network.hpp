@@ -77,7 +77,7 @@ class network {
   using layer_type = std::tuple_element_t<I, layers_type>;
   using input_features = typename Sequential::input_features;
   using output_features = typename Sequential::output_features;
-  using input_precision = typename layer_type<0>::precision;
+  using input_precision = layer_input_precision<layer_type<0>>;  // int32 for an embedding
   using output_precision = typename layer_type<depth - 1>::precision;
   using input_view = activation_view<input_precision, input_features, Space>;
   using output_view = activation_view<output_precision, output_features, Space>;
@@ -108,6 +108,8 @@ class network {
       std::get<I>(activations_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
       std::get<I>(output_gradients_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
       std::get<I>(layers_).reserve(max_batch, stream_);
+      if constexpr (requires(layer_type<I>& l) { l.seed(std::uint64_t{}); })
+        std::get<I>(layers_).seed(derive_seed(options.seed, std::uint64_t(1) << 32 | I));
     });
     input_buffer_ = tensor<input_precision, typename input_features::batched_extents, row_major, Space>(
         typename input_features::batched_extents(max_batch), stream_);
@@ -275,7 +277,7 @@ class network {
   }
   template <std::size_t I, class Executor>
   void backward_from(const Executor& ex) {
-    using P = typename layer_type<I>::precision;
+    using P = layer_input_precision<layer_type<I>>;
     activation_view<P, typename layer_type<I>::input_features, Space> dx{};
     if constexpr (I > 0) dx = detail::with_precision<P>(output_gradient_of<I - 1>());
     else dx = input_gradient_;

@@ -1,0 +1,183 @@
+// fusor/nn/conv2d.hpp — a 2-D convolution over NCHW images, as PyTorch's
+// nn.Conv2d(InChannels, OutChannels, Kernel, Stride, Padding) (square kernel,
+// zero padding, no dilation or groups), so that a small CNN can be built.
+//
+//   nn::conv2d<1, 32, 3, 1, 1>   // features<1, 28, 28> -> features<32, 28, 28>
+//   nn::conv2d<3, 8, 3, 2, 1>    // features<3, 7, 9>   -> features<8, 4, 5>
+//
+// Weight [Out, In, K, K] and bias [Out] as PyTorch's, initialised as it does:
+// U(+-1/sqrt(In * K * K)). Output size (H + 2 Padding - K) / Stride + 1 per
+// axis; a kernel larger than the padded image is a compile-time error.
+//
+// im2col + GEMM (nn/im2col.hpp), with the batch folded into the GEMMs' rows so
+// each of the three products is one OpenBLAS / cuBLASLt call:
+//   forward   columns = im2row(x)                  [R, In K K], R = batch * OH * OW
+//             z = columns weight^T                 [R, Out]
+//             y = z + bias, to NCHW                one pass
+//   backward  dz = dy, to rows; dbias = sums of dy one pass (on the GPU dbias is
+//                                                  the next GEMM's fused epilogue)
+//             dweight = dz^T columns               [Out, In K K]
+//             dcolumns = dz weight                 [R, In K K] (into columns' memory)
+//             dx = row2im(dcolumns)                one pass, deterministic
+// Kept for backward: the columns of the last forward (R x In K K elements,
+// reserve()d for max_batch, with the [R, Out] product buffer). backward
+// reuses the columns' memory for dcolumns: one backward per forward.
+// Layout: NCHW (nn::layout<nchw>, the default) only.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "fusor/core/strided_views.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/kernels/matmul.hpp"
+#include "fusor/nn/im2col.hpp"
+#include "fusor/nn/layer.hpp"
+
+namespace fusor::nn {
+
+// Compile-time error: the kernel does not fit the padded image it is given.
+template <std::size_t Kernel, std::size_t Padding, std::size_t Height, std::size_t Width, bool Fits>
+struct conv_kernel_must_fit_the_padded_image {
+  static_assert(Fits,
+                "fusor: nn::conv2d: the kernel is larger than the padded image; see "
+                "conv_kernel_must_fit_the_padded_image<kernel, padding, image height, image width>");
+  static constexpr bool value = Fits;
+};
+
+template <std::size_t InChannels, std::size_t OutChannels, std::size_t Kernel, std::size_t Stride = 1,
+          std::size_t Padding = 0, class... Policies>
+struct conv2d {
+  static_assert(InChannels > 0 && OutChannels > 0 && Kernel > 0 && Stride > 0,
+                "fusor::nn::conv2d needs positive channel counts, kernel size and stride");
+  using policies = layer_policies<nchw, Policies...>;
+  static_assert(std::is_same_v<typename policies::layout, nchw>,
+                "fusor::nn::conv2d: images are NCHW (nn::layout<nchw>, the default)");
+  static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
+                "fusor::nn::conv2d: no parallel strategy splits a convolution yet");
+
+  template <class F>
+  static constexpr bool accepts = [] {
+    if constexpr (is_image_v<F>) return detail::feature_extent<0>(F{}) == InChannels;
+    else return false;
+  }();
+  // The smallest image it takes: features<InChannels, height, width>.
+  static constexpr std::size_t smallest = Kernel > 2 * Padding ? Kernel - 2 * Padding : 1;
+  using expected_input = features<InChannels, smallest, smallest>;
+
+  template <class F>
+  struct shape;
+  template <std::size_t C, std::size_t H, std::size_t W>
+  struct shape<features<C, H, W>> {
+    static constexpr bool fits =
+        conv_kernel_must_fit_the_padded_image<Kernel, Padding, H, W,
+                                              (Kernel <= H + 2 * Padding && Kernel <= W + 2 * Padding)>::value;
+    // After the error above, a 1 x 1 output: no second error about sizes.
+    static constexpr std::size_t out_height = fits ? (H + 2 * Padding - Kernel) / Stride + 1 : 1;
+    static constexpr std::size_t out_width = fits ? (W + 2 * Padding - Kernel) / Stride + 1 : 1;
+    using type = features<OutChannels, out_height, out_width>;
+    static constexpr detail::conv_geometry geometry{
+        index_t(InChannels), index_t(H),       index_t(W),          index_t(OutChannels), index_t(Kernel),
+        index_t(Stride),     index_t(Padding), index_t(out_height), index_t(out_width)};
+  };
+  template <class F>
+  using output = typename shape<F>::type;
+
+  template <class F, class NetworkPrecision, class Space>
+  class instance {
+   public:
+    using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    using element = storage_t<precision>;
+    using input_features = F;
+    using output_features = output<F>;
+    using input_view = activation_view<precision, input_features, Space>;
+    using output_view = activation_view<precision, output_features, Space>;
+    static constexpr detail::conv_geometry geometry = shape<F>::geometry;
+    static constexpr std::size_t columns = InChannels * Kernel * Kernel;
+    static constexpr std::size_t positions = std::size_t(geometry.positions());
+    using weight_view = view<precision, extents<index_t, OutChannels, columns>, row_major, Space>;
+    using bias_view = view<precision, extents<index_t, OutChannels>, row_major, Space>;
+
+    static std::vector<parameter_spec> parameters() {
+      const index_t fan_in = index_t(columns);
+      return {{"weight", {index_t(OutChannels), index_t(InChannels), index_t(Kernel), index_t(Kernel)},
+               initializer::uniform_fan_in(fan_in)},
+              {"bias", {index_t(OutChannels)}, initializer::uniform_fan_in(fan_in)}};
+    }
+    void bind(const parameter_binding<element, Space>& p) {
+      weight_ = shaped<precision, extents<index_t, OutChannels, columns>>(p.values[0]);
+      bias_ = shaped<precision, extents<index_t, OutChannels>>(p.values[1]);
+      weight_gradient_ = shaped<precision, extents<index_t, OutChannels, columns>>(p.gradients[0]);
+      bias_gradient_ = shaped<precision, extents<index_t, OutChannels>>(p.gradients[1]);
+    }
+    void reserve(index_t max_batch, stream_t stream) {
+      columns_ = column_tensor(column_extents(max_batch * index_t(positions)), stream);
+      products_ = product_tensor(product_extents(max_batch * index_t(positions)), stream);
+      if constexpr (Space::host_accessible && !std::is_same_v<element, accumulator>) {
+        int threads = 1;
+#if FUSOR_HAS_OPENMP
+        threads = omp_get_max_threads();
+#endif
+        scratch_ = scratch_tensor(dextents<index_t, 1>(threads * geometry.image_size()), stream);
+      }
+    }
+
+    template <class Executor>
+    void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
+      const index_t batch = x.extent(0), rows = batch * index_t(positions);
+      detail::im2row(detail::im2row_pass<element>{x.data(), columns_.data(), geometry}, batch, ex);
+      matmul(product_matrix(rows), column_matrix(rows), transpose(weight_), epilogue::none{}, ex);
+      detail::rows_to_nchw(detail::rows_to_nchw_pass<element, accumulator>{products_.data(), bias_.data(), y.data(),
+                                                                           geometry},
+                           batch, ex);
+    }
+
+    template <class Executor>
+    void backward(const input_view&, const output_view&, const output_view& dy, const input_view& dx,
+                  const Executor& ex) {
+      const index_t batch = dy.extent(0), rows = batch * index_t(positions);
+      constexpr bool on_host = std::is_same_v<Executor, host_executor>;
+      // dz (in the product's memory); the host sums dbias on the way.
+      detail::nchw_to_rows(detail::nchw_to_rows_pass<element, accumulator>{
+                               dy.data(), products_.data(), on_host ? bias_gradient_.data() : nullptr, geometry, batch},
+                           ex);
+      const auto dz = product_matrix(rows);
+      if constexpr (on_host)
+        matmul(weight_gradient_, transpose(dz), column_matrix(rows), epilogue::none{}, ex);
+      else
+        matmul(weight_gradient_, transpose(dz), column_matrix(rows), epilogue::bias_gradient_a(bias_gradient_), ex);
+      if (dx.data() == nullptr) return;
+      matmul(column_matrix(rows), dz, weight_, epilogue::none{}, ex);  // dcolumns, over the columns
+      detail::row2im(detail::row2im_pass<element, accumulator>{columns_.data(), dx.data(), geometry, scratch_.data(),
+                                                               scratch_images()},
+                     batch, ex);
+    }
+
+    weight_view weight() const { return weight_; }
+    bias_view bias() const { return bias_; }
+
+   private:
+    using accumulator = compute_t<precision>;  // fp32 for bf16/fp16 sums and bias additions
+    using column_extents = extents<index_t, dynamic, columns>;
+    using product_extents = extents<index_t, dynamic, OutChannels>;
+    using column_tensor = tensor<precision, column_extents, row_major, Space>;
+    using product_tensor = tensor<precision, product_extents, row_major, Space>;
+    using scratch_tensor = tensor<accumulator, dextents<index_t, 1>, row_major, Space>;
+
+    view<precision, column_extents, row_major, Space> column_matrix(index_t rows) const {
+      return {columns_.data(), rows};
+    }
+    view<precision, product_extents, row_major, Space> product_matrix(index_t rows) const {
+      return {products_.data(), rows};
+    }
+    index_t scratch_images() const { return scratch_.size() / geometry.image_size(); }
+
+    weight_view weight_{}, weight_gradient_{};
+    bias_view bias_{}, bias_gradient_{};
+    column_tensor columns_;
+    product_tensor products_;
+    scratch_tensor scratch_;
+  };
+};
+
+}  // namespace fusor::nn
