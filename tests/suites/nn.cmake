@@ -24,17 +24,31 @@ foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS _fusor_cblas_include_dirs)
     list(APPEND _nn_compile_flags -isystem ${dir}/cccl)
   endif()
 endforeach()
-set(_script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_nn_sequential_mismatch.cmake)
-set(_content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\nset(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/nn/compile_fail/sequential_mismatch.cpp]==])\nset(MODE fail)\nset(FLAGS)\n")
-foreach(flag IN LISTS _nn_compile_flags)
-  string(APPEND _content "list(APPEND FLAGS [==[${flag}]==])\n")
-endforeach()
-string(APPEND _content "set(REASON \"\")\nset(PATTERNS)\n")
-foreach(pattern
-    "a layer's input does not match the previous layer's output"
-    "layer_sizes_must_match<1, fusor::nn::linear<784, 256, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<128, 10>, fusor::nn::features<256>, fusor::nn::features<128>")
-  string(APPEND _content "list(APPEND PATTERNS [==[${pattern}]==])\n")
-endforeach()
-string(APPEND _content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
-file(CONFIGURE OUTPUT ${_script} CONTENT "${_content}")
-add_test(NAME compile_fail.nn_sequential_mismatch COMMAND ${CMAKE_COMMAND} -P ${_script})
+# One compile-fail test: tests/nn/compile_fail/<name>.cpp must fail with
+# FUSOR_COMPILE_FAIL (matching every pattern) and compile without it.
+function(_nn_compile_fail name)
+  set(_script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_nn_${name}.cmake)
+  set(_content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\nset(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/nn/compile_fail/${name}.cpp]==])\nset(MODE fail)\nset(FLAGS)\n")
+  foreach(flag IN LISTS _nn_compile_flags)
+    string(APPEND _content "list(APPEND FLAGS [==[${flag}]==])\n")
+  endforeach()
+  string(APPEND _content "set(REASON \"\")\nset(PATTERNS)\n")
+  foreach(pattern IN LISTS ARGN)
+    string(APPEND _content "list(APPEND PATTERNS [==[${pattern}]==])\n")
+  endforeach()
+  string(APPEND _content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
+  file(CONFIGURE OUTPUT ${_script} CONTENT "${_content}")
+  add_test(NAME compile_fail.nn_${name} COMMAND ${CMAKE_COMMAND} -P ${_script})
+endfunction()
+
+_nn_compile_fail(sequential_mismatch
+  "a layer's input does not match the previous layer's output"
+  "layer_sizes_must_match<1, fusor::nn::linear<784, 256, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<128, 10>, fusor::nn::features<256>, fusor::nn::features<128>")
+# A convolution given images with other channels: the layer and both shapes named.
+_nn_compile_fail(conv_channels_mismatch
+  "a layer's input does not match the previous layer's output"
+  "layer_sizes_must_match<0, fusor::nn::network_input, fusor::nn::conv2d<1, 4, 3>, fusor::nn::features<3, 8, 8>, fusor::nn::features<1, 3, 3>")
+# A pooling window larger than the image it gets: the window and the image named.
+_nn_compile_fail(pool_window_too_large
+  "the pooling window is larger than the image"
+  "pool_window_must_fit_the_image<3, 2, 2, false>")
