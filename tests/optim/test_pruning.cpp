@@ -152,4 +152,8 @@ FUSOR_TEST_CASE("pruning: errors name the shapes and the range") {
   expect_error<fusor::shape_error>([&] { pruning.prune_smallest(right.view(), 0.5, {{90, 101}}, ex); },
                                    {"[90, 101)", "[100]"});
   expect_error<fusor::error>([&] { pruning.prune_smallest(right.view(), 1.5, ex); }, {"fraction"});
+  // An empty buffer (a placeholder until the real size is known) is fine.
+  optim::magnitude_pruning<space> empty(0, ex_stream(ex));
+  CHECK(empty.parameter_count() == 0);
+  CHECK(empty.pruned_count() == 0);
 }

@@ -9,4 +9,5 @@ fusor_add_test_suite(optim
     optim/test_clipping.cpp
     optim/test_loss_scaler.cpp
     optim/test_pruning.cpp
+    optim/test_step_scalars.cpp
 )

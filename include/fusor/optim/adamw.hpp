@@ -22,6 +22,7 @@
 
 #include <cuda/std/cmath>
 
+#include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
@@ -78,14 +79,15 @@ class adamw {
   }
 
   // Master weights = params (once, after the parameters are initialised or loaded).
-  template <flat_view_of<storage_type> V, class Ex>
+  template <flat_buffer_of<storage_type> V, class Ex>
   void initialize(const V& params, const Ex& executor) {
-    detail::check_size("adamw", "parameters", count_, params.size());
-    if constexpr (has_master_weights) assign(master_.view(), params, executor);
+    detail::check_size("adamw", "parameters", count_, as_view(params).size());
+    if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
   }
 
-  template <flat_view_of<storage_type> V, class G, class Ex>
-  void step(const V& params, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+  template <flat_buffer_of<storage_type> V, class G, class Ex>
+  void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+    const auto& params = as_view(parameters);
     detail::check_size("adamw", "parameters", count_, params.size());
     detail::check_size("adamw", "gradients", count_, as_view(grads).size());
     run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);

@@ -40,6 +40,9 @@ struct state_traits {
 template <class V, class T>
 concept flat_view_of = is_view_v<V> && V::rank == 1 && std::is_same_v<typename V::element_type, T> &&
                        std::is_same_v<typename V::layout_type, row_major>;
+// ... or a tensor of one (the optimizers take either).
+template <class V, class T>
+concept flat_buffer_of = flat_view_of<V, T> || (is_tensor_v<V> && flat_view_of<typename V::view_type, T>);
 
 namespace detail {
 template <class T, class Space>

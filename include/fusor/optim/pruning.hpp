@@ -46,6 +46,7 @@ class magnitude_pruning {
 
   explicit magnitude_pruning(index_t parameter_count, stream_t stream = {})
       : mask_(dextents<index_t, 1>(parameter_count), stream) {
+    if (parameter_count == 0) return;
     flat_tensor<std::uint8_t, host_space> ones{dextents<index_t, 1>(parameter_count)};
     std::fill_n(ones.data(), parameter_count, std::uint8_t(1));
     copy(mask_, ones);

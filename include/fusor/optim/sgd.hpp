@@ -16,6 +16,7 @@
 
 #include <type_traits>
 
+#include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
@@ -54,14 +55,15 @@ class sgd {
   }
 
   // Master weights = params (once, after the parameters are initialised or loaded).
-  template <flat_view_of<storage_type> V, class Ex>
+  template <flat_buffer_of<storage_type> V, class Ex>
   void initialize(const V& params, const Ex& executor) {
-    detail::check_size("sgd", "parameters", count_, params.size());
-    if constexpr (has_master_weights) assign(master_.view(), params, executor);
+    detail::check_size("sgd", "parameters", count_, as_view(params).size());
+    if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
   }
 
-  template <flat_view_of<storage_type> V, class G, class Ex>
-  void step(const V& params, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+  template <flat_buffer_of<storage_type> V, class G, class Ex>
+  void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
+    const auto& params = as_view(parameters);
     detail::check_size("sgd", "parameters", count_, params.size());
     detail::check_size("sgd", "gradients", count_, as_view(grads).size());
     if constexpr (has_master_weights) update(master_.view(), as_view(grads), scalars, executor, params);
