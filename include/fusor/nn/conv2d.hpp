@@ -76,9 +76,7 @@ struct conv2d {
     static constexpr std::size_t out_height = fits ? (H + 2 * Padding - Kernel) / Stride + 1 : 1;
     static constexpr std::size_t out_width = fits ? (W + 2 * Padding - Kernel) / Stride + 1 : 1;
     using type = features<OutChannels, out_height, out_width>;
-    static constexpr detail::conv_geometry geometry{
-        index_t(InChannels), index_t(H),       index_t(W),          index_t(OutChannels), index_t(Kernel),
-        index_t(Stride),     index_t(Padding), index_t(out_height), index_t(out_width)};
+    using geometry = detail::conv_geometry<InChannels, H, W, OutChannels, Kernel, Stride, Padding, out_height, out_width>;
   };
   template <class F>
   using output = typename shape<F>::type;
@@ -92,9 +90,9 @@ struct conv2d {
     using output_features = output<F>;
     using input_view = activation_view<precision, input_features, Space>;
     using output_view = activation_view<precision, output_features, Space>;
-    static constexpr detail::conv_geometry geometry = shape<F>::geometry;
-    static constexpr std::size_t columns = InChannels * Kernel * Kernel;
-    static constexpr std::size_t positions = std::size_t(geometry.positions());
+    using geometry = typename shape<F>::geometry;
+    static constexpr std::size_t columns = std::size_t(geometry::columns);
+    static constexpr std::size_t positions = std::size_t(geometry::positions);
     using weight_view = view<precision, extents<index_t, OutChannels, columns>, row_major, Space>;
     using bias_view = view<precision, extents<index_t, OutChannels>, row_major, Space>;
 
@@ -118,18 +116,17 @@ struct conv2d {
 #if FUSOR_HAS_OPENMP
         threads = omp_get_max_threads();
 #endif
-        scratch_ = scratch_tensor(dextents<index_t, 1>(threads * geometry.image_size()), stream);
+        scratch_ = scratch_tensor(dextents<index_t, 1>(threads * geometry::image_size), stream);
       }
     }
 
     template <class Executor>
     void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
       const index_t batch = x.extent(0), rows = batch * index_t(positions);
-      detail::im2row(detail::im2row_pass<element>{x.data(), columns_.data(), geometry}, batch, ex);
+      detail::im2row(detail::im2row_pass<element, geometry>{x.data(), columns_.data()}, batch, ex);
       matmul(product_matrix(rows), column_matrix(rows), transpose(weight_), epilogue::none{}, ex);
-      detail::rows_to_nchw(detail::rows_to_nchw_pass<element, accumulator>{products_.data(), bias_.data(), y.data(),
-                                                                           geometry},
-                           batch, ex);
+      detail::rows_to_nchw(
+          detail::rows_to_nchw_pass<element, accumulator, geometry>{products_.data(), bias_.data(), y.data()}, batch, ex);
     }
 
     template <class Executor>
@@ -138,8 +135,8 @@ struct conv2d {
       const index_t batch = dy.extent(0), rows = batch * index_t(positions);
       constexpr bool on_host = std::is_same_v<Executor, host_executor>;
       // dz (in the product's memory); the host sums dbias on the way.
-      detail::nchw_to_rows(detail::nchw_to_rows_pass<element, accumulator>{
-                               dy.data(), products_.data(), on_host ? bias_gradient_.data() : nullptr, geometry, batch},
+      detail::nchw_to_rows(detail::nchw_to_rows_pass<element, accumulator, geometry>{
+                               dy.data(), products_.data(), on_host ? bias_gradient_.data() : nullptr, batch},
                            ex);
       const auto dz = product_matrix(rows);
       if constexpr (on_host)
@@ -148,9 +145,9 @@ struct conv2d {
         matmul(weight_gradient_, transpose(dz), column_matrix(rows), epilogue::bias_gradient_a(bias_gradient_), ex);
       if (dx.data() == nullptr) return;
       matmul(column_matrix(rows), dz, weight_, epilogue::none{}, ex);  // dcolumns, over the columns
-      detail::row2im(detail::row2im_pass<element, accumulator>{columns_.data(), dx.data(), geometry, scratch_.data(),
-                                                               scratch_images()},
-                     batch, ex);
+      detail::row2im(
+          detail::row2im_pass<element, accumulator, geometry>{columns_.data(), dx.data(), scratch_.data(), scratch_images()},
+          batch, ex);
     }
 
     weight_view weight() const { return weight_; }
@@ -170,7 +167,7 @@ struct conv2d {
     view<precision, product_extents, row_major, Space> product_matrix(index_t rows) const {
       return {products_.data(), rows};
     }
-    index_t scratch_images() const { return scratch_.size() / geometry.image_size(); }
+    index_t scratch_images() const { return scratch_.size() / geometry::image_size; }
 
     weight_view weight_{}, weight_gradient_{};
     bias_view bias_{}, bias_gradient_{};

@@ -33,54 +33,67 @@
 
 namespace fusor::nn::detail {
 
+// The sizes of one convolution, as compile-time constants: the loops below
+// divide by them and unroll over the kernel.
+template <std::size_t InChannels, std::size_t Height, std::size_t Width, std::size_t OutChannels, std::size_t Kernel,
+          std::size_t Stride, std::size_t Padding, std::size_t OutHeight, std::size_t OutWidth>
 struct conv_geometry {
-  index_t in_channels, height, width, out_channels, kernel, stride, padding, out_height, out_width;
-  FUSOR_HOST_DEVICE constexpr index_t positions() const { return out_height * out_width; }
-  FUSOR_HOST_DEVICE constexpr index_t columns() const { return in_channels * kernel * kernel; }
-  FUSOR_HOST_DEVICE constexpr index_t image_size() const { return in_channels * height * width; }
+  static constexpr index_t in_channels = InChannels, height = Height, width = Width, out_channels = OutChannels,
+                           kernel = Kernel, stride = Stride, padding = Padding, out_height = OutHeight,
+                           out_width = OutWidth;
+  static constexpr index_t positions = out_height * out_width;  // per sample
+  static constexpr index_t columns = in_channels * kernel * kernel;
+  static constexpr index_t image_size = in_channels * height * width;
+  // Output columns [first_inner_column, last_inner_column) see no padding along w.
+  static constexpr index_t first_inner_column = (padding + stride - 1) / stride;
+  static constexpr index_t last_inner_column =
+      width + padding >= kernel ? std::min<index_t>(out_width, (width + padding - kernel) / stride + 1) : 0;
 };
 
 // The passes, as plain structs of pointers: the host loops and the CUDA kernels share them.
-template <class Element>
+template <class Element, class G>
 struct im2row_pass {
   const Element* x;  // [batch, in, H, W]
   Element* columns;  // [batch * positions, columns]
-  conv_geometry g;
 
   // All rows of sample n, in memory order.
   void sample(index_t n) const {
     const Element zero = convert<Element>(0.0f);
-    const Element* image = x + n * g.image_size();
-    Element* out = columns + n * g.positions() * g.columns();
-    for (index_t oh = 0; oh < g.out_height; ++oh)
-      for (index_t ow = 0; ow < g.out_width; ++ow)
-        for (index_t c = 0; c < g.in_channels; ++c)
-          for (index_t i = 0; i < g.kernel; ++i) {
-            const index_t h = oh * g.stride - g.padding + i;
-            const Element* source = image + (c * g.height + h) * g.width;
-            const bool row_inside = h >= 0 && h < g.height;
-            for (index_t j = 0; j < g.kernel; ++j) {
-              const index_t w = ow * g.stride - g.padding + j;
-              *out++ = row_inside && w >= 0 && w < g.width ? source[w] : zero;
+    const Element* image = x + n * G::image_size;
+    Element* out = columns + n * G::positions * G::columns;
+    for (index_t oh = 0; oh < G::out_height; ++oh)
+      for (index_t ow = 0; ow < G::out_width; ++ow) {
+        const index_t w0 = ow * G::stride - G::padding;
+        const bool inner = ow >= G::first_inner_column && ow < G::last_inner_column;
+        for (index_t c = 0; c < G::in_channels; ++c)
+          for (index_t i = 0; i < G::kernel; ++i, out += G::kernel) {
+            const index_t h = oh * G::stride - G::padding + i;
+            const Element* source = image + (c * G::height + h) * G::width + w0;
+            if (h < 0 || h >= G::height) {
+              for (index_t j = 0; j < G::kernel; ++j) out[j] = zero;
+            } else if (inner) {
+              for (index_t j = 0; j < G::kernel; ++j) out[j] = source[j];
+            } else {
+              for (index_t j = 0; j < G::kernel; ++j) out[j] = w0 + j >= 0 && w0 + j < G::width ? source[j] : zero;
             }
           }
+      }
   }
   // One element of columns (GPU).
   FUSOR_HOST_DEVICE void element(index_t e) const {
-    const index_t r = e / g.columns(), k = e % g.columns();
-    const index_t n = r / g.positions(), p = r % g.positions();
-    const index_t c = k / (g.kernel * g.kernel), i = k / g.kernel % g.kernel, j = k % g.kernel;
-    const index_t h = p / g.out_width * g.stride - g.padding + i, w = p % g.out_width * g.stride - g.padding + j;
-    const bool inside = h >= 0 && h < g.height && w >= 0 && w < g.width;
-    columns[e] = inside ? x[n * g.image_size() + (c * g.height + h) * g.width + w] : convert<Element>(0.0f);
+    const index_t r = e / G::columns, k = e % G::columns;
+    const index_t n = r / G::positions, p = r % G::positions;
+    const index_t c = k / (G::kernel * G::kernel), i = k / G::kernel % G::kernel, j = k % G::kernel;
+    const index_t h = p / G::out_width * G::stride - G::padding + i, w = p % G::out_width * G::stride - G::padding + j;
+    const bool inside = h >= 0 && h < G::height && w >= 0 && w < G::width;
+    columns[e] = inside ? x[n * G::image_size + (c * G::height + h) * G::width + w] : convert<Element>(0.0f);
   }
 };
 
-template <class Element, class Accumulator>
+template <class Element, class Accumulator, class G>
 struct row2im_pass {
   const Element* columns;  // [batch * positions, columns]: the gradient of im2row's output
   Element* dx;             // [batch, in, H, W]
-  conv_geometry g;
   Accumulator* scratch;    // host, bf16/fp16: one Accumulator image per thread
   index_t scratch_images;
 
@@ -89,38 +102,43 @@ struct row2im_pass {
   // (dx itself when it stores Accumulator), then stored.
   void sample(index_t n, Accumulator* scratch_image) const {
     Accumulator* image = scratch_image;
-    if constexpr (in_place) image = dx + n * g.image_size();
-    std::fill_n(image, g.image_size(), Accumulator(0));
-    const Element* in = columns + n * g.positions() * g.columns();
-    for (index_t oh = 0; oh < g.out_height; ++oh)
-      for (index_t ow = 0; ow < g.out_width; ++ow)
-        for (index_t c = 0; c < g.in_channels; ++c)
-          for (index_t i = 0; i < g.kernel; ++i, in += g.kernel) {
-            const index_t h = oh * g.stride - g.padding + i;
-            if (h < 0 || h >= g.height) continue;
-            Accumulator* target = image + (c * g.height + h) * g.width;
-            for (index_t j = 0; j < g.kernel; ++j) {
-              const index_t w = ow * g.stride - g.padding + j;
-              if (w >= 0 && w < g.width) target[w] += convert<Accumulator>(in[j]);
+    if constexpr (in_place) image = dx + n * G::image_size;
+    std::fill_n(image, G::image_size, Accumulator(0));
+    const Element* in = columns + n * G::positions * G::columns;
+    for (index_t oh = 0; oh < G::out_height; ++oh)
+      for (index_t ow = 0; ow < G::out_width; ++ow) {
+        const index_t w0 = ow * G::stride - G::padding;
+        const bool inner = ow >= G::first_inner_column && ow < G::last_inner_column;
+        for (index_t c = 0; c < G::in_channels; ++c)
+          for (index_t i = 0; i < G::kernel; ++i, in += G::kernel) {
+            const index_t h = oh * G::stride - G::padding + i;
+            if (h < 0 || h >= G::height) continue;
+            Accumulator* target = image + (c * G::height + h) * G::width + w0;
+            if (inner) {
+              for (index_t j = 0; j < G::kernel; ++j) target[j] += convert<Accumulator>(in[j]);
+            } else {
+              for (index_t j = 0; j < G::kernel; ++j)
+                if (w0 + j >= 0 && w0 + j < G::width) target[j] += convert<Accumulator>(in[j]);
             }
           }
+      }
     if constexpr (!in_place)
-      std::transform(image, image + g.image_size(), dx + n * g.image_size(),
+      std::transform(image, image + G::image_size, dx + n * G::image_size,
                      [](Accumulator v) { return convert<Element>(v); });
   }
   // One pixel of dx (GPU): the sum over the taps that saw it.
   FUSOR_HOST_DEVICE void element(index_t e) const {
-    const index_t n = e / g.image_size(), c = e / (g.height * g.width) % g.in_channels;
-    const index_t h = e / g.width % g.height, w = e % g.width;
+    const index_t n = e / G::image_size, c = e / (G::height * G::width) % G::in_channels;
+    const index_t h = e / G::width % G::height, w = e % G::width;
     Accumulator sum = 0;
-    for (index_t i = 0; i < g.kernel; ++i) {
-      const index_t hs = h + g.padding - i;  // = oh * stride where tap i of row oh sees h
-      if (hs < 0 || hs % g.stride != 0 || hs / g.stride >= g.out_height) continue;
-      for (index_t j = 0; j < g.kernel; ++j) {
-        const index_t ws = w + g.padding - j;
-        if (ws < 0 || ws % g.stride != 0 || ws / g.stride >= g.out_width) continue;
-        const index_t r = n * g.positions() + hs / g.stride * g.out_width + ws / g.stride;
-        sum += convert<Accumulator>(columns[r * g.columns() + (c * g.kernel + i) * g.kernel + j]);
+    for (index_t i = 0; i < G::kernel; ++i) {
+      const index_t hs = h + G::padding - i;  // = oh * stride where tap i of row oh sees h
+      if (hs < 0 || hs % G::stride != 0 || hs / G::stride >= G::out_height) continue;
+      for (index_t j = 0; j < G::kernel; ++j) {
+        const index_t ws = w + G::padding - j;
+        if (ws < 0 || ws % G::stride != 0 || ws / G::stride >= G::out_width) continue;
+        const index_t r = n * G::positions + hs / G::stride * G::out_width + ws / G::stride;
+        sum += convert<Accumulator>(columns[r * G::columns + (c * G::kernel + i) * G::kernel + j]);
       }
     }
     dx[e] = convert<Element>(sum);
@@ -128,59 +146,56 @@ struct row2im_pass {
 };
 
 // y[n, o, p] = z[n * positions + p, o] + bias[o]: the product's rows to NCHW.
-template <class Element, class Compute>
+template <class Element, class Compute, class G>
 struct rows_to_nchw_pass {
   const Element* z;
   const Element* bias;
   Element* y;
-  conv_geometry g;
 
   void sample(index_t n) const {
     constexpr index_t block = 64;  // positions per block: z's block stays in L1 while y is written in order
-    const index_t positions = g.positions(), outs = g.out_channels;
-    for (index_t p0 = 0; p0 < positions; p0 += block) {
-      const index_t p1 = std::min(positions, p0 + block);
-      for (index_t o = 0; o < outs; ++o) {
+    for (index_t p0 = 0; p0 < G::positions; p0 += block) {
+      const index_t p1 = std::min(G::positions, p0 + block);
+      for (index_t o = 0; o < G::out_channels; ++o) {
         const Compute b = convert<Compute>(bias[o]);
-        const Element* source = z + (n * positions) * outs + o;
-        Element* target = y + (n * outs + o) * positions;
-        for (index_t p = p0; p < p1; ++p) target[p] = convert<Element>(convert<Compute>(source[p * outs]) + b);
+        const Element* source = z + (n * G::positions) * G::out_channels + o;
+        Element* target = y + (n * G::out_channels + o) * G::positions;
+        for (index_t p = p0; p < p1; ++p)
+          target[p] = convert<Element>(convert<Compute>(source[p * G::out_channels]) + b);
       }
     }
   }
   FUSOR_HOST_DEVICE void element(index_t e) const {
-    const index_t positions = g.positions(), outs = g.out_channels;
-    const index_t n = e / (outs * positions), o = e / positions % outs, p = e % positions;
-    y[e] = convert<Element>(convert<Compute>(z[(n * positions + p) * outs + o]) + convert<Compute>(bias[o]));
+    const index_t n = e / (G::out_channels * G::positions), o = e / G::positions % G::out_channels,
+                  p = e % G::positions;
+    y[e] = convert<Element>(convert<Compute>(z[(n * G::positions + p) * G::out_channels + o]) + convert<Compute>(bias[o]));
   }
 };
 
 // dz[n * positions + p, o] = dy[n, o, p], and on the host bias_gradient[o] = sum of dy[:, o, :].
-template <class Element, class Accumulator>
+template <class Element, class Accumulator, class G>
 struct nchw_to_rows_pass {
   const Element* dy;
   Element* dz;
   Element* bias_gradient;  // host only; the GPU's comes from the weight-gradient GEMM's epilogue
-  conv_geometry g;
   index_t batch;
 
   // Channels [o0, o1) over the whole batch: each channel's sum runs in (n, p) order.
   void channels(index_t o0, index_t o1) const {
     constexpr index_t block = 64;
-    const index_t positions = g.positions(), outs = g.out_channels;
     Accumulator sums[block] = {};
     for (index_t ob = o0; ob < o1; ob += block) {
       const index_t oe = std::min(o1, ob + block);
       std::fill_n(sums, block, Accumulator(0));
       for (index_t n = 0; n < batch; ++n)
-        for (index_t p0 = 0; p0 < positions; p0 += block) {
-          const index_t p1 = std::min(positions, p0 + block);
+        for (index_t p0 = 0; p0 < G::positions; p0 += block) {
+          const index_t p1 = std::min(G::positions, p0 + block);
           for (index_t o = ob; o < oe; ++o) {
-            const Element* source = dy + (n * outs + o) * positions;
-            Element* target = dz + (n * positions) * outs + o;
+            const Element* source = dy + (n * G::out_channels + o) * G::positions;
+            Element* target = dz + (n * G::positions) * G::out_channels + o;
             Accumulator s = 0;
             for (index_t p = p0; p < p1; ++p) {
-              target[p * outs] = source[p];
+              target[p * G::out_channels] = source[p];
               s += convert<Accumulator>(source[p]);
             }
             sums[o - ob] += s;
@@ -190,31 +205,30 @@ struct nchw_to_rows_pass {
     }
   }
   FUSOR_HOST_DEVICE void element(index_t e) const {
-    const index_t positions = g.positions(), outs = g.out_channels;
-    const index_t r = e / outs, o = e % outs, n = r / positions, p = r % positions;
-    dz[e] = dy[(n * outs + o) * positions + p];
+    const index_t r = e / G::out_channels, o = e % G::out_channels, n = r / G::positions, p = r % G::positions;
+    dz[e] = dy[(n * G::out_channels + o) * G::positions + p];
   }
 };
 
 // ---- host ------------------------------------------------------------------------------
-template <class Element>
-void im2row(const im2row_pass<Element>& pass, index_t batch, const host_executor& ex) {
-  [[maybe_unused]] const int team = ex.thread_count(batch * pass.g.positions() * pass.g.columns());
+template <class Element, class G>
+void im2row(const im2row_pass<Element, G>& pass, index_t batch, const host_executor& ex) {
+  [[maybe_unused]] const int team = ex.thread_count(batch * G::positions * G::columns);
 #if FUSOR_HAS_OPENMP
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
 #endif
   for (index_t n = 0; n < batch; ++n) pass.sample(n);
 }
 
-template <class Element, class Accumulator>
-void row2im(const row2im_pass<Element, Accumulator>& pass, index_t batch, const host_executor& ex) {
+template <class Element, class Accumulator, class G>
+void row2im(const row2im_pass<Element, Accumulator, G>& pass, index_t batch, const host_executor& ex) {
   // Without in-place sums, at most one thread per scratch image (conv2d reserves them).
-  int team = ex.thread_count(batch * pass.g.positions() * pass.g.columns());
+  int team = ex.thread_count(batch * G::positions * G::columns);
   if (!pass.in_place) team = int(std::min<index_t>(team, pass.scratch_images));
 #if FUSOR_HAS_OPENMP
 #pragma omp parallel num_threads(team) if (team > 1)
   {
-    Accumulator* image = pass.in_place ? nullptr : pass.scratch + index_t(omp_get_thread_num()) * pass.g.image_size();
+    Accumulator* image = pass.in_place ? nullptr : pass.scratch + index_t(omp_get_thread_num()) * G::image_size;
 #pragma omp for schedule(static)
     for (index_t n = 0; n < batch; ++n) pass.sample(n, image);
   }
@@ -224,20 +238,19 @@ void row2im(const row2im_pass<Element, Accumulator>& pass, index_t batch, const 
 #endif
 }
 
-template <class Element, class Compute>
-void rows_to_nchw(const rows_to_nchw_pass<Element, Compute>& pass, index_t batch, const host_executor& ex) {
-  [[maybe_unused]] const int team = ex.thread_count(batch * pass.g.positions() * pass.g.out_channels);
+template <class Element, class Compute, class G>
+void rows_to_nchw(const rows_to_nchw_pass<Element, Compute, G>& pass, index_t batch, const host_executor& ex) {
+  [[maybe_unused]] const int team = ex.thread_count(batch * G::positions * G::out_channels);
 #if FUSOR_HAS_OPENMP
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
 #endif
   for (index_t n = 0; n < batch; ++n) pass.sample(n);
 }
 
-template <class Element, class Accumulator>
-void nchw_to_rows(const nchw_to_rows_pass<Element, Accumulator>& pass, const host_executor& ex) {
-  const index_t outs = pass.g.out_channels;
-  [[maybe_unused]] const int team =
-      int(std::min<index_t>(ex.thread_count(pass.batch * pass.g.positions() * outs), outs));
+template <class Element, class Accumulator, class G>
+void nchw_to_rows(const nchw_to_rows_pass<Element, Accumulator, G>& pass, const host_executor& ex) {
+  const index_t outs = G::out_channels;
+  [[maybe_unused]] const int team = int(std::min<index_t>(ex.thread_count(pass.batch * G::positions * outs), outs));
 #if FUSOR_HAS_OPENMP
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
   for (int t = 0; t < team; ++t) pass.channels(outs * t / team, outs * (t + 1) / team);
@@ -263,21 +276,21 @@ void run_conv_elements(const Pass& pass, index_t count, const cuda_executor& ex)
   FUSOR_CUDA_CHECK(cudaGetLastError());
   cuda::launch_counter().fetch_add(1);
 }
-template <class Element>
-void im2row(const im2row_pass<Element>& pass, index_t batch, const cuda_executor& ex) {
-  run_conv_elements(pass, batch * pass.g.positions() * pass.g.columns(), ex);
+template <class Element, class G>
+void im2row(const im2row_pass<Element, G>& pass, index_t batch, const cuda_executor& ex) {
+  run_conv_elements(pass, batch * G::positions * G::columns, ex);
 }
-template <class Element, class Accumulator>
-void row2im(const row2im_pass<Element, Accumulator>& pass, index_t batch, const cuda_executor& ex) {
-  run_conv_elements(pass, batch * pass.g.image_size(), ex);
+template <class Element, class Accumulator, class G>
+void row2im(const row2im_pass<Element, Accumulator, G>& pass, index_t batch, const cuda_executor& ex) {
+  run_conv_elements(pass, batch * G::image_size, ex);
 }
-template <class Element, class Compute>
-void rows_to_nchw(const rows_to_nchw_pass<Element, Compute>& pass, index_t batch, const cuda_executor& ex) {
-  run_conv_elements(pass, batch * pass.g.positions() * pass.g.out_channels, ex);
+template <class Element, class Compute, class G>
+void rows_to_nchw(const rows_to_nchw_pass<Element, Compute, G>& pass, index_t batch, const cuda_executor& ex) {
+  run_conv_elements(pass, batch * G::positions * G::out_channels, ex);
 }
-template <class Element, class Accumulator>
-void nchw_to_rows(const nchw_to_rows_pass<Element, Accumulator>& pass, const cuda_executor& ex) {
-  run_conv_elements(pass, pass.batch * pass.g.positions() * pass.g.out_channels, ex);
+template <class Element, class Accumulator, class G>
+void nchw_to_rows(const nchw_to_rows_pass<Element, Accumulator, G>& pass, const cuda_executor& ex) {
+  run_conv_elements(pass, pass.batch * G::positions * G::out_channels, ex);
 }
 #endif
 

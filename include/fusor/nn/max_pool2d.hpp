@@ -6,10 +6,11 @@
 //
 // Forward keeps, for each output, where its maximum was (an int32 per output,
 // h * W + w within the image plane, allocated in reserve()); the first maximum
-// of a window wins a tie, a NaN wins over any number. Backward gathers: every
-// input element sums the output gradients whose maximum it was, so dx is
-// written in full, deterministically and without atomics, also when windows
-// overlap. A window larger than the image is a compile-time error.
+// of a window wins a tie, a NaN wins over any number. Backward writes all of
+// dx, deterministically and without atomics: every input element sums the
+// output gradients whose maximum it was (a gather; on the host, disjoint
+// windows scatter each plane's gradients onto their maxima instead). A window
+// larger than the image is a compile-time error.
 #pragma once
 
 #include <algorithm>
@@ -40,69 +41,104 @@ struct pool_window_must_fit_the_image {
 };
 
 namespace detail {
-// Sizes of one pooling, in the loops' index type.
+// The sizes of one pooling, as compile-time constants.
+template <std::size_t Height, std::size_t Width, std::size_t Window, std::size_t Stride, std::size_t OutHeight,
+          std::size_t OutWidth>
 struct pool_geometry {
-  index_t channels, height, width, out_height, out_width, window, stride;
-  FUSOR_HOST_DEVICE index_t outputs_per_plane() const { return out_height * out_width; }
-  FUSOR_HOST_DEVICE index_t inputs_per_plane() const { return height * width; }
+  static constexpr index_t height = Height, width = Width, window = Window, stride = Stride, out_height = OutHeight,
+                           out_width = OutWidth;
+  static constexpr index_t inputs_per_plane = height * width, outputs_per_plane = out_height * out_width;
+  // The first window (along one axis) that holds position v.
+  FUSOR_HOST_DEVICE static constexpr index_t first_window(index_t v) { return v < window ? 0 : (v - window) / stride + 1; }
 };
 
-template <class Element, class Compute>
+template <class Element, class Compute, class G>
 struct pool_forward_pass {
   const Element* x;
   Element* y;
   std::int32_t* argmax;
-  pool_geometry g;
+
   // Output o (over batch, channels, rows, columns).
   FUSOR_HOST_DEVICE void operator()(index_t o) const {
-    const index_t plane = o / g.outputs_per_plane(), p = o % g.outputs_per_plane();
-    const index_t h0 = p / g.out_width * g.stride, w0 = p % g.out_width * g.stride;
-    const Element* in = x + plane * g.inputs_per_plane();
-    index_t best_at = h0 * g.width + w0;
+    const index_t plane = o / G::outputs_per_plane, p = o % G::outputs_per_plane;
+    window_maximum(x + plane * G::inputs_per_plane, p / G::out_width, p % G::out_width, y + o, argmax + o);
+  }
+  // Every output of one image plane (host).
+  void plane(index_t index) const {
+    const index_t first = index * G::outputs_per_plane;
+    for (index_t oh = 0; oh < G::out_height; ++oh)
+      for (index_t ow = 0; ow < G::out_width; ++ow) {
+        const index_t o = first + oh * G::out_width + ow;
+        window_maximum(x + index * G::inputs_per_plane, oh, ow, y + o, argmax + o);
+      }
+  }
+  FUSOR_HOST_DEVICE static void window_maximum(const Element* in, index_t oh, index_t ow, Element* out,
+                                               std::int32_t* where) {
+    const index_t h0 = oh * G::stride, w0 = ow * G::stride;
+    index_t best_at = h0 * G::width + w0;
     Compute best = convert<Compute>(in[best_at]);
-    for (index_t i = 0; i < g.window; ++i)
-      for (index_t j = 0; j < g.window; ++j) {
-        const index_t at = (h0 + i) * g.width + w0 + j;
+    for (index_t i = 0; i < G::window; ++i)
+      for (index_t j = 0; j < G::window; ++j) {
+        const index_t at = (h0 + i) * G::width + w0 + j;
         const Compute v = convert<Compute>(in[at]);
         if (v > best || (v != v && best == best)) best = v, best_at = at;
       }
-    y[o] = convert<Element>(best);
-    argmax[o] = static_cast<std::int32_t>(best_at);
+    *out = convert<Element>(best);
+    *where = static_cast<std::int32_t>(best_at);
   }
 };
 
-template <class Element, class Compute>
+template <class Element, class Compute, class G>
 struct pool_backward_pass {
   const Element* dy;
   Element* dx;
   const std::int32_t* argmax;
-  pool_geometry g;
+
   // Input element e: the sum of dy over the windows holding e whose maximum e was.
   FUSOR_HOST_DEVICE void operator()(index_t e) const {
-    const index_t plane = e / g.inputs_per_plane(), at = e % g.inputs_per_plane();
-    const index_t h = at / g.width, w = at % g.width;
-    const index_t oh1 = h / g.stride < g.out_height ? h / g.stride : g.out_height - 1;
-    const index_t ow1 = w / g.stride < g.out_width ? w / g.stride : g.out_width - 1;
-    const index_t base = plane * g.outputs_per_plane();
+    const index_t plane = e / G::inputs_per_plane, at = e % G::inputs_per_plane;
+    const index_t h = at / G::width, w = at % G::width;
+    const index_t oh1 = h / G::stride < G::out_height ? h / G::stride : G::out_height - 1;
+    const index_t ow1 = w / G::stride < G::out_width ? w / G::stride : G::out_width - 1;
+    const index_t base = plane * G::outputs_per_plane;
     Compute sum = 0;
-    for (index_t oh = first_window(h); oh <= oh1; ++oh)
-      for (index_t ow = first_window(w); ow <= ow1; ++ow) {
-        const index_t o = base + oh * g.out_width + ow;
+    for (index_t oh = G::first_window(h); oh <= oh1; ++oh)
+      for (index_t ow = G::first_window(w); ow <= ow1; ++ow) {
+        const index_t o = base + oh * G::out_width + ow;
         if (argmax[o] == at) sum += convert<Compute>(dy[o]);
       }
     dx[e] = convert<Element>(sum);
   }
-  // The first window (along one axis) that holds position v.
-  FUSOR_HOST_DEVICE index_t first_window(index_t v) const { return v < g.window ? 0 : (v - g.window) / g.stride + 1; }
+  // One image plane (host). Disjoint windows: zeros, then each output's
+  // gradient onto its maximum (at most one per input). Overlapping: the gather above.
+  void plane(index_t index) const {
+    if constexpr (G::stride >= G::window) {
+      const Element* gradient = dy + index * G::outputs_per_plane;
+      const std::int32_t* where = argmax + index * G::outputs_per_plane;
+      Element* out = dx + index * G::inputs_per_plane;
+      std::fill_n(out, G::inputs_per_plane, convert<Element>(0.0f));
+      for (index_t o = 0; o < G::outputs_per_plane; ++o) out[where[o]] = gradient[o];
+    } else {
+      for (index_t e = index * G::inputs_per_plane; e < (index + 1) * G::inputs_per_plane; ++e) (*this)(e);
+    }
+  }
 };
 
-template <class Pass>
-void run_pool_pass(const Pass& pass, index_t count, const host_executor& ex) {
-  [[maybe_unused]] const int team = ex.thread_count(count * 4);
+template <class Element, class Compute, class G>
+void run_pool_forward(const pool_forward_pass<Element, Compute, G>& pass, index_t planes, const host_executor& ex) {
+  [[maybe_unused]] const int team = ex.thread_count(planes * G::inputs_per_plane);
 #if FUSOR_HAS_OPENMP
 #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
 #endif
-  for (index_t i = 0; i < count; ++i) pass(i);
+  for (index_t p = 0; p < planes; ++p) pass.plane(p);
+}
+template <class Element, class Compute, class G>
+void run_pool_backward(const pool_backward_pass<Element, Compute, G>& pass, index_t planes, const host_executor& ex) {
+  [[maybe_unused]] const int team = ex.thread_count(planes * G::inputs_per_plane);
+#if FUSOR_HAS_OPENMP
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+#endif
+  for (index_t p = 0; p < planes; ++p) pass.plane(p);
 }
 
 #if FUSOR_HAS_CUDA
@@ -120,6 +156,14 @@ void run_pool_pass(const Pass& pass, index_t count, const cuda_executor& ex) {
   pool_pass_kernel<<<int(grid), block, 0, ex.stream>>>(pass, count);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   cuda::launch_counter().fetch_add(1);
+}
+template <class Element, class Compute, class G>
+void run_pool_forward(const pool_forward_pass<Element, Compute, G>& pass, index_t planes, const cuda_executor& ex) {
+  run_pool_pass(pass, planes * G::outputs_per_plane, ex);
+}
+template <class Element, class Compute, class G>
+void run_pool_backward(const pool_backward_pass<Element, Compute, G>& pass, index_t planes, const cuda_executor& ex) {
+  run_pool_pass(pass, planes * G::inputs_per_plane, ex);
 }
 #endif
 }  // namespace detail
@@ -144,8 +188,8 @@ struct max_pool2d {
     static constexpr std::size_t out_height = fits ? (H - Window) / Stride + 1 : 1;
     static constexpr std::size_t out_width = fits ? (W - Window) / Stride + 1 : 1;
     using type = features<C, out_height, out_width>;
-    static constexpr detail::pool_geometry geometry{index_t(C), index_t(H), index_t(W), index_t(out_height),
-                                                    index_t(out_width), index_t(Window), index_t(Stride)};
+    using geometry = detail::pool_geometry<H, W, Window, Stride, out_height, out_width>;
+    static constexpr index_t channels = C;
   };
   template <class F>
   using output = typename shape<F>::type;
@@ -158,7 +202,7 @@ struct max_pool2d {
     using output_features = output<F>;
     using input_view = activation_view<precision, input_features, Space>;
     using output_view = activation_view<precision, output_features, Space>;
-    static constexpr detail::pool_geometry geometry = shape<F>::geometry;
+    using geometry = typename shape<F>::geometry;
 
     static std::vector<parameter_spec> parameters() { return {}; }
     void bind(const parameter_binding<storage_t<precision>, Space>&) {}
@@ -169,15 +213,15 @@ struct max_pool2d {
 
     template <class Executor>
     void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
-      detail::run_pool_pass(detail::pool_forward_pass<element, compute>{x.data(), y.data(), argmax_.data(), geometry},
-                            y.size(), ex);
+      detail::run_pool_forward(detail::pool_forward_pass<element, compute, geometry>{x.data(), y.data(), argmax_.data()},
+                               planes(x), ex);
     }
     template <class Executor>
     void backward(const input_view&, const output_view&, const output_view& dy, const input_view& dx,
                   const Executor& ex) {
       if (dx.data() == nullptr) return;
-      detail::run_pool_pass(detail::pool_backward_pass<element, compute>{dy.data(), dx.data(), argmax_.data(), geometry},
-                            dx.size(), ex);
+      detail::run_pool_backward(
+          detail::pool_backward_pass<element, compute, geometry>{dy.data(), dx.data(), argmax_.data()}, planes(dx), ex);
     }
 
     // Where each output's maximum was (h * W + w in its image plane), for the last forward.
@@ -186,6 +230,7 @@ struct max_pool2d {
    private:
     using element = storage_t<precision>;
     using compute = compute_t<precision>;
+    static index_t planes(const input_view& x) { return x.extent(0) * shape<F>::channels; }
     tensor<std::int32_t, typename output_features::batched_extents, row_major, Space> argmax_;
   };
 };
