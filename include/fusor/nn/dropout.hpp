@@ -4,8 +4,8 @@
 //   nn::dropout<10>        // p = 10/100: in training, y = x * keep / (1 - p)
 //   nn::dropout<1, 2>      // p = 1/2
 //
-// The rate is a fraction of two integers so that the layer's type names it
-// exactly (a float template argument prints as a bit pattern in errors).
+// The rate is a fraction of two integers: the layer's type names it exactly
+// (0.1 has no exact float), and dropout<10> reads as the percentage it is.
 // Element i of step s is kept when nn::random_uniform(seed, s * elements + i)
 // >= p, where elements = max_batch * features (the network's capacity, so no
 // two steps share a counter whatever their batch). The seed comes from the
@@ -13,10 +13,10 @@
 // run_mode::step, or from *run_mode::device_step when that is set (a CUDA
 // graph replays the pointer, not the value; it must point into memory the
 // executor reads: host memory for the host executor, device memory for the
-// cuda executor). Backward keeps nothing but that
-// step: it draws the same mask again, dx = dy * keep / (1 - p). Dropped
-// elements are multiplied by 0 (a NaN stays NaN, as in PyTorch). Evaluation
-// (run_mode::training false): y = x, one copy pass.
+// cuda executor). Backward keeps nothing but that step: it draws the same
+// mask again, dx = dy * keep / (1 - p). Dropped elements are multiplied by 0
+// (a NaN stays NaN, as in PyTorch). Evaluation (run_mode::training false):
+// y = x, one copy pass.
 #pragma once
 
 #include <algorithm>
