@@ -14,6 +14,7 @@ fusor_add_test_suite(nn
   HOST_TESTS
     nn/test_linear.cpp
     nn/test_layer_gradients.cpp
+    nn/test_device_passes.cpp
   LIBRARIES fusor::blas
 )
 
