@@ -91,8 +91,13 @@ class adamw {
     detail::check_size("adamw", "parameters", count_, params.size());
     detail::check_size("adamw", "gradients", count_, as_view(grads).size());
     run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
-    if constexpr (has_master_weights) update(master_.view(), as_view(grads), scalars, executor, params);
-    else update(params, as_view(grads), scalars, executor);
+    if constexpr (has_master_weights) {
+      const auto master = master_.view();
+      using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
+      update(master, destination{master, params}, as_view(grads), scalars, executor);
+    } else {
+      update(params, params, as_view(grads), scalars, executor);
+    }
   }
 
   // The state a checkpoint keeps: fn(name, view), names stable.
@@ -111,9 +116,11 @@ class adamw {
   const adamw_options& options() const { return options_; }
 
  private:
-  template <class W, class G, class Ex, class... Params>
-  void update(const W& w, const G& grads, const step_scalars<Space>& scalars, const Ex& executor,
-              const Params&... params) {
+  // w: the weights the update reads; weights_out: where the new ones go (w itself,
+  // or the master weights and, rounded, the parameters).
+  template <class W, class Out, class G, class Ex>
+  void update(const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
+              const Ex& executor) {
     const auto skip = scalar(scalars.skip());
     const auto step_size = scalar<float, Space>(factors_.data() + 0);
     const auto inverse_sqrt_correction2 = scalar<float, Space>(factors_.data() + 1);
@@ -125,8 +132,7 @@ class adamw {
     const auto v_new = options_.beta2 * v + (1.0f - options_.beta2) * (g * g);
     const auto w_new = where(skip, w,
                              w * decay - step_size * m_new / (sqrt(v_new) * inverse_sqrt_correction2 + options_.epsilon));
-    assign_many(executor, out(m, where(skip, m, m_new)), out(v, where(skip, v, v_new)), out(w, w_new),
-                out(params, w_new)...);
+    assign_many(executor, out(m, where(skip, m, m_new)), out(v, where(skip, v, v_new)), out(weights_out, w_new));
   }
 
   adamw_options options_;

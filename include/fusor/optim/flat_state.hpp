@@ -1,6 +1,7 @@
 // fusor/optim/flat_state.hpp — what the optimizers share about their state:
 // flat 1-D views and tensors over a parameter buffer, zero-filled state, the
-// fp32 master copy of 16-bit parameters, and the size checks.
+// fp32 master copy of 16-bit parameters (and the destination that writes the
+// master and its rounding in one store), and the size checks.
 //
 // An optimizer keeps its state (moments, master weights) in the compute type
 // of the parameters' precision: fp32 for fp32, bf16 and fp16 parameters (fp64
@@ -9,6 +10,7 @@
 // its rounding, so small updates are not lost to 8- or 11-bit mantissas.
 #pragma once
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -18,6 +20,7 @@
 #include "fusor/core/extents.hpp"
 #include "fusor/core/precision.hpp"
 #include "fusor/core/tensor.hpp"
+#include "fusor/core/vector_access.hpp"
 #include "fusor/core/view.hpp"
 
 namespace fusor::optim {
@@ -43,6 +46,48 @@ concept flat_view_of = is_view_v<V> && V::rank == 1 && std::is_same_v<typename V
 // ... or a tensor of one (the optimizers take either).
 template <class V, class T>
 concept flat_buffer_of = flat_view_of<V, T> || (is_tensor_v<V> && flat_view_of<typename V::view_type, T>);
+
+// A destination that stores each value twice: into the master weights and,
+// rounded, into the parameters. The weights' update is then computed once per
+// element (as two targets of one pass it would be computed twice: targets
+// share no work). Built on two views; the pass's vector width follows the
+// narrower one.
+template <class Master, class Params>
+struct master_and_parameters {
+  using element_type = std::conditional_t<(sizeof(typename Params::element_type) < sizeof(typename Master::element_type)),
+                                          typename Params::element_type, typename Master::element_type>;
+  using value_type = typename Master::value_type;
+  using extents_type = typename Master::extents_type;
+  using space = typename Master::space;
+  static constexpr std::size_t rank = Master::rank;
+  static constexpr bool weak = false;
+  static constexpr std::size_t narrowest_element = sizeof(element_type);
+
+  Master master;
+  Params params;
+
+  FUSOR_HOST_DEVICE const extents_type& extents() const { return master.extents(); }
+  FUSOR_HOST_DEVICE index_t extent(std::size_t r) const { return master.extent(r); }
+  FUSOR_HOST_DEVICE index_t size() const { return master.size(); }
+  FUSOR_HOST_DEVICE auto* data() const { return master.data(); }
+  bool is_contiguous() const { return master.is_contiguous() && params.is_contiguous(); }
+  auto shape_and_strides() const { return master.shape_and_strides(); }
+  template <std::size_t R>
+  bool linear_with(const dense_shape<R>& dst) const { return master.linear_with(dst) && params.linear_with(dst); }
+  bool aligned16() const { return master.aligned16() && params.aligned16(); }
+
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_at(const ::cuda::std::array<index_t, rank>& idx, const T& v) const {
+    master.store_at(idx, v);
+    params.store_at(idx, v);
+  }
+  template <int V, bool Aligned, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store(index_t i, const lanes<T, V>& values) const {
+    master.template store<V, Aligned>(i, values);
+    params.template store<V, Aligned>(i, values);
+  }
+};
+static_assert(std::is_trivially_copyable_v<master_and_parameters<flat_view<float, host_space>, flat_view<bf16, host_space>>>);
 
 namespace detail {
 template <class T, class Space>

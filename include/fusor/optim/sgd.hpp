@@ -66,8 +66,13 @@ class sgd {
     const auto& params = as_view(parameters);
     detail::check_size("sgd", "parameters", count_, params.size());
     detail::check_size("sgd", "gradients", count_, as_view(grads).size());
-    if constexpr (has_master_weights) update(master_.view(), as_view(grads), scalars, executor, params);
-    else update(params, as_view(grads), scalars, executor);
+    if constexpr (has_master_weights) {
+      const auto master = master_.view();
+      using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
+      update(master, destination{master, params}, as_view(grads), scalars, executor);
+    } else {
+      update(params, params, as_view(grads), scalars, executor);
+    }
   }
 
   // The state a checkpoint keeps: fn(name, view), names stable.
@@ -85,16 +90,16 @@ class sgd {
   const sgd_options& options() const { return options_; }
 
  private:
-  // w: the weights the update happens on; params: where their rounding goes, if elsewhere.
-  template <class W, class G, class Ex, class... Params>
-  void update(const W& w, const G& grads, const step_scalars<Space>& scalars, const Ex& executor,
-              const Params&... params) {
+  // w: the weights the update reads; weights_out: where the new ones go (w itself,
+  // or the master weights and, rounded, the parameters).
+  template <class W, class Out, class G, class Ex>
+  void update(const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
+              const Ex& executor) {
     const auto learning_rate = scalar(scalars.learning_rate());
     const auto skip = scalar(scalars.skip());
     const auto g = grads * scalar(scalars.gradient_multiplier()) + options_.weight_decay * w;
     if (momentum_.size() == 0) {
-      const auto w_new = where(skip, w, w - learning_rate * g);
-      assign_many(executor, out(w, w_new), out(params, w_new)...);
+      assign(weights_out, where(skip, w, w - learning_rate * g), executor);
     } else {
       const auto b = momentum_.view();
       const auto b_new = where(scalar(scalars.step()) == 0, g, options_.momentum * b + (1.0f - options_.dampening) * g);
@@ -102,7 +107,7 @@ class sgd {
       const float on_gradient = options_.nesterov ? 1.0f : 0.0f;
       const float on_momentum = options_.nesterov ? options_.momentum : 1.0f;
       const auto w_new = where(skip, w, w - learning_rate * (on_gradient * g + on_momentum * b_new));
-      assign_many(executor, out(b, where(skip, b, b_new)), out(w, w_new), out(params, w_new)...);
+      assign_many(executor, out(b, where(skip, b, b_new)), out(weights_out, w_new));
     }
   }
 

@@ -27,7 +27,8 @@
 //   clean count grows and at growth_interval s *= growth_factor (kept finite)
 //   and the count restarts. Without dynamic scaling s stays 1.
 // Skipping needs the gradients' norm: call accumulate_gradient_norm for every
-// buffer whenever clipping or fp16 is used (without it the norm is 0).
+// buffer whenever clipping or fp16 is used (without it the norm is 0). A
+// controller's calls go to one stream, in order: its norm scratch is shared.
 #pragma once
 
 #include <cstdint>
