@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fusor/core/copy.hpp"
+#include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
@@ -49,6 +50,7 @@ class magnitude_pruning {
     if (parameter_count == 0) return;
     flat_tensor<std::uint8_t, host_space> ones{dextents<index_t, 1>(parameter_count)};
     std::fill_n(ones.data(), parameter_count, std::uint8_t(1));
+    wait_for_stream();  // the mask was allocated in the stream's order
     copy(mask_, ones);
   }
 
@@ -125,6 +127,7 @@ class magnitude_pruning {
   index_t parameter_count() const { return mask_.size(); }
   // Pruned elements, counted on the host (copies the mask; not for inside a step).
   index_t pruned_count() const {
+    wait_for_stream();
     const auto m = host_copy(mask_.view());
     return index_t(std::count(m.data(), m.data() + m.size(), std::uint8_t(0)));
   }
@@ -143,6 +146,11 @@ class magnitude_pruning {
     flat_tensor<typename V::element_type, host_space> h{dextents<index_t, 1>(v.size())};
     copy(h, v);
     return h;
+  }
+  void wait_for_stream() const {
+#if FUSOR_HAS_CUDA
+    if constexpr (Space::device_accessible) FUSOR_CUDA_CHECK(cudaStreamSynchronize(mask_.stream()));
+#endif
   }
   template <class Ex>
   static void finish_work([[maybe_unused]] const Ex& executor) {
