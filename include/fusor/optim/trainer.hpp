@@ -145,10 +145,12 @@ class trainer {
     if (pruning_[k].parameter_count() != size) pruning_[k] = magnitude_pruning<space>(size, options_.stream);
     return pruning_[k];
   }
+  // Parameters and, for bf16/fp16 groups, their fp32 master weights: one pass.
   template <class Executor>
   void apply_pruning(const Executor& ex) {
     std::size_t k = 0;
-    network_.for_each_group([&](auto& group) { pruning_[k++].apply(group.values(), ex); });
+    for_each_group_and_optimizer(
+        [&](auto& group, auto& optimizer) { pruning_[k++].apply(group.values(), optimizer, ex); });
   }
 
   Network& network_;
