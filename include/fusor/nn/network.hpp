@@ -121,7 +121,6 @@ class network {
 
   // Draws every parameter afresh from `seed` (the same seed gives the same values anywhere).
   void initialize(std::uint64_t seed) {
-    std::uint64_t parameter_index = 0;
     for_each_group([&](auto& group) {
       using element = typename std::remove_cvref_t<decltype(group)>::element_type;
       std::vector<element> host(static_cast<std::size_t>(group.size()), convert<element>(0.0f));
@@ -129,7 +128,6 @@ class network {
         const parameter_slot& slot = group.slots()[k];
         const std::size_t id = slot_ids_[slot.name];
         initialize_parameter(host.data() + slot.offset, slot.size, specs_[id].init, derive_seed(seed, id));
-        (void)parameter_index;
       }
       copy(group.values(), flat_view<element, host_space>(host.data(), group.size()));
     });
