@@ -111,3 +111,21 @@ function(fusor_link_data target)
     target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:ZLIB::ZLIB> $<BUILD_INTERFACE:Threads::Threads>)
   endif()
 endfunction()
+
+# fusor::mpi — what the MPI communicator (fusor/comm/mpi.hpp) links beyond
+# headers: MPI's C bindings (OpenMPI on Debian: libopenmpi-dev openmpi-bin).
+# Found quietly: FUSOR_MPI_FOUND says whether it was.
+if(NOT DEFINED FUSOR_MPI_FOUND)
+  find_package(MPI QUIET COMPONENTS CXX)
+  if(TARGET MPI::MPI_CXX)
+    set(FUSOR_MPI_FOUND TRUE)
+  else()
+    set(FUSOR_MPI_FOUND FALSE)
+  endif()
+endif()
+
+function(fusor_link_mpi target)
+  if(FUSOR_MPI_FOUND)
+    target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:MPI::MPI_CXX>)
+  endif()
+endfunction()

@@ -1,0 +1,300 @@
+// fusor/comm/mpi.hpp — the MPI communicator (host memory), MPI's start and end, and
+// what makes one failing rank end the whole job. Link fusor::mpi (OpenMPI on
+// Debian: libopenmpi-dev openmpi-bin); only units including this header need mpi.h.
+//
+//   int main(int argc, char** argv) {
+//     return fusor::comm::run_ranks(argc, argv, [](fusor::comm::mpi& c) {
+//       c.all_reduce(gradients, fusor::comm::reduction_op::avg).wait();
+//       return 0;
+//     });
+//   }
+//
+// run_ranks starts MPI (an mpi_environment), makes a communicator over a duplicate
+// of MPI_COMM_WORLD, runs main and ends MPI; an exception escaping main is printed
+// with its rank and aborts every rank (MPI_Abort) instead of leaving the others
+// waiting in a collective. Without run_ranks: keep an mpi_environment alive in
+// main — if it is destroyed by an exception's unwinding it calls MPI_Abort.
+//
+// Failed MPI calls throw mpi_error naming the call, the rank and MPI's message
+// (the communicator returns errors instead of MPI's default of aborting).
+// Every collective is non-blocking (MPI_I...) and returns an mpi_request. avg is
+// a sum followed, in wait(), by a division by size(). bf16/fp16: see mpi_types.hpp.
+#pragma once
+
+#include <fusor/comm/communicator.hpp>
+#include <fusor/comm/mpi_types.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace fusor::comm {
+
+struct mpi_error : error {
+  using error::error;
+};
+
+namespace detail {
+inline int world_rank() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+inline void mpi_check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, message, &length) != MPI_SUCCESS) length = 0;
+  throw mpi_error(std::string("fusor::comm::mpi: ") + call + " failed on rank " + std::to_string(world_rank()) +
+                  ": " + std::string(message, static_cast<std::size_t>(length)));
+}
+}  // namespace detail
+
+// Starts MPI (unless already started) and ends it; destroyed while an exception
+// unwinds the stack, it aborts every rank instead.
+class mpi_environment {
+ public:
+  mpi_environment() : mpi_environment(nullptr, nullptr) {}
+  mpi_environment(int& argc, char**& argv) : mpi_environment(&argc, &argv) {}
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  ~mpi_environment() {
+    if (std::uncaught_exceptions() > exceptions_at_start_) abort(1);
+    if (owns_) MPI_Finalize();
+  }
+  // Ends every rank of the job now.
+  [[noreturn]] static void abort(int code) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();
+  }
+
+ private:
+  mpi_environment(int* argc, char*** argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      detail::mpi_check(MPI_Init(argc, argv), "MPI_Init");
+      owns_ = true;
+    }
+  }
+  bool owns_ = false;
+  int exceptions_at_start_ = std::uncaught_exceptions();
+};
+
+// A collective or message in flight. wait() finishes it (and an avg's division);
+// destroyed unwaited, it waits, so buffers are never left in MPI's hands.
+class [[nodiscard]] mpi_request {
+ public:
+  mpi_request(MPI_Request r, const char* call, std::function<void()> after = {})
+      : request_(r), call_(call), after_(std::move(after)) {}
+  mpi_request(mpi_request&& o) noexcept
+      : request_(std::exchange(o.request_, MPI_REQUEST_NULL)), call_(o.call_), after_(std::move(o.after_)) {
+    o.after_ = {};
+  }
+  mpi_request& operator=(mpi_request&&) = delete;
+  ~mpi_request() {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() {
+    if (request_ == MPI_REQUEST_NULL && !after_) return;
+    detail::mpi_check(MPI_Wait(&request_, MPI_STATUS_IGNORE), call_);
+    finish();
+  }
+  bool test() {
+    if (request_ == MPI_REQUEST_NULL && !after_) return true;
+    int done = 0;
+    detail::mpi_check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), call_);
+    if (done) finish();
+    return done != 0;
+  }
+
+ private:
+  void finish() {
+    auto after = std::exchange(after_, {});
+    if (after) after();
+  }
+  MPI_Request request_;
+  const char* call_;
+  std::function<void()> after_;
+};
+
+// A communicator over a duplicate of an MPI communicator (MPI_COMM_WORLD by
+// default), so fusor's messages never match the program's own.
+class mpi {
+ public:
+  explicit mpi(MPI_Comm parent = MPI_COMM_WORLD) {
+    detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+    detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    MPI_Comm local;
+    detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+                      "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_free(&local);
+    ops_.create();
+  }
+  mpi(const mpi&) = delete;
+  mpi& operator=(const mpi&) = delete;
+  ~mpi() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    ops_.free();
+    MPI_Comm_free(&comm_);
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  MPI_Comm native() const { return comm_; }
+
+  template <class S, class R>
+  mpi_request all_reduce(const S& send, const R& recv, reduction_op op) const {
+    const auto s = checked(send, "send");
+    const auto r = checked(recv, "recv");
+    same_type(s, r);
+    detail::require_same_size(s.size, r.size, "all_reduce", "send", "recv");
+    return reduction(s.data == r.data ? MPI_IN_PLACE : s.data, r, op, "MPI_Iallreduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+      return MPI_Iallreduce(sb, r.data, count(r.size), type_of(r), o, comm_, q);
+    });
+  }
+  template <class V>
+  mpi_request all_reduce(const V& inout, reduction_op op) const {
+    return all_reduce(inout, inout, op);
+  }
+  template <class S, class R>
+  mpi_request reduce_scatter(const S& send, const R& recv, reduction_op op) const {
+    const auto s = checked(send, "send");
+    const auto r = checked(recv, "recv");
+    same_type(s, r);
+    detail::require_chunks(s.size, r.size, size_, "reduce_scatter", "send", "recv");
+    return reduction(s.data, r, op, "MPI_Ireduce_scatter_block", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+      return MPI_Ireduce_scatter_block(sb, r.data, count(r.size), type_of(r), o, comm_, q);
+    });
+  }
+  template <class S, class R>
+  mpi_request all_gather(const S& send, const R& recv) const {
+    const auto s = checked(send, "send");
+    const auto r = checked(recv, "recv");
+    same_type(s, r);
+    detail::require_chunks(r.size, s.size, size_, "all_gather", "recv", "send");
+    MPI_Request q;
+    detail::mpi_check(MPI_Iallgather(s.data, count(s.size), type_of(s), r.data, count(s.size), type_of(r), comm_, &q),
+                      "MPI_Iallgather");
+    return {q, "MPI_Iallgather"};
+  }
+  // In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
+  template <class V>
+  mpi_request all_gather(const V& inout) const {
+    const auto r = checked(inout, "all_gather's buffer");
+    if (r.size % size_ != 0)
+      throw shape_error("fusor::comm::all_gather: the in-place buffer has " + std::to_string(r.size) +
+                        " elements, not a multiple of the " + std::to_string(size_) + " ranks");
+    MPI_Request q;
+    detail::mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data, count(r.size / size_), type_of(r),
+                                     comm_, &q),
+                      "MPI_Iallgather");
+    return {q, "MPI_Iallgather"};
+  }
+  template <class V>
+  mpi_request broadcast(const V& inout, int root) const {
+    detail::require_rank(root, size_, "broadcast", "root");
+    const auto b = checked(inout, "broadcast's buffer");
+    MPI_Request q;
+    detail::mpi_check(MPI_Ibcast(b.data, count(b.size), type_of(b), root, comm_, &q), "MPI_Ibcast");
+    return {q, "MPI_Ibcast"};
+  }
+  // recv is written on root only (other ranks' recv is not touched).
+  template <class S, class R>
+  mpi_request reduce(const S& send, const R& recv, reduction_op op, int root) const {
+    detail::require_rank(root, size_, "reduce", "root");
+    const auto s = checked(send, "send");
+    const auto r = checked(recv, "recv");
+    same_type(s, r);
+    detail::require_same_size(s.size, r.size, "reduce", "send", "recv");
+    const bool here = rank_ == root;
+    return reduction(
+        here && s.data == r.data ? MPI_IN_PLACE : s.data, r, here ? op : (op == reduction_op::avg ? reduction_op::sum : op),
+        "MPI_Ireduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+          return MPI_Ireduce(sb, r.data, count(r.size), type_of(r), o, root, comm_, q);
+        });
+  }
+  template <class V>
+  mpi_request send(const V& data, int peer, int tag) const {
+    detail::require_rank(peer, size_, "send", "peer");
+    const auto d = checked(data, "send's buffer");
+    MPI_Request q;
+    detail::mpi_check(MPI_Isend(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Isend");
+    return {q, "MPI_Isend"};
+  }
+  template <class V>
+  mpi_request recv(const V& data, int peer, int tag) const {
+    detail::require_rank(peer, size_, "recv", "peer");
+    const auto d = checked(data, "recv's buffer");
+    MPI_Request q;
+    detail::mpi_check(MPI_Irecv(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Irecv");
+    return {q, "MPI_Irecv"};
+  }
+
+ private:
+  template <class V>
+  static auto checked(const V& v, const char* what) {
+    using view_t = std::remove_cvref_t<decltype(as_view(v))>;
+    static_assert(!std::is_same_v<typename view_t::space, device_space>,
+                  "fusor::comm::mpi moves host memory: copy device tensors to the host (or use the nccl policy)");
+    return detail::flat(v, what);
+  }
+  template <class F>
+  using element_of = std::remove_cvref_t<decltype(*std::declval<F>().data)>;
+  template <class F>
+  static MPI_Datatype type_of(const F&) { return detail::mpi_datatype<element_of<F>>(); }
+  template <class A, class B>
+  static void same_type(const A&, const B&) {
+    static_assert(std::is_same_v<element_of<A>, element_of<B>>, "fusor::comm: send and recv must hold the same element type");
+  }
+  static int count(index_t n) {
+    if (n > index_t{2147483647}) throw error("fusor::comm::mpi: " + std::to_string(n) + " elements exceed MPI's int count");
+    return static_cast<int>(n);
+  }
+  // Starts a reduction with MPI's (or fusor's 16-bit) operation; avg divides the
+  // result by size() once it has arrived.
+  template <class R, class Start>
+  mpi_request reduction(const void* send, const R& r, reduction_op op, const char* call, Start start) const {
+    using T = element_of<R>;
+    const MPI_Op mpi_op = ops_.template get<T>(op == reduction_op::max);
+    MPI_Request q;
+    detail::mpi_check(start(const_cast<void*>(send), mpi_op, &q), call);
+    if (op != reduction_op::avg) return {q, call};
+    return {q, call, [data = r.data, n = r.size, ranks = size_] {
+              for (index_t i = 0; i < n; ++i) data[i] = convert<T>(convert<double>(data[i]) / ranks);
+            }};
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  detail::half_ops ops_;
+};
+
+static_assert(communicator<mpi>);
+
+// Starts MPI, runs main(communicator) and ends MPI; an exception escaping main is
+// printed with the rank that threw it and ends every rank (MPI_Abort).
+template <class Main>
+int run_ranks(int& argc, char**& argv, Main&& main) {
+  mpi_environment environment(argc, argv);
+  try {
+    mpi communicator;
+    return std::forward<Main>(main)(communicator);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusor: rank %d failed: %s\n", detail::world_rank(), e.what());
+    std::fflush(stderr);
+    mpi_environment::abort(1);
+  }
+}
+
+}  // namespace fusor::comm

@@ -1,0 +1,86 @@
+// fusor/comm/single.hpp — the communicator of one rank: no dependency, nothing to wait for.
+//
+// Code written against fusor::comm::communicator runs unchanged on one process:
+// every collective over one rank is a copy (sum, avg and max of one value are the
+// value), broadcast leaves its buffer as it is, and each returns a completed request.
+// There is no peer to send to, so send and recv throw fusor::error.
+#pragma once
+
+#include <fusor/comm/communicator.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace fusor::comm {
+
+class single {
+ public:
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  int local_rank() const { return 0; }
+
+  template <class S, class R>
+  completed_request all_reduce(const S& send, const R& recv, reduction_op) const {
+    copy_flat(send, recv, "all_reduce");
+    return {};
+  }
+  template <class V>
+  completed_request all_reduce(const V& inout, reduction_op) const {
+    detail::flat(inout, "all_reduce's buffer");
+    return {};
+  }
+  template <class S, class R>
+  completed_request reduce_scatter(const S& send, const R& recv, reduction_op) const {
+    detail::require_chunks(detail::flat(send, "send").size, detail::flat(recv, "recv").size, 1, "reduce_scatter",
+                           "send", "recv");
+    copy_flat(send, recv, "reduce_scatter");
+    return {};
+  }
+  template <class S, class R>
+  completed_request all_gather(const S& send, const R& recv) const {
+    detail::require_chunks(detail::flat(recv, "recv").size, detail::flat(send, "send").size, 1, "all_gather", "recv",
+                           "send");
+    copy_flat(send, recv, "all_gather");
+    return {};
+  }
+  template <class V>
+  completed_request all_gather(const V& inout) const {
+    detail::flat(inout, "all_gather's buffer");
+    return {};
+  }
+  template <class V>
+  completed_request broadcast(const V& inout, int root) const {
+    detail::require_rank(root, 1, "broadcast", "root");
+    detail::flat(inout, "broadcast's buffer");
+    return {};
+  }
+  template <class S, class R>
+  completed_request reduce(const S& send, const R& recv, reduction_op, int root) const {
+    detail::require_rank(root, 1, "reduce", "root");
+    copy_flat(send, recv, "reduce");
+    return {};
+  }
+  template <class V>
+  completed_request send(const V&, int peer, int) const {
+    throw error("fusor::comm::single::send: one rank has no peer to send to (peer " + std::to_string(peer) + ")");
+  }
+  template <class V>
+  completed_request recv(const V&, int peer, int) const {
+    throw error("fusor::comm::single::recv: one rank has no peer to receive from (peer " + std::to_string(peer) + ")");
+  }
+
+ private:
+  template <class S, class R>
+  static void copy_flat(const S& send, const R& recv, const char* call) {
+    const auto s = detail::flat(send, "send");
+    const auto r = detail::flat(recv, "recv");
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(*s.data)>, std::remove_cvref_t<decltype(*r.data)>>,
+                  "fusor::comm: send and recv must hold the same element type");
+    detail::require_same_size(s.size, r.size, call, "send", "recv");
+    if (s.data != r.data) std::copy(s.data, s.data + s.size, r.data);
+  }
+};
+
+static_assert(communicator<single>);
+
+}  // namespace fusor::comm

@@ -1,0 +1,64 @@
+// fusor::comm::mpi under mpirun: every collective against double references in
+// fp32, bf16 and fp16, odd sizes, in place and out of place, every root;
+// point-to-point round a ring; shape errors; a failed MPI call names the call,
+// the rank and MPI's message; a request can be tested until done.
+#include <fusor/comm/mpi.hpp>
+
+#include "comm/collective_checks.hpp"
+#include "comm/mpi_world.hpp"
+
+using namespace comm_test;
+
+TEST_CASE("comm::mpi: ranks") {
+  auto& c = world();
+  INFO("rank ", c.rank());
+  CHECK(c.size() >= 2);
+  CHECK(c.rank() >= 0);
+  CHECK(c.rank() < c.size());
+  CHECK(c.local_rank() == c.rank());  // one machine
+}
+
+TEST_CASE("comm::mpi: collectives") {
+  auto& c = world();
+  INFO("rank ", c.rank(), " of ", c.size());
+  SUBCASE("fp32") { check_collectives<fp32>(c); }
+  SUBCASE("bf16") { check_collectives<bf16>(c); }
+  SUBCASE("fp16") { check_collectives<fp16>(c); }
+}
+
+TEST_CASE("comm::mpi: send and recv round a ring") {
+  auto& c = world();
+  INFO("rank ", c.rank());
+  const int next = (c.rank() + 1) % c.size(), previous = (c.rank() + c.size() - 1) % c.size();
+  for (index_t n : {index_t{1}, index_t{1001}}) {
+    const auto mine = input<bf16>(n, 55, c.rank());
+    auto theirs = poisoned<bf16>(n);
+    auto received = c.recv(theirs, previous, 3);
+    auto sent = c.send(mine, next, 3);
+    received.wait();
+    sent.wait();
+    expect_close<bf16>(theirs, gathered<bf16>(n, 55, previous + 1), n * previous, 0.0, "ring");
+  }
+}
+
+TEST_CASE("comm::mpi: a request can be tested until done") {
+  auto& c = world();
+  auto x = input<fp32>(513, 77, c.rank());
+  auto request = c.all_reduce(x, reduction_op::avg);
+  while (!request.test()) {
+  }
+  CHECK(request.test());
+  request.wait();  // a finished request waits for nothing, and divides only once
+  expect_close<fp32>(x, reference<fp32>(513, 77, c.size(), reduction_op::avg), 0,
+                     reduction_tolerance<fp32>(c.size(), reduction_op::sum), "tested avg");
+}
+
+TEST_CASE("comm::mpi: errors") {
+  auto& c = world();
+  check_shape_errors(c);
+  // A negative tag is MPI's error (MPI_ERR_TAG), returned, not aborting.
+  auto x = input<fp32>(4, 1, c.rank());
+  const std::string rank = "rank " + std::to_string(c.rank());
+  expect_error<fusor::comm::mpi_error>([&] { c.send(x, (c.rank() + 1) % c.size(), -5).wait(); },
+                                       {"MPI_Isend", rank.c_str(), "tag"});
+}
