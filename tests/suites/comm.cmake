@@ -1,15 +1,34 @@
 # Communicators (fusor/comm/, issue 5). The single communicator's checks always
 # run; the MPI communicator's run the same checks under mpirun -np 2 and -np 4
 # (OpenMPI, Debian: libopenmpi-dev openmpi-bin), plus a job in which one rank
-# throws and every rank must end (MPI_Abort) instead of hanging.
+# throws and every rank must end (MPI_Abort) instead of hanging. The NCCL
+# communicator runs its one-GPU test where CUDA, NCCL and a GPU are.
 fusor_add_test_suite(comm HOST_TESTS comm/test_single.cpp)
+set(comm_src ${CMAKE_CURRENT_LIST_DIR}/..)
+
+# The NCCL communicator (nvcc, device memory): one rank over one GPU; compiled
+# wherever CUDA and NCCL are found, run (not skipped) only where a GPU is.
+if(FUSOR_ENABLE_CUDA)
+  find_package(CUDAToolkit)
+  find_path(FUSOR_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(FUSOR_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+  if(FUSOR_NCCL_INCLUDE_DIR AND FUSOR_NCCL_LIBRARY)
+    add_executable(fusor_comm_nccl_tests ${comm_src}/cuda_main.cu ${comm_src}/comm/test_nccl.cu)
+    target_link_libraries(fusor_comm_nccl_tests PRIVATE fusor::fusor doctest::doctest ${FUSOR_NCCL_LIBRARY})
+    target_include_directories(fusor_comm_nccl_tests PRIVATE ${comm_src} ${FUSOR_NCCL_INCLUDE_DIR})
+    target_compile_definitions(fusor_comm_nccl_tests PRIVATE FUSOR_TEST_CUDA=1)
+    add_test(NAME comm_nccl_cuda COMMAND fusor_comm_nccl_tests)
+    set_tests_properties(comm_nccl_cuda PROPERTIES SKIP_RETURN_CODE 77)
+  else()
+    message(STATUS "fusor: NCCL not found (nccl.h and libnccl); skipping the NCCL communicator's test")
+  endif()
+endif()
 
 if(NOT FUSOR_MPI_FOUND)
   message(STATUS "fusor: MPI not found (Debian: libopenmpi-dev openmpi-bin); skipping the MPI communicator's tests")
   return()
 endif()
 
-set(comm_src ${CMAKE_CURRENT_LIST_DIR}/..)
 add_executable(fusor_comm_mpi_tests ${comm_src}/comm/mpi_main.cpp ${comm_src}/comm/test_mpi.cpp)
 add_executable(fusor_comm_mpi_abort ${comm_src}/comm/mpi_abort.cpp)
 foreach(target fusor_comm_mpi_tests fusor_comm_mpi_abort)
@@ -28,3 +47,4 @@ endforeach()
 add_test(NAME comm_mpi_abort COMMAND sh -c "out=$(timeout 60 \"$0\" \"$@\" 2>&1); rc=$?; echo \"$out\"; [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo \"$out\" | grep -q 'rank 1 failed: deliberate'"
   ${FUSOR_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:fusor_comm_mpi_abort>)
 set_tests_properties(comm_mpi_abort PROPERTIES TIMEOUT 90)
+

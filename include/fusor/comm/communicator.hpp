@@ -3,6 +3,7 @@
 // A communicator is a group of ranks that exchange tensors. Policies:
 //   fusor::comm::single (fusor/comm/single.hpp) — one rank, no dependency; collectives are copies.
 //   fusor::comm::mpi    (fusor/comm/mpi.hpp)    — MPI over host memory; link fusor::mpi.
+//   fusor::comm::nccl   (fusor/comm/nccl.hpp)   — NCCL over device memory (nvcc units; link nccl).
 // Each takes contiguous views (fusor::view or tensors, any rank, read as flat arrays)
 // and returns a request: `wait()` blocks until the buffers may be read and reused,
 // `test()` says whether it has finished. A request that is destroyed unwaited waits.
@@ -94,9 +95,10 @@ inline void require_rank(int r, int size, const char* call, const char* what) {
 
 }  // namespace detail
 
-// What every communicator policy offers (checked with views of fp32 host memory).
-template <class C>
-concept communicator = requires(C& c, view<fp32, dextents<index_t, 1>> v, int peer) {
+// What every communicator policy offers, checked with fp32 views of the memory
+// it moves (host memory for single and mpi, device memory for nccl).
+template <class C, class Space = host_space>
+concept communicator = requires(C& c, view<fp32, dextents<index_t, 1>, row_major, Space> v, int peer) {
   { c.rank() } -> std::convertible_to<int>;
   { c.size() } -> std::convertible_to<int>;
   { c.local_rank() } -> std::convertible_to<int>;
