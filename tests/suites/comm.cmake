@@ -43,8 +43,18 @@ foreach(ranks 2 4)
   add_test(NAME comm_mpi_np${ranks} COMMAND ${FUSOR_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${ranks} $<TARGET_FILE:fusor_comm_mpi_tests>)
   set_tests_properties(comm_mpi_np${ranks} PROPERTIES TIMEOUT 300)
 endforeach()
-# Rank 1 throws while rank 0 waits in a collective: the job must end, non-zero, naming rank 1.
-add_test(NAME comm_mpi_abort COMMAND sh -c "out=$(timeout 60 \"$0\" \"$@\" 2>&1); rc=$?; echo \"$out\"; [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo \"$out\" | grep -q 'rank 1 failed: deliberate'"
-  ${FUSOR_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:fusor_comm_mpi_abort>)
-set_tests_properties(comm_mpi_abort PROPERTIES TIMEOUT 90)
+# Rank 1 throws while rank 0 waits in a collective: the job must end, non-zero,
+# naming rank 1 — through run_ranks, and through a bare mpi_environment.
+foreach(way run_ranks environment)
+  if(way STREQUAL "run_ranks")
+    set(expected "rank 1 failed: deliberate")
+    set(argument "")
+  else()
+    set(expected "rank 1: an exception is leaving")
+    set(argument environment)
+  endif()
+  add_test(NAME comm_mpi_abort_${way} COMMAND sh -c "out=$(timeout 60 \"$0\" \"$@\" 2>&1); rc=$?; echo \"$out\"; [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo \"$out\" | grep -q '${expected}'"
+    ${FUSOR_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:fusor_comm_mpi_abort> ${argument})
+  set_tests_properties(comm_mpi_abort_${way} PROPERTIES TIMEOUT 90)
+endforeach()
 

@@ -13,7 +13,9 @@
 // of MPI_COMM_WORLD, runs main and ends MPI; an exception escaping main is printed
 // with its rank and aborts every rank (MPI_Abort) instead of leaving the others
 // waiting in a collective. Without run_ranks: keep an mpi_environment alive in
-// main — if it is destroyed by an exception's unwinding it calls MPI_Abort.
+// main, inside a try block — if it is destroyed by an exception's unwinding it
+// calls MPI_Abort (an exception that no handler catches may end the process
+// without unwinding; OpenMPI's mpirun then ends the job itself).
 //
 // Failed MPI calls throw mpi_error naming the call, the rank and MPI's message
 // (the communicator returns errors instead of MPI's default of aborting).
@@ -63,7 +65,12 @@ class mpi_environment {
   mpi_environment(const mpi_environment&) = delete;
   mpi_environment& operator=(const mpi_environment&) = delete;
   ~mpi_environment() {
-    if (std::uncaught_exceptions() > exceptions_at_start_) abort(1);
+    if (std::uncaught_exceptions() > exceptions_at_start_) {
+      std::fprintf(stderr, "fusor: rank %d: an exception is leaving MPI's scope; aborting every rank\n",
+                   detail::world_rank());
+      std::fflush(stderr);
+      abort(1);
+    }
     if (owns_) MPI_Finalize();
   }
   // Ends every rank of the job now.
@@ -143,7 +150,9 @@ class mpi {
   ~mpi() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (finalized) return;
+    // While an exception unwinds, the job is about to be aborted: freeing the
+    // communicator (collective in MPI's terms) could wait for the other ranks.
+    if (finalized || std::uncaught_exceptions() > 0) return;
     ops_.free();
     MPI_Comm_free(&comm_);
   }
