@@ -14,6 +14,7 @@ TEST_CASE("comm::single: rank 0 of 1") {
   CHECK(c.local_rank() == 0);
   auto r = c.all_reduce(input<fp32>(3, 1, 0), reduction_op::sum);
   CHECK(r.test());
+  [[maybe_unused]] fusor::comm::no_group group = c.group();
 }
 
 TEST_CASE("comm::single: collectives") {

@@ -17,6 +17,7 @@
 //   c.broadcast(inout, root);                             // inout = root's inout
 //   c.reduce(send, recv, op, root);                       // recv (root only) = op over ranks of send
 //   c.send(view, peer, tag); c.recv(view, peer, tag);     // point to point
+//   { auto g = c.group(); c.send(a, next, 0); c.recv(b, previous, 0); }  // issued together
 //
 // Sizes that do not agree throw fusor::shape_error naming both; a bad rank or root
 // throws fusor::error.
@@ -49,6 +50,10 @@ concept request = requires(R& r) {
   r.wait();
   { r.test() } -> std::convertible_to<bool>;
 };
+
+// What group() returns where calls need no grouping (single, mpi: non-blocking
+// calls may all be in flight at once); nccl's issues its calls together.
+struct [[nodiscard]] no_group {};
 
 // A request that is complete when made (the single communicator's).
 struct completed_request {
@@ -111,6 +116,7 @@ concept communicator = requires(C& c, view<fp32, dextents<index_t, 1>, row_major
   { c.reduce(v, v, reduction_op::sum, peer) } -> request;
   { c.send(v, peer, 0) } -> request;
   { c.recv(v, peer, 0) } -> request;
+  c.group();
 };
 
 }  // namespace fusor::comm

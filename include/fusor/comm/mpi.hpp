@@ -250,6 +250,9 @@ class mpi {
     return {q, "MPI_Irecv"};
   }
 
+  // Non-blocking calls need no grouping: keep each request until it is waited for.
+  no_group group() const { return {}; }
+
  private:
   template <class V>
   static auto checked(const V& v, const char* what) {

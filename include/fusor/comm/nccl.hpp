@@ -135,6 +135,7 @@ class nccl {
   nccl_request all_reduce(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
     const auto r = checked(recv, "recv");
+    same_type(s, r);
     detail::require_same_size(s.size, r.size, "all_reduce", "send", "recv");
     return issue(ncclAllReduce(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), comm_, stream_), "ncclAllReduce");
   }
@@ -146,6 +147,7 @@ class nccl {
   nccl_request reduce_scatter(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
     const auto r = checked(recv, "recv");
+    same_type(s, r);
     detail::require_chunks(s.size, r.size, size_, "reduce_scatter", "send", "recv");
     return issue(ncclReduceScatter(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), comm_, stream_),
                  "ncclReduceScatter");
@@ -154,6 +156,7 @@ class nccl {
   nccl_request all_gather(const S& send, const R& recv) const {
     const auto s = checked(send, "send");
     const auto r = checked(recv, "recv");
+    same_type(s, r);
     detail::require_chunks(r.size, s.size, size_, "all_gather", "recv", "send");
     return issue(ncclAllGather(s.data, r.data, n(s.size), type_of(s), comm_, stream_), "ncclAllGather");
   }
@@ -179,6 +182,7 @@ class nccl {
     detail::require_rank(root, size_, "reduce", "root");
     const auto s = checked(send, "send");
     const auto r = checked(recv, "recv");
+    same_type(s, r);
     detail::require_same_size(s.size, r.size, "reduce", "send", "recv");
     return issue(ncclReduce(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), root, comm_, stream_),
                  "ncclReduce");
@@ -220,6 +224,11 @@ class nccl {
     static_assert(std::is_same_v<typename view_t::space, device_space>,
                   "fusor::comm::nccl moves device memory (use fusor::comm::mpi for host memory)");
     return detail::flat(v, what);
+  }
+  template <class A, class B>
+  static void same_type(const A&, const B&) {
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(*std::declval<A>().data)>, std::remove_cvref_t<decltype(*std::declval<B>().data)>>,
+                  "fusor::comm: send and recv must hold the same element type");
   }
   template <class F>
   static ncclDataType_t type_of(const F& f) {

@@ -69,6 +69,8 @@ class single {
     throw error("fusor::comm::single::recv: one rank has no peer to receive from (peer " + std::to_string(peer) + ")");
   }
 
+  no_group group() const { return {}; }
+
  private:
   template <class S, class R>
   static void copy_flat(const S& send, const R& recv, const char* call) {
