@@ -258,7 +258,7 @@ class mpi {
   static auto checked(const V& v, const char* what) {
     using view_t = std::remove_cvref_t<decltype(as_view(v))>;
     static_assert(!std::is_same_v<typename view_t::space, device_space>,
-                  "fusor::comm::mpi moves host memory: copy device tensors to the host (or use the nccl policy)");
+                  "fusor: fusor::comm::mpi moves host memory: copy device tensors to the host (or use the nccl policy)");
     return detail::flat(v, what);
   }
   template <class F>
@@ -267,7 +267,7 @@ class mpi {
   static MPI_Datatype type_of(const F&) { return detail::mpi_datatype<element_of<F>>(); }
   template <class A, class B>
   static void same_type(const A&, const B&) {
-    static_assert(std::is_same_v<element_of<A>, element_of<B>>, "fusor::comm: send and recv must hold the same element type");
+    static_assert(std::is_same_v<element_of<A>, element_of<B>>, "fusor: fusor::comm: send and recv must hold the same element type");
   }
   static int count(index_t n) {
     if (n > index_t{2147483647}) throw error("fusor::comm::mpi: " + std::to_string(n) + " elements exceed MPI's int count");

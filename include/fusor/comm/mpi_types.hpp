@@ -37,7 +37,7 @@ MPI_Datatype mpi_datatype() {
   else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
   else if constexpr (std::is_same_v<T, std::uint32_t>) return MPI_UINT32_T;
   else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else static_assert(sizeof(T) == 0, "fusor::comm::mpi: this element type has no MPI datatype");
+  else static_assert(sizeof(T) == 0, "fusor: fusor::comm::mpi: this element type has no MPI datatype");
 }
 
 // inout[i] = combine(in[i], inout[i]) in float, for MPI_Op_create.

@@ -59,7 +59,7 @@ ncclDataType_t nccl_datatype() {
   else if constexpr (std::is_same_v<T, std::int32_t>) return ncclInt32;
   else if constexpr (std::is_same_v<T, std::uint32_t>) return ncclUint32;
   else if constexpr (std::is_same_v<T, std::int64_t>) return ncclInt64;
-  else static_assert(sizeof(T) == 0, "fusor::comm::nccl: this element type has no NCCL datatype");
+  else static_assert(sizeof(T) == 0, "fusor: fusor::comm::nccl: this element type has no NCCL datatype");
 }
 
 inline ncclRedOp_t nccl_op(reduction_op op) {
@@ -222,13 +222,13 @@ class nccl {
   static auto checked(const V& v, const char* what) {
     using view_t = std::remove_cvref_t<decltype(as_view(v))>;
     static_assert(std::is_same_v<typename view_t::space, device_space>,
-                  "fusor::comm::nccl moves device memory (use fusor::comm::mpi for host memory)");
+                  "fusor: fusor::comm::nccl moves device memory (use fusor::comm::mpi for host memory)");
     return detail::flat(v, what);
   }
   template <class A, class B>
   static void same_type(const A&, const B&) {
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(*std::declval<A>().data)>, std::remove_cvref_t<decltype(*std::declval<B>().data)>>,
-                  "fusor::comm: send and recv must hold the same element type");
+                  "fusor: fusor::comm: send and recv must hold the same element type");
   }
   template <class F>
   static ncclDataType_t type_of(const F& f) {

@@ -3,7 +3,8 @@
 // Code written against fusor::comm::communicator runs unchanged on one process:
 // every collective over one rank is a copy (sum, avg and max of one value are the
 // value), broadcast leaves its buffer as it is, and each returns a completed request.
-// There is no peer to send to, so send and recv throw fusor::error.
+// There is no peer to send to, so send and recv throw fusor::error. Host memory
+// only (device views do not compile; one GPU: fusor::comm::nccl over single).
 #pragma once
 
 #include <fusor/comm/communicator.hpp>
@@ -74,12 +75,20 @@ class single {
  private:
   template <class S, class R>
   static void copy_flat(const S& send, const R& recv, const char* call) {
+    host_only<S>();
+    host_only<R>();
     const auto s = detail::flat(send, "send");
     const auto r = detail::flat(recv, "recv");
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(*s.data)>, std::remove_cvref_t<decltype(*r.data)>>,
-                  "fusor::comm: send and recv must hold the same element type");
+                  "fusor: fusor::comm: send and recv must hold the same element type");
     detail::require_same_size(s.size, r.size, call, "send", "recv");
     if (s.data != r.data) std::copy(s.data, s.data + s.size, r.data);
+  }
+  template <class V>
+  static void host_only() {
+    using view_t = std::remove_cvref_t<decltype(as_view(std::declval<const V&>()))>;
+    static_assert(!std::is_same_v<typename view_t::space, device_space>,
+                  "fusor: fusor::comm::single copies host memory; for device memory use fusor::comm::nccl");
   }
 };
 
