@@ -1,7 +1,7 @@
 // fusor::comm::mpi under mpirun: every collective against double references in
-// fp32, bf16 and fp16, odd sizes, in place and out of place, every root;
-// point-to-point round a ring; shape errors; a failed MPI call names the call,
-// the rank and MPI's message; a request can be tested until done.
+// fp32, bf16 and fp16, odd sizes, in place and out of place, every root,
+// megabyte messages; point-to-point round a ring; shape errors; a failed MPI
+// call names the call, the rank and MPI's message; a request can be tested until done.
 #include <fusor/comm/mpi.hpp>
 
 #include "comm/collective_checks.hpp"
@@ -24,6 +24,18 @@ TEST_CASE("comm::mpi: collectives") {
   SUBCASE("fp32") { check_collectives<fp32>(c); }
   SUBCASE("bf16") { check_collectives<bf16>(c); }
   SUBCASE("fp16") { check_collectives<fp16>(c); }
+}
+
+// Megabytes per rank: past OpenMPI's eager limit, so the rendezvous path (and,
+// on one machine, its shared-memory copy mechanism) is exercised too.
+TEST_CASE("comm::mpi: large messages") {
+  auto& c = world();
+  INFO("rank ", c.rank(), " of ", c.size());
+  check_all_reduce<fp32>(c, index_t{1} << 20, reduction_op::sum, false, 900);
+  check_all_reduce<bf16>(c, (index_t{1} << 20) + 3, reduction_op::avg, true, 901);
+  check_all_gather<fp16>(c, (index_t{1} << 19) + 1, false, 902);
+  check_reduce_scatter<fp32>(c, (index_t{1} << 18) + 5, reduction_op::max, 903);
+  check_broadcast<fp32>(c, index_t{1} << 20, c.size() - 1, 904);
 }
 
 TEST_CASE("comm::mpi: send and recv round a ring") {

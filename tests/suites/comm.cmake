@@ -1,5 +1,5 @@
 # Communicators (fusor/comm/, issue 5). The single communicator's checks always
-# run; the MPI communicator's run the same checks under mpirun -np 2 and -np 4
+# run; the MPI communicator's run the same checks under mpirun -np 2, 3 and 4
 # (OpenMPI, Debian: libopenmpi-dev openmpi-bin), plus a job in which one rank
 # throws and every rank must end (MPI_Abort) instead of hanging. The NCCL
 # communicator runs its one-GPU test where CUDA, NCCL and a GPU are.
@@ -39,7 +39,7 @@ endforeach()
 
 # As root OpenMPI needs --allow-run-as-root; --oversubscribe runs 4 ranks on fewer cores.
 set(FUSOR_MPIEXEC ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
-foreach(ranks 2 4)
+foreach(ranks 2 3 4)  # 3: an odd number of ranks
   add_test(NAME comm_mpi_np${ranks} COMMAND ${FUSOR_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${ranks} $<TARGET_FILE:fusor_comm_mpi_tests>)
   set_tests_properties(comm_mpi_np${ranks} PROPERTIES TIMEOUT 300)
 endforeach()
