@@ -161,16 +161,45 @@ class network {
   // of the input precision): what a pipeline stage sends to the one before it.
   template <class Executor>
   void backward(const Executor& ex, const input_view& input_gradient) {
+    backward(ex, input_gradient, [](std::size_t) {});
+  }
+  // The same, calling layer_done(I) as soon as layer I's parameter gradients are
+  // written (layers in reverse order): data parallelism starts communicating a
+  // bucket of gradients there while the layers before it are still working.
+  template <class Executor, class LayerDone>
+  void backward(const Executor& ex, const input_view& input_gradient, LayerDone&& layer_done) {
     if (batch_ == 0) throw error("fusor::nn::network::backward: call forward first");
     if (input_gradient.data() != nullptr && input_gradient.extent(0) != batch_)
       throw shape_error("fusor::nn::network::backward: input gradient of shape " +
                         shape_string(input_gradient.extents()) + " for a batch of " + std::to_string(batch_));
     input_gradient_ = input_gradient;
-    backward_from<depth - 1>(ex);
+    backward_from<depth - 1>(ex, layer_done);
   }
 
   template <std::size_t I>
   layer_type<I>& layer() { return std::get<I>(layers_); }
+  // fn(layer) for every layer instance, in order (e.g. to connect tensor-parallel
+  // layers to their communicator).
+  template <class Fn>
+  void for_each_layer(Fn&& fn) {
+    for_each_index([&]<std::size_t I>() { fn(std::get<I>(layers_)); });
+  }
+
+  // Where layer `layer`'s parameters lie in the flat buffers of group<Element>():
+  // [begin, end) offsets (begin == end where it has none of that type). A layer's
+  // parameters are contiguous and layers follow each other in order.
+  template <class Element>
+  std::pair<index_t, index_t> parameter_range(std::size_t layer) const {
+    const std::string prefix = std::to_string(layer) + ".";
+    index_t begin = -1, end = -1;
+    for (const parameter_slot& slot : std::get<parameter_group<Element, Space>>(groups_).slots())
+      if (slot.name.starts_with(prefix)) {
+        if (begin < 0) begin = slot.offset;
+        end = slot.offset + slot.size;
+      }
+    if (begin < 0) return {0, 0};
+    return {begin, (end + parameter_alignment - 1) / parameter_alignment * parameter_alignment};
+  }
 
   // fn(parameter_group<E, Space>&) for each element type E the parameters use.
   template <class Fn>
@@ -273,14 +302,15 @@ class network {
     return activation_view<P, typename layer_type<I>::output_features, Space>(std::get<I>(output_gradients_).data(),
                                                                              batch_);
   }
-  template <std::size_t I, class Executor>
-  void backward_from(const Executor& ex) {
+  template <std::size_t I, class Executor, class LayerDone>
+  void backward_from(const Executor& ex, LayerDone& layer_done) {
     using P = layer_input_precision<layer_type<I>>;
     activation_view<P, typename layer_type<I>::input_features, Space> dx{};
     if constexpr (I > 0) dx = detail::with_precision<P>(output_gradient_of<I - 1>());
     else dx = input_gradient_;
     std::get<I>(layers_).backward(layer_input<I>(), output<I>(), output_gradient_of<I>(), dx, ex);
-    if constexpr (I > 0) backward_from<I - 1>(ex);
+    layer_done(I);
+    if constexpr (I > 0) backward_from<I - 1>(ex, layer_done);
   }
 
   // Parameter name -> index into specs_.
