@@ -11,6 +11,7 @@ fusor_add_test_suite(nn
     nn/test_network.cpp
     nn/test_conv2d.cpp
     nn/test_sequence_layers.cpp
+    nn/test_network_stages.cpp
   HOST_TESTS
     nn/test_linear.cpp
     nn/test_layer_gradients.cpp

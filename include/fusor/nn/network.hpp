@@ -14,6 +14,7 @@
 // index>.<name>", e.g. "0.weight", so a checkpoint loads into the same model there.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -32,9 +33,16 @@
 
 namespace fusor::nn {
 
+// Layers [first, last) of the sequential: a pipeline stage holds only its own.
+struct layer_range {
+  std::size_t first = 0;
+  std::size_t last = std::size_t(-1);  // past the end: every layer from first on
+};
+
 struct network_options {
   std::uint64_t seed = 0;  // initial parameters are a function of this alone
   stream_t stream = {};    // where device memory is allocated
+  layer_range layers = {};
 };
 
 namespace detail {
@@ -102,53 +110,107 @@ class network {
   using group_elements = typename detail::unique_types<typename activation_tuple<indices>::elements>::type;
   using groups_type = typename detail::group_tuple<Space, group_elements>::type;
 
-  explicit network(index_t max_batch, network_options options = {}) : max_batch_(max_batch), stream_(options.stream) {
-    if (max_batch < 1) throw error("fusor::nn::network: max_batch must be at least 1, not " + std::to_string(max_batch));
-    for_each_index([&]<std::size_t I>() {
-      std::get<I>(activations_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
-      std::get<I>(output_gradients_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
-      std::get<I>(layers_).reserve(max_batch, stream_);
-      if constexpr (requires(layer_type<I>& l) { l.seed(std::uint64_t{}); })
-        std::get<I>(layers_).seed(derive_seed(options.seed, std::uint64_t(1) << 32 | I));
-    });
-    input_buffer_ = tensor<input_precision, typename input_features::batched_extents, row_major, Space>(
-        typename input_features::batched_extents(max_batch), stream_);
-    lay_out_parameters();
-    initialize(options.seed);
-  }
+  explicit network(index_t max_batch, network_options options = {}) : network(max_batch, options, nullptr) {}
+  // A network over `shared`'s parameters and gradients (same layers and range):
+  // its own activations, so several batches can be in flight at once (a pipeline
+  // stage's micro-batches). Backward writes the shared gradients. `shared` must
+  // outlive it.
+  network(index_t max_batch, network_options options, const network& shared) : network(max_batch, options, &shared) {}
   network(const network&) = delete;
   network& operator=(const network&) = delete;
 
-  // Draws every parameter afresh from `seed` (the same seed gives the same values anywhere).
+  // Draws every parameter afresh from `seed` (the same seed gives the same values
+  // anywhere; a layer range or a sharded layer gets its part of the same values).
   void initialize(std::uint64_t seed) {
+    seed_ = seed;
+    std::vector<int> shard_of_layer(depth, 0);
+    for_each_index([&]<std::size_t I>() {
+      if constexpr (requires(const layer_type<I>& l) { l.shard_index(); })
+        shard_of_layer[I] = std::get<I>(layers_).shard_index();
+    });
     for_each_group([&](auto& group) {
       using element = typename std::remove_cvref_t<decltype(group)>::element_type;
       std::vector<element> host(static_cast<std::size_t>(group.size()), convert<element>(0.0f));
-      for (std::size_t k = 0; k != group.slots().size(); ++k) {
-        const parameter_slot& slot = group.slots()[k];
+      for (const parameter_slot& slot : group.slots()) {
         const std::size_t id = slot_ids_[slot.name];
-        initialize_parameter(host.data() + slot.offset, slot.size, specs_[id].init, derive_seed(seed, id));
+        initialize_parameter(host.data() + slot.offset, specs_[id], derive_seed(seed, id), shard_of_layer[spec_layers_[id]]);
       }
       copy(group.values(), flat_view<element, host_space>(host.data(), group.size()));
     });
   }
+  // The seed of the last initialize (the constructor's by default).
+  std::uint64_t seed() const { return seed_; }
+  // The layers this network holds: [first, last).
+  layer_range layers() const { return {first_, last_}; }
 
   // y = network(x). x: a batch of samples, [batch, features...] or any contiguous
   // row-major view whose elements are batch * features (the batch is its first
   // extent); another element type is converted in one pass. x must stay valid
   // until backward(), which reads it.
+  // A stage without the last layer returns an empty view (see with_stage_output).
   template <class X, class Executor>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode = training) {
+    if (first_ != 0)
+      throw error("fusor::nn::network::forward: this network holds layers from " + std::to_string(first_) +
+                  " on; fill with_stage_input and call forward_stage");
     const auto& xv = as_view(x);
     bind_input(xv, ex);
-    for_each_index([&]<std::size_t I>() { std::get<I>(layers_).forward(layer_input<I>(), output<I>(), mode, ex); });
-    return output<depth - 1>();
+    run_layers(ex, mode);
+    return last_ == depth ? output<depth - 1>() : output_view{};
   }
 
   // Where the loss writes the gradient of the output, for the last forward's batch.
-  output_view output_gradient() const { return output_gradient_of<depth - 1>(); }
+  output_view output_gradient() const {
+    require_last_layer("output_gradient");
+    return output_gradient_of<depth - 1>();
+  }
   // The output of the last forward.
-  output_view output() const { return output<depth - 1>(); }
+  output_view output() const {
+    require_last_layer("output");
+    return output<depth - 1>();
+  }
+
+  // A pipeline stage (options.layers) moves its activations as flat arrays:
+  //   with_stage_input(batch, fn)     fn(flat view) to fill with the stage's input (batch samples
+  //                                   of layer `first`'s input), then forward_stage(ex, mode);
+  //   with_stage_output(fn)           the last forward's output of layer last - 1, to send on;
+  //   with_stage_output_gradient(fn)  to fill with its gradient before backward(ex);
+  //   with_stage_input_gradient(fn)   after backward(ex): the gradient of the stage's input
+  //                                   (stages after the first), to send back.
+  // fn receives a flat_view<Element, Space> of batch x features elements.
+  template <class Fn>
+  void with_stage_input(index_t batch, Fn&& fn) {
+    if (batch < 1 || batch > max_batch_)
+      throw shape_error("fusor::nn::network::with_stage_input: a batch of " + std::to_string(batch) +
+                        " for a network built for at most " + std::to_string(max_batch_));
+    batch_ = batch;
+    if (first_ == 0) {
+      input_ = input_view(input_buffer_.data(), batch);
+      fn(flat_view<storage_t<input_precision>, Space>(input_buffer_.data(), batch * input_features::size));
+    } else {
+      visit_activation(first_ - 1, activations_, std::forward<Fn>(fn));
+    }
+  }
+  template <class Executor>
+  void forward_stage(const Executor& ex, const run_mode& mode = training) {
+    if (batch_ == 0) throw error("fusor::nn::network::forward_stage: fill with_stage_input first");
+    run_layers(ex, mode);
+  }
+  template <class Fn>
+  void with_stage_output(Fn&& fn) {
+    visit_activation(last_ - 1, activations_, std::forward<Fn>(fn));
+  }
+  template <class Fn>
+  void with_stage_output_gradient(Fn&& fn) {
+    visit_activation(last_ - 1, output_gradients_, std::forward<Fn>(fn));
+  }
+  template <class Fn>
+  void with_stage_input_gradient(Fn&& fn) {
+    if (first_ == 0)
+      throw error("fusor::nn::network::with_stage_input_gradient: the first stage's input gradient is backward's "
+                  "input_gradient argument");
+    visit_activation(first_ - 1, output_gradients_, std::forward<Fn>(fn));
+  }
   index_t batch() const { return batch_; }
   index_t max_batch() const { return max_batch_; }
 
@@ -221,9 +283,11 @@ class network {
       for (const parameter_slot& slot : group.slots()) fn(slot, group.value(slot), group.gradient(slot));
     });
   }
+  // The parameters this network holds (its layer range's).
   index_t parameter_count() const {
     index_t n = 0;
-    for (const auto& spec : specs_) n += spec.size();
+    for (std::size_t id = 0; id != specs_.size(); ++id)
+      if (holds(spec_layers_[id])) n += specs_[id].size();
     return n;
   }
 
@@ -233,20 +297,84 @@ class network {
     [&]<std::size_t... I>(std::index_sequence<I...>) { (fn.template operator()<I>(), ...); }(indices{});
   }
 
-  void lay_out_parameters() {
+  network(index_t max_batch, network_options options, const network* shared)
+      : max_batch_(max_batch), stream_(options.stream), first_(options.layers.first),
+        last_(std::min(options.layers.last, depth)) {
+    if (max_batch < 1) throw error("fusor::nn::network: max_batch must be at least 1, not " + std::to_string(max_batch));
+    if (first_ >= last_)
+      throw error("fusor::nn::network: layer range [" + std::to_string(first_) + ", " + std::to_string(last_) +
+                  ") is empty; the network has " + std::to_string(depth) + " layers");
+    if (shared != nullptr && (shared->first_ != first_ || shared->last_ != last_))
+      throw error("fusor::nn::network: parameters shared with a network of another layer range");
+    for_each_index([&]<std::size_t I>() {
+      // A stage also keeps the output (and its gradient) of the layer before it: its input.
+      if (holds(I) || I + 1 == first_) {
+        std::get<I>(activations_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
+        std::get<I>(output_gradients_) = output_tensor<I>(typename output_tensor<I>::extents_type(max_batch), stream_);
+      }
+      if (!holds(I)) return;
+      std::get<I>(layers_).reserve(max_batch, stream_);
+      if constexpr (requires(layer_type<I>& l) { l.seed(std::uint64_t{}); })
+        std::get<I>(layers_).seed(derive_seed(options.seed, std::uint64_t(1) << 32 | I));
+    });
+    if (first_ == 0)
+      input_buffer_ = tensor<input_precision, typename input_features::batched_extents, row_major, Space>(
+          typename input_features::batched_extents(max_batch), stream_);
+    lay_out_parameters(shared);
+    if (shared == nullptr) initialize(options.seed);
+    else seed_ = shared->seed_;
+  }
+
+  bool holds(std::size_t layer) const { return layer >= first_ && layer < last_; }
+  void require_last_layer(const char* what) const {
+    if (last_ != depth)
+      throw error(std::string("fusor::nn::network::") + what + ": this network ends before the last layer (at " +
+                  std::to_string(last_) + " of " + std::to_string(depth) + "); use with_stage_output");
+  }
+
+  template <class Executor>
+  void run_layers(const Executor& ex, const run_mode& mode) {
+    for_each_index([&]<std::size_t I>() {
+      if (holds(I)) std::get<I>(layers_).forward(layer_input<I>(), output<I>(), mode, ex);
+    });
+  }
+
+  // fn(flat view of activation I (or its gradient), batch_ samples), I chosen at run time.
+  template <class Tensors, class Fn>
+  void visit_activation(std::size_t layer, Tensors& tensors, Fn&& fn) {
+    for_each_index([&]<std::size_t I>() {
+      if (I != layer) return;
+      auto& t = std::get<I>(tensors);
+      using element = typename std::remove_cvref_t<decltype(t)>::element_type;
+      fn(flat_view<element, Space>(t.data(), batch_ * layer_type<I>::output_features::size));
+    });
+  }
+
+  // Every layer's specs get ids (a parameter's seed is derived from its id, so a
+  // layer range draws the same values as the whole network); the layers held get slots.
+  void lay_out_parameters(const network* shared) {
     for_each_index([&]<std::size_t I>() {
       using layer = layer_type<I>;
       using element = storage_t<typename layer::precision>;
       auto& group = std::get<parameter_group<element, Space>>(groups_);
       for (parameter_spec spec : layer::parameters()) {
         const std::string name = std::to_string(I) + "." + spec.name;
-        group.add(name, spec.shape);
+        if (holds(I)) group.add(name, spec.shape);
         slot_ids_.add(name, specs_.size());
         specs_.push_back(std::move(spec));
+        spec_layers_.push_back(I);
       }
     });
-    for_each_group([&](auto& group) { group.allocate(stream_); });
+    if (shared == nullptr) {
+      for_each_group([&](auto& group) { group.allocate(stream_); });
+    } else {
+      for_each_group([&](auto& group) {
+        using group_type = std::remove_cvref_t<decltype(group)>;
+        group.share(std::get<group_type>(shared->groups_));
+      });
+    }
     for_each_index([&]<std::size_t I>() {
+      if (!holds(I)) return;
       using layer = layer_type<I>;
       using element = storage_t<typename layer::precision>;
       auto& group = std::get<parameter_group<element, Space>>(groups_);
@@ -308,8 +436,10 @@ class network {
     activation_view<P, typename layer_type<I>::input_features, Space> dx{};
     if constexpr (I > 0) dx = detail::with_precision<P>(output_gradient_of<I - 1>());
     else dx = input_gradient_;
-    std::get<I>(layers_).backward(layer_input<I>(), output<I>(), output_gradient_of<I>(), dx, ex);
-    layer_done(I);
+    if (holds(I)) {
+      std::get<I>(layers_).backward(layer_input<I>(), output<I>(), output_gradient_of<I>(), dx, ex);
+      layer_done(I);
+    }
     if constexpr (I > 0) backward_from<I - 1>(ex, layer_done);
   }
 
@@ -331,7 +461,10 @@ class network {
   activations_type activations_;
   activations_type output_gradients_;
   groups_type groups_;
+  std::uint64_t seed_ = 0;
+  std::size_t first_ = 0, last_ = depth;
   std::vector<parameter_spec> specs_;
+  std::vector<std::size_t> spec_layers_;  // the layer of each spec
   slot_index slot_ids_;
   input_view input_{};
   input_view input_gradient_{};

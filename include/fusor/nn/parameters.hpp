@@ -44,10 +44,19 @@ struct initializer {
   static initializer constant(double v) { return {kind::constant, 1.0, 1, v}; }
 };
 
+// A parameter that is one of `ways` equal slices of a larger tensor along `axis`
+// (tensor parallelism). It is initialised as its slice of the full tensor, so a
+// sharded network from seed s holds exactly the slices of the unsharded one's.
+struct sharding {
+  int axis = -1;  // -1: not sharded
+  int ways = 1;
+};
+
 struct parameter_spec {
   std::string name;               // "weight", "bias": the network prefixes the layer's index
-  std::vector<index_t> shape;     // logical, row-major in memory
+  std::vector<index_t> shape;     // logical, row-major in memory (this rank's slice when sharded)
   initializer init;
+  sharding shard = {};
   index_t size() const {
     index_t n = 1;
     for (index_t e : shape) n *= e;
@@ -99,37 +108,75 @@ class parameter_group {
   }
   // Allocates both buffers, zeroed (padding included).
   void allocate(stream_t stream) {
-    values_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
-    gradients_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
+    owned_values_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
+    owned_gradients_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
     std::vector<Element> zeros(static_cast<std::size_t>(size_), Element(0.0f));
-    copy(values_.view(), view<Element, flat_extents>(zeros.data(), size_));
-    copy(gradients_.view(), view<Element, flat_extents>(zeros.data(), size_));
+    copy(owned_values_.view(), view<Element, flat_extents>(zeros.data(), size_));
+    copy(owned_gradients_.view(), view<Element, flat_extents>(zeros.data(), size_));
+    values_ = owned_values_.view();
+    gradients_ = owned_gradients_.view();
+  }
+  // Uses `owner`'s buffers instead of allocating (same slots required): several
+  // networks over one set of parameters, e.g. a pipeline stage's micro-batches in
+  // flight. `owner` must outlive this group.
+  void share(const parameter_group& owner) {
+    if (owner.size_ != size_ || owner.slots_.size() != slots_.size())
+      throw error("fusor::nn: parameters shared between networks of different layers (" + std::to_string(size_) +
+                  " and " + std::to_string(owner.size_) + " elements)");
+    values_ = owner.values_;
+    gradients_ = owner.gradients_;
   }
 
   index_t size() const { return size_; }
   const std::vector<parameter_slot>& slots() const { return slots_; }
-  flat_view<Element, Space> values() const { return values_.view(); }
-  flat_view<Element, Space> gradients() const { return gradients_.view(); }
+  flat_view<Element, Space> values() const { return values_; }
+  flat_view<Element, Space> gradients() const { return gradients_; }
   flat_view<Element, Space> value(const parameter_slot& s) const { return {values_.data() + s.offset, s.size}; }
   flat_view<Element, Space> gradient(const parameter_slot& s) const { return {gradients_.data() + s.offset, s.size}; }
 
  private:
   std::vector<parameter_slot> slots_;
   index_t size_ = 0;
-  tensor<Element, flat_extents, row_major, Space> values_;
-  tensor<Element, flat_extents, row_major, Space> gradients_;
+  tensor<Element, flat_extents, row_major, Space> owned_values_;
+  tensor<Element, flat_extents, row_major, Space> owned_gradients_;
+  flat_view<Element, Space> values_{};
+  flat_view<Element, Space> gradients_{};
 };
 
 // Fills host memory with a parameter's initial values, from (seed, element index)
 // alone, so the same seed gives the same network on any machine.
 template <class Element>
 void initialize_parameter(Element* data, index_t size, const initializer& init, std::uint64_t seed) {
+  const double bound = init.gain / std::sqrt(static_cast<double>(init.fan_in));
   for (index_t i = 0; i < size; ++i) {
     double v = init.value;
-    if (init.how == initializer::kind::uniform) {
-      const double bound = init.gain / std::sqrt(static_cast<double>(init.fan_in));
+    if (init.how == initializer::kind::uniform)
       v = (2.0 * random_uniform(seed, static_cast<std::uint64_t>(i)) - 1.0) * bound;
-    }
+    data[i] = convert<Element>(v);
+  }
+}
+
+// The same for a sharded parameter: slice `shard_index` of the full tensor, each
+// element drawn from its index in the full tensor.
+template <class Element>
+void initialize_parameter(Element* data, const parameter_spec& spec, std::uint64_t seed, int shard_index) {
+  const sharding& shard = spec.shard;
+  if (shard.axis < 0 || shard.ways == 1) return initialize_parameter(data, spec.size(), spec.init, seed);
+  if (shard.axis >= static_cast<int>(spec.shape.size()) || shard_index < 0 || shard_index >= shard.ways)
+    throw error("fusor::nn: parameter " + spec.name + " is sharded along axis " + std::to_string(shard.axis) +
+                " of a rank-" + std::to_string(spec.shape.size()) + " shape, slice " + std::to_string(shard_index) +
+                " of " + std::to_string(shard.ways));
+  index_t inner = 1;
+  for (std::size_t a = static_cast<std::size_t>(shard.axis) + 1; a < spec.shape.size(); ++a) inner *= spec.shape[a];
+  const index_t local_axis = spec.shape[static_cast<std::size_t>(shard.axis)];
+  const index_t full_axis = local_axis * shard.ways;
+  const double bound = spec.init.gain / std::sqrt(static_cast<double>(spec.init.fan_in));
+  for (index_t i = 0, size = spec.size(); i < size; ++i) {
+    const index_t outer = i / (local_axis * inner), along = i / inner % local_axis, within = i % inner;
+    const index_t full_index = (outer * full_axis + shard_index * local_axis + along) * inner + within;
+    double v = spec.init.value;
+    if (spec.init.how == initializer::kind::uniform)
+      v = (2.0 * random_uniform(seed, static_cast<std::uint64_t>(full_index)) - 1.0) * bound;
     data[i] = convert<Element>(v);
   }
 }
