@@ -84,13 +84,22 @@ void check_all_reduce(C& c, index_t n, reduction_op op, bool in_place, std::uint
 }
 
 template <class P, class C>
-void check_reduce_scatter(C& c, index_t chunk, reduction_op op, std::uint32_t base) {
-  const auto x = input<P>(chunk * c.size(), base, c.rank());
-  auto y = poisoned<P>(chunk);
-  auto request = c.reduce_scatter(x, y, op);
-  request.wait();
-  expect_close<P>(y, reference<P>(chunk * c.size(), base, c.size(), op), chunk * c.rank(),
-                  reduction_tolerance<P>(c.size(), op), "reduce_scatter chunk=" + std::to_string(chunk));
+void check_reduce_scatter(C& c, index_t chunk, reduction_op op, bool in_place, std::uint32_t base) {
+  const std::string what = "reduce_scatter " + std::string(fusor::comm::name(op)) + " chunk=" + std::to_string(chunk) +
+                           (in_place ? " in place" : "");
+  auto x = input<P>(chunk * c.size(), base, c.rank());
+  const auto want = reference<P>(chunk * c.size(), base, c.size(), op);
+  if (in_place) {
+    c.reduce_scatter(x, op).wait();
+    const flat<P> mine{flat_extents(chunk)};
+    std::copy(x.data() + chunk * c.rank(), x.data() + chunk * (c.rank() + 1), mine.data());
+    expect_close<P>(mine, want, chunk * c.rank(), reduction_tolerance<P>(c.size(), op), what);
+  } else {
+    auto y = poisoned<P>(chunk);
+    auto request = c.reduce_scatter(x, y, op);
+    request.wait();
+    expect_close<P>(y, want, chunk * c.rank(), reduction_tolerance<P>(c.size(), op), what);
+  }
 }
 
 // Every rank's input laid end to end, in rank order.
@@ -144,7 +153,7 @@ void check_collectives(C& c) {
       for (bool in_place : {false, true}) check_all_reduce<P>(c, n, op, in_place, ++base);
   for (index_t chunk : {index_t{1}, index_t{5}, index_t{333}})
     for (reduction_op op : {reduction_op::sum, reduction_op::avg, reduction_op::max})
-      check_reduce_scatter<P>(c, chunk, op, ++base);
+      for (bool in_place : {false, true}) check_reduce_scatter<P>(c, chunk, op, in_place, ++base);
   for (index_t chunk : {index_t{1}, index_t{3}, index_t{517}})
     for (bool in_place : {false, true}) check_all_gather<P>(c, chunk, in_place, ++base);
   for (int root = 0; root < c.size(); ++root) {

@@ -1,6 +1,7 @@
 // fusor::comm::mpi under mpirun: every collective against double references in
 // fp32, bf16 and fp16, odd sizes, in place and out of place, every root,
-// megabyte messages; point-to-point round a ring; shape errors; a failed MPI
+// megabyte messages; int32/int64/double sums and maxima exact; point-to-point
+// round a ring; shape errors; a failed MPI
 // call names the call, the rank and MPI's message; a request can be tested until done.
 #include <fusor/comm/mpi.hpp>
 
@@ -34,8 +35,42 @@ TEST_CASE("comm::mpi: large messages") {
   check_all_reduce<fp32>(c, index_t{1} << 20, reduction_op::sum, false, 900);
   check_all_reduce<bf16>(c, (index_t{1} << 20) + 3, reduction_op::avg, true, 901);
   check_all_gather<fp16>(c, (index_t{1} << 19) + 1, false, 902);
-  check_reduce_scatter<fp32>(c, (index_t{1} << 18) + 5, reduction_op::max, 903);
+  check_reduce_scatter<fp32>(c, (index_t{1} << 18) + 5, reduction_op::max, false, 903);
+  check_reduce_scatter<bf16>(c, (index_t{1} << 18) + 7, reduction_op::sum, true, 905);
   check_broadcast<fp32>(c, index_t{1} << 20, c.size() - 1, 904);
+}
+
+// Integers and doubles travel as MPI's own types: sums and maxima are exact.
+template <class T>
+void check_exact_all_reduce(fusor::comm::mpi& c, index_t n) {
+  auto value = [](index_t i, int q) { return T(((i * 7919 + q * 104729) % 20011) - 10000); };
+  host_tensor<T, flat_extents> x{flat_extents(n)}, sum{flat_extents(n)}, largest{flat_extents(n)};
+  for (index_t i = 0; i < n; ++i) {
+    x.data()[i] = value(i, c.rank());
+    sum.data()[i] = largest.data()[i] = T(-999999);  // poison
+  }
+  c.all_reduce(x, sum, reduction_op::sum).wait();
+  c.all_reduce(x, largest, reduction_op::max).wait();
+  index_t bad = 0;
+  for (index_t i = 0; i < n; ++i) {
+    T want_sum = 0, want_max = value(i, 0);
+    for (int q = 0; q < c.size(); ++q) {
+      want_sum += value(i, q);
+      want_max = std::max(want_max, value(i, q));
+    }
+    bad += sum.data()[i] != want_sum || largest.data()[i] != want_max;
+  }
+  CHECK_MESSAGE(bad == 0, bad, " of ", n, " elements wrong (", sizeof(T), "-byte type)");
+}
+
+TEST_CASE("comm::mpi: integer and double all_reduce are exact") {
+  auto& c = world();
+  INFO("rank ", c.rank(), " of ", c.size());
+  for (index_t n : {index_t{1}, index_t{7}, index_t{4099}}) {
+    check_exact_all_reduce<std::int32_t>(c, n);
+    check_exact_all_reduce<std::int64_t>(c, n);
+    check_exact_all_reduce<double>(c, n);
+  }
 }
 
 TEST_CASE("comm::mpi: send and recv round a ring") {

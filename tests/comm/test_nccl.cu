@@ -41,6 +41,8 @@ void check_one_rank(fusor::comm::nccl& c, index_t n, std::uint32_t seed) {
     auto inout = to_space(x);
     c.all_reduce(inout, op).wait();
     check_equal(inout, x, "all_reduce in place");
+    c.reduce_scatter(inout, op).wait();
+    check_equal(inout, x, "reduce_scatter in place");
   }
   poison(recv);
   c.all_gather(send, recv).wait();

@@ -13,6 +13,7 @@
 //   c.all_reduce(inout, reduction_op::avg).wait();        // in place
 //   c.reduce_scatter(send, recv, op);                     // recv = this rank's chunk of the reduction;
 //                                                         //   send.size() == recv.size() * size()
+//   c.reduce_scatter(inout, op);                          // in place: chunk rank() of inout receives it
 //   c.all_gather(send, recv); c.all_gather(inout);        // recv = every rank's send, in rank order
 //   c.broadcast(inout, root);                             // inout = root's inout
 //   c.reduce(send, recv, op, root);                       // recv (root only) = op over ranks of send
@@ -92,6 +93,13 @@ inline void require_chunks(index_t whole, index_t part, int ranks, const char* c
                       std::to_string(part * ranks) + ")");
 }
 
+// In-place reduce_scatter and all_gather: the buffer is `ranks` equal chunks.
+inline void require_divisible(index_t size, int ranks, const char* call) {
+  if (size % ranks != 0)
+    throw shape_error(std::string("fusor::comm::") + call + ": the in-place buffer has " + std::to_string(size) +
+                      " elements, not a multiple of the " + std::to_string(ranks) + " ranks");
+}
+
 inline void require_rank(int r, int size, const char* call, const char* what) {
   if (r < 0 || r >= size)
     throw error(std::string("fusor::comm::") + call + ": " + what + " " + std::to_string(r) + " is not a rank of " +
@@ -110,6 +118,7 @@ concept communicator = requires(C& c, view<fp32, dextents<index_t, 1>, row_major
   { c.all_reduce(v, v, reduction_op::sum) } -> request;
   { c.all_reduce(v, reduction_op::sum) } -> request;
   { c.reduce_scatter(v, v, reduction_op::sum) } -> request;
+  { c.reduce_scatter(v, reduction_op::sum) } -> request;
   { c.all_gather(v, v) } -> request;
   { c.all_gather(v) } -> request;
   { c.broadcast(v, peer) } -> request;

@@ -26,6 +26,7 @@
 #include <fusor/comm/communicator.hpp>
 #include <fusor/comm/mpi_types.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -186,6 +187,26 @@ class mpi {
       return MPI_Ireduce_scatter_block(sb, r.data, count(r.size), type_of(r), o, comm_, q);
     });
   }
+  // In place: inout holds this rank's whole contribution; its chunk rank() of
+  // size() receives the reduction (NCCL's convention: a shard stays where it lies).
+  template <class V>
+  mpi_request reduce_scatter(const V& inout, reduction_op op) const {
+    const auto b = checked(inout, "reduce_scatter's buffer");
+    detail::require_divisible(b.size, size_, "reduce_scatter");
+    using T = element_of<decltype(b)>;
+    const index_t chunk = b.size / size_;
+    MPI_Request q;
+    detail::mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, b.data, count(chunk), type_of(b),
+                                                ops_.template get<T>(op == reduction_op::max), comm_, &q),
+                      "MPI_Ireduce_scatter_block");
+    // MPI leaves the result at the start of the buffer: move it to this rank's chunk.
+    return {q, "MPI_Ireduce_scatter_block", [data = b.data, chunk, rank = rank_, ranks = size_, op] {
+              T* mine = data + chunk * rank;
+              if (rank != 0) std::copy(data, data + chunk, mine);
+              if (op == reduction_op::avg)
+                for (index_t i = 0; i < chunk; ++i) mine[i] = convert<T>(convert<double>(mine[i]) / ranks);
+            }};
+  }
   template <class S, class R>
   mpi_request all_gather(const S& send, const R& recv) const {
     const auto s = checked(send, "send");
@@ -201,9 +222,7 @@ class mpi {
   template <class V>
   mpi_request all_gather(const V& inout) const {
     const auto r = checked(inout, "all_gather's buffer");
-    if (r.size % size_ != 0)
-      throw shape_error("fusor::comm::all_gather: the in-place buffer has " + std::to_string(r.size) +
-                        " elements, not a multiple of the " + std::to_string(size_) + " ranks");
+    detail::require_divisible(r.size, size_, "all_gather");
     MPI_Request q;
     detail::mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data, count(r.size / size_), type_of(r),
                                      comm_, &q),

@@ -152,6 +152,16 @@ class nccl {
     return issue(ncclReduceScatter(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), comm_, stream_),
                  "ncclReduceScatter");
   }
+  // In place: chunk rank() of inout receives the reduction (recvbuff = sendbuff + rank * count).
+  template <class V>
+  nccl_request reduce_scatter(const V& inout, reduction_op op) const {
+    const auto b = checked(inout, "reduce_scatter's buffer");
+    detail::require_divisible(b.size, size_, "reduce_scatter");
+    const index_t chunk = b.size / size_;
+    return issue(ncclReduceScatter(b.data, b.data + chunk * rank_, n(chunk), type_of(b), detail::nccl_op(op), comm_,
+                                   stream_),
+                 "ncclReduceScatter");
+  }
   template <class S, class R>
   nccl_request all_gather(const S& send, const R& recv) const {
     const auto s = checked(send, "send");

@@ -37,6 +37,12 @@ class single {
     copy_flat(send, recv, "reduce_scatter");
     return {};
   }
+  // In place: with one rank the whole buffer is its chunk, already reduced.
+  template <class V>
+  completed_request reduce_scatter(const V& inout, reduction_op) const {
+    detail::flat(inout, "reduce_scatter's buffer");
+    return {};
+  }
   template <class S, class R>
   completed_request all_gather(const S& send, const R& recv) const {
     detail::require_chunks(detail::flat(recv, "recv").size, detail::flat(send, "send").size, 1, "all_gather", "recv",
