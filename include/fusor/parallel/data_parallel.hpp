@@ -1,0 +1,334 @@
+// fusor/parallel/data_parallel.hpp — a trainer whose step spans the ranks of a
+// communicator: every rank holds the whole network and trains on its slice of
+// the global batch; gradients are summed over ranks in buckets, each started as
+// soon as backward has produced it, so communication overlaps the rest of backward.
+//
+//   fusor::comm::mpi world;                                  // or comm::single, or comm::nccl (GPU)
+//   nn::network<mlp, fs::fp32> net(global_batch / world.size(), {.seed = 1});
+//   parallel::data_parallel<decltype(net), optim::adamw, comm::mpi> train(
+//       net, world, {.schedule = ...}, optim::adamw_options{}, {.bucket_bytes = 1 << 20});
+//   train.initialize(ex);                  // rank 0's parameters to every rank, optimizer state
+//   train.step(images, labels, ex);        // the GLOBAL batch; this rank takes rows
+//                                          //   [rank * B / ranks, (rank + 1) * B / ranks)
+//   train.totals();                        // loss and accuracy over every rank (collective)
+//
+// Equal to optim::trainer on one rank with the whole batch, up to rounding: the
+// loss's gradient is scaled by 1 / (ranks x micro_batches) (no extra pass), the
+// buckets are summed over ranks, every rank applies the same update.
+// data_parallel_options (data_parallel_options.hpp): bucket size, overlap on or
+// off, micro-batches (gradient accumulation in fp32, communicated once, after
+// the last), bf16 communication (half the bytes), ZeRO-1 (optimizer state
+// sharded: reduce_scatter, update this rank's shard, all_gather; the global
+// gradient norm for clipping and the Inf/NaN skip is summed over ranks).
+// Under CUDA (comm::nccl) collectives run on the communicator's stream, ordered
+// against the compute stream by events (parallel/stream_order.hpp); the host never waits.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fusor/comm/communicator.hpp"
+#include "fusor/core/copy.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/exec/assign.hpp"
+#include "fusor/nn/loss.hpp"
+#include "fusor/nn/network.hpp"
+#include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/trainer.hpp"
+#include "fusor/optim/update_controller.hpp"
+#include "fusor/parallel/batch_rows.hpp"
+#include "fusor/parallel/data_parallel_group.hpp"
+#include "fusor/parallel/data_parallel_options.hpp"
+#include "fusor/parallel/stream_order.hpp"
+
+namespace fusor::parallel {
+
+template <class Network, template <class, class> class Optimizer, class Communicator>
+class data_parallel {
+ public:
+  using space = typename Network::space;
+  static_assert(comm::communicator<Communicator, space>,
+                "fusor: data_parallel's communicator must move the network's memory (host: comm::single or "
+                "comm::mpi; device: comm::nccl)");
+
+ private:
+  template <class List>
+  struct group_tuple;
+  template <class... E>
+  struct group_tuple<nn::detail::type_list<E...>> {
+    using type = std::tuple<data_parallel_group<E, space, Optimizer>...>;
+  };
+  using groups_type = typename group_tuple<typename Network::group_elements>::type;
+  static constexpr std::size_t group_count = std::tuple_size_v<groups_type>;
+  using request_type = decltype(std::declval<Communicator&>().all_reduce(
+      std::declval<optim::flat_view<float, space>>(), comm::reduction_op::sum));
+  using clock = std::chrono::steady_clock;
+
+ public:
+  template <class OptimizerOptions>
+  data_parallel(Network& network, Communicator& communicator, optim::trainer_options options,
+                const OptimizerOptions& optimizer_options, data_parallel_options parallel = {})
+      : network_(network),
+        communicator_(communicator),
+        options_(options),
+        parallel_(checked(parallel)),
+        controller_(options.schedule, options.clip, options.scaling, options.stream),
+        loss_(network.max_batch(),
+              {.grad_scale = 1.0f / float(index_t(communicator.size()) * parallel.micro_batches)}, options.stream),
+        groups_(make_groups(optimizer_options, std::make_index_sequence<group_count>{})),
+        totals_buffer_(dextents<index_t, 1>(3), options.stream) {
+    std::size_t buckets = 0;
+    for_each_group([&](auto& g) { buckets += g.plan().buckets.size(); });
+    requests_.reserve(buckets + 1);
+    timeline_.buckets.reserve(buckets);
+  }
+  data_parallel(const data_parallel&) = delete;
+  data_parallel& operator=(const data_parallel&) = delete;
+
+  // Every rank gets rank 0's parameters (collective), then the optimizer's
+  // state starts from them (master weights; this rank's shard under ZeRO-1).
+  template <class Executor>
+  void initialize(const Executor& ex) {
+    order_.communication_after_compute(communicator_, ex);
+    network_.for_each_group([&](auto& group) { communicator_.broadcast(group.values(), 0).wait(); });
+    wait_for(ex);
+    for_each_group([&](auto& g) { g.initialize(ex); });
+  }
+
+  // One step on the GLOBAL batch (the same images and labels on every rank):
+  // this rank trains on its rows, in micro_batches pieces.
+  template <class Images, class Labels, class Executor>
+  void step(const Images& images, const Labels& labels, const Executor& ex) {
+    const auto& x = as_view(images);
+    const auto& y = as_view(labels);
+    const index_t local = micro_batch(x.extent(0), y.extent(0));
+    const auto start = clock::now();
+    timeline_.buckets.clear();
+    timeline_.gather_start = timeline_.gather_end = -1;
+    const index_t first_row = index_t(communicator_.rank()) * local * parallel_.micro_batches;
+    for (index_t m = 0; m < parallel_.micro_batches; ++m) {
+      forward_and_loss(detail::batch_rows(x, first_row + m * local, local), detail::batch_rows(y, first_row + m * local, local), ex);
+      if (m + 1 < parallel_.micro_batches) {
+        network_.backward(ex);
+        for_each_group([&](auto& g) { g.accumulate(m == 0, ex); });
+        continue;
+      }
+      next_bucket_.fill(0);
+      timeline_.backward_start = since(start);
+      if (parallel_.overlap) {
+        network_.backward(ex, {}, [&](std::size_t layer) {
+          issue_ready(layer, start, ex);
+          progress(start);
+        });
+      } else {
+        network_.backward(ex);
+      }
+      timeline_.backward_end = since(start);
+      issue_ready(0, start, ex);  // what is left: everything when overlap is off
+    }
+    finish_requests(start, ex, true);
+
+    controller_.begin_step(ex);
+    for_each_group([&](auto& g) { g.add_gradient_norm(controller_, ex); });
+    if (parallel_.shard_optimizer_state) {  // each rank summed its shard: the norm is their sum
+      order_.communication_after_compute(communicator_, ex);
+      requests_.push_back(communicator_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum));
+      finish_requests(start, ex, false);
+    }
+    controller_.prepare_update(ex);
+    for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
+    if (parallel_.shard_optimizer_state) gather_parameters(start, ex);
+    controller_.finish_step(ex);
+    timeline_.step_end = since(start);
+  }
+
+  // Loss and accuracy of this rank's rows of a batch, without learning (any
+  // batch size: rank r takes rows [r * B / ranks, (r + 1) * B / ranks)).
+  template <class Images, class Labels, class Executor>
+  void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    const auto& x = as_view(images);
+    const auto& y = as_view(labels);
+    check_labels(x.extent(0), y.extent(0));
+    const index_t n = communicator_.size(), r = communicator_.rank();
+    const index_t begin = x.extent(0) * r / n, end = x.extent(0) * (r + 1) / n;
+    for (index_t row = begin; row < end; row += network_.max_batch()) {
+      const index_t rows = std::min(network_.max_batch(), end - row);
+      loss_.evaluate(network_.forward(detail::batch_rows(x, row, rows), ex, nn::evaluation), detail::batch_rows(y, row, rows), ex);
+    }
+  }
+
+  // The loss's running totals summed over every rank (a collective: every rank calls it).
+  nn::loss_totals totals() {
+    const nn::loss_totals mine = loss_.totals();
+    double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
+    const view<double, dextents<index_t, 1>> host(sums, 3);
+    copy(totals_buffer_, host);
+    communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
+    copy(host, totals_buffer_);
+    const index_t n = static_cast<index_t>(sums[2] + 0.5);
+    return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
+  }
+
+  memory_report memory() const {
+    memory_report report;
+    for_each_group([&](const auto& g) { g.add_memory(report); });
+    return report;
+  }
+  const step_timeline& timeline() const { return timeline_; }
+  // Bytes this rank hands to collectives in one step (the sizes of the buffers
+  // given to all_reduce / reduce_scatter, plus all_gather's shard and the
+  // norm's 8 bytes under ZeRO-1). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
+  index_t bytes_per_step() const {
+    index_t bytes = parallel_.shard_optimizer_state ? index_t(sizeof(double)) : 0;
+    for_each_group([&](const auto& g) { bytes += g.bytes_per_step(); });
+    return bytes;
+  }
+  // The bucket plan of group I (0: the network's first element type).
+  template <std::size_t I = 0>
+  const bucket_plan& buckets() const { return std::get<I>(groups_).plan(); }
+
+  nn::softmax_cross_entropy<space>& loss() { return loss_; }
+  optim::update_controller<space>& controller() { return controller_; }
+  Network& network() { return network_; }
+  Communicator& communicator() { return communicator_; }
+  const data_parallel_options& options() const { return parallel_; }
+  std::uint64_t steps_taken() const { return host_steps_; }
+
+ private:
+  static data_parallel_options checked(const data_parallel_options& o) {
+    if (o.bucket_bytes < 1)
+      throw error("fusor::parallel::data_parallel: bucket_bytes must be at least 1, not " + std::to_string(o.bucket_bytes));
+    if (o.micro_batches < 1)
+      throw error("fusor::parallel::data_parallel: micro_batches must be at least 1, not " +
+                  std::to_string(o.micro_batches));
+    return o;
+  }
+  template <class OptimizerOptions, std::size_t... I>
+  groups_type make_groups(const OptimizerOptions& optimizer_options, std::index_sequence<I...>) {
+    return groups_type{std::tuple_element_t<I, groups_type>(
+        std::get<I>(network_.groups()),
+        reverse_layers<typename std::tuple_element_t<I, groups_type>::element_type>(), communicator_.size(),
+        communicator_.rank(), parallel_, optimizer_options, options_.stream)...};
+  }
+  template <class Element>
+  std::vector<layer_range> reverse_layers() const {
+    std::vector<layer_range> ranges;
+    for (std::size_t layer = Network::depth; layer-- > 0;) {
+      const auto [begin, end] = network_.template parameter_range<Element>(layer);
+      if (end > begin) ranges.push_back({layer, begin, end});
+    }
+    return ranges;
+  }
+  template <class Fn>
+  void for_each_group(Fn&& fn) {
+    std::apply([&](auto&... g) { (fn(g), ...); }, groups_);
+  }
+  template <class Fn>
+  void for_each_group(Fn&& fn) const {
+    std::apply([&](const auto&... g) { (fn(g), ...); }, groups_);
+  }
+
+  void check_labels(index_t images, index_t labels) const {
+    if (images != labels)
+      throw shape_error("fusor::parallel::data_parallel: a batch of " + std::to_string(images) + " images but " +
+                        std::to_string(labels) + " labels");
+  }
+  // Each rank's micro-batch, or why the global batch does not split.
+  index_t micro_batch(index_t global, index_t labels) const {
+    check_labels(global, labels);
+    const index_t ranks = communicator_.size(), pieces = ranks * parallel_.micro_batches;
+    if (global < 1 || global % pieces != 0)
+      throw error("fusor::parallel::data_parallel: a global batch of " + std::to_string(global) +
+                  " samples does not split evenly over " + std::to_string(ranks) + " ranks x " +
+                  std::to_string(parallel_.micro_batches) + " micro-batches (it must be a multiple of " +
+                  std::to_string(pieces) + ")");
+    const index_t local = global / pieces;
+    if (local > network_.max_batch())
+      throw error("fusor::parallel::data_parallel: each rank's micro-batch is " + std::to_string(local) +
+                  " samples (global batch " + std::to_string(global) + " / (" + std::to_string(ranks) + " ranks x " +
+                  std::to_string(parallel_.micro_batches) + " micro-batches)), more than the network's max_batch of " +
+                  std::to_string(network_.max_batch()));
+    return local;
+  }
+
+  template <class X, class Y, class Executor>
+  void forward_and_loss(const X& x, const Y& y, const Executor& ex) {
+    const nn::run_mode mode{true, host_steps_++, controller_.scalars().step().data()};
+    const auto logits = network_.forward(x, ex, mode);
+    const auto dlogits = network_.output_gradient();
+    loss_.forward_backward(logits, y, dlogits, ex);
+    if (options_.scaling.dynamic) assign(dlogits, dlogits * optim::scalar(controller_.scalars().loss_scale()), ex);
+  }
+
+  // Starts every bucket whose lowest layer is at or above `layer` (backward is done with them).
+  template <class Executor>
+  void issue_ready(std::size_t layer, clock::time_point start, const Executor& ex) {
+    std::size_t index = 0;
+    for_each_group([&](auto& g) {
+      std::size_t& k = next_bucket_[index];
+      for (; k < g.plan().buckets.size() && g.plan().buckets[k].lowest_layer >= layer; ++k) {
+        g.prepare(k, ex);
+        order_.communication_after_compute(communicator_, ex);
+        requests_.push_back(g.reduce(k, communicator_));
+        const gradient_bucket& b = g.plan().buckets[k];
+        timeline_.buckets.push_back({index, k, b.lowest_layer, b.highest_layer, g.communicated_bytes(k), since(start), -1});
+      }
+      ++index;
+    });
+  }
+  // Lets the communicator progress (MPI moves data inside its calls) and notes what has finished.
+  void progress(clock::time_point start) {
+    for (std::size_t i = 0; i != requests_.size(); ++i)
+      if (timeline_.buckets[i].completed < 0 && requests_[i].test()) timeline_.buckets[i].completed = since(start);
+  }
+  // Host: waits for every request in flight. Stream-ordered: the compute stream
+  // waits for the communicator's (nothing blocks the host). `buckets`: the
+  // requests are the gradient buckets' (their completion goes in the timeline).
+  template <class Executor>
+  void finish_requests(clock::time_point start, const Executor& ex, bool buckets) {
+    if constexpr (stream_ordered<Communicator>) {
+      if (buckets) progress(start);
+      order_.compute_after_communication(communicator_, ex);
+    } else {
+      for (std::size_t i = 0; i != requests_.size(); ++i) {
+        requests_[i].wait();
+        if (buckets && timeline_.buckets[i].completed < 0) timeline_.buckets[i].completed = since(start);
+      }
+    }
+    requests_.clear();
+  }
+  template <class Executor>
+  void gather_parameters(clock::time_point start, const Executor& ex) {
+    order_.communication_after_compute(communicator_, ex);
+    timeline_.gather_start = since(start);
+    for_each_group([&](auto& g) {
+      for (std::size_t k = 0; k != g.plan().buckets.size(); ++k) requests_.push_back(g.gather(k, communicator_));
+    });
+    finish_requests(start, ex, false);
+    timeline_.gather_end = since(start);
+    for_each_group([&](auto& g) { g.finish_gather(ex); });
+  }
+  static double since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
+
+  Network& network_;
+  Communicator& communicator_;
+  optim::trainer_options options_;
+  data_parallel_options parallel_;
+  optim::update_controller<space> controller_;
+  nn::softmax_cross_entropy<space> loss_;
+  groups_type groups_;
+  tensor<double, dextents<index_t, 1>, row_major, space> totals_buffer_;
+  stream_order order_;
+  std::vector<request_type> requests_;
+  std::array<std::size_t, group_count> next_bucket_{};
+  step_timeline timeline_;
+  std::uint64_t host_steps_ = 0;
+};
+
+}  // namespace fusor::parallel

@@ -1,0 +1,237 @@
+// fusor/parallel/data_parallel_group.hpp — one parameter group's part of a
+// data-parallel step (parallel/data_parallel.hpp drives it): its buckets, the
+// buffers communication needs, the fp32 sum of micro-batches, the ZeRO-1 shard
+// and the group's optimizer.
+//
+// Per step, for a group of element type E communicated as C (E, or bf16):
+//   micro-batches before the last: accumulation = g (first) or accumulation + g, one pass each;
+//   each bucket, once ready: one pass (or none) into the communication buffer —
+//     g itself when C is E and nothing is padded and no micro-batches were summed,
+//     else accumulation + g or g converted to C — then its collective:
+//     all_reduce (sum) in place, or ZeRO-1's reduce_scatter into this rank's shard;
+//   the optimizer reads the communicated C values directly (no pass back to E)
+//   and updates every parameter, or, under ZeRO-1, this rank's shard of them,
+//   which all_gather then brings to every rank (through a padded staging buffer
+//   when buckets needed padding).
+// The average over ranks and micro-batches costs no pass: the loss's gradient
+// is scaled by 1 / (ranks x micro_batches) before backward.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+#include "fusor/comm/communicator.hpp"
+#include "fusor/core/copy.hpp"
+#include "fusor/core/precision.hpp"
+#include "fusor/exec/assign.hpp"
+#include "fusor/expr/operators.hpp"
+#include "fusor/nn/parameters.hpp"
+#include "fusor/optim/flat_state.hpp"
+#include "fusor/optim/step_scalars.hpp"
+#include "fusor/parallel/data_parallel_options.hpp"
+#include "fusor/parallel/gradient_buckets.hpp"
+
+namespace fusor::parallel {
+
+namespace detail {
+template <class P, class Space>
+optim::flat_view<P, Space> part(const optim::flat_view<P, Space>& v, index_t begin, index_t end) {
+  return {v.data() + begin, end - begin};
+}
+template <class T, class Space>
+index_t bytes_of(const optim::flat_tensor<T, Space>& t) {
+  return t.size() * index_t(sizeof(T));
+}
+}  // namespace detail
+
+template <class Element, class Space, template <class, class> class Optimizer>
+class data_parallel_group {
+ public:
+  using element_type = Element;
+  using accumulation_type = compute_t<Element>;
+  using optimizer_type = Optimizer<Element, Space>;
+
+ private:
+  // The buffers of one communicated element type C.
+  template <class C>
+  struct communicated {
+    optim::flat_tensor<C, Space> owned;  // empty where the gradients themselves are communicated
+    optim::flat_view<C, Space> buffer;   // the communication layout
+    optim::flat_tensor<C, Space> shard;  // ZeRO-1: this rank's reduced chunks
+  };
+
+ public:
+  template <class OptimizerOptions>
+  data_parallel_group(const nn::parameter_group<Element, Space>& group, const std::vector<layer_range>& reverse_layers,
+                      int ranks, int rank, const data_parallel_options& options, const OptimizerOptions& optimizer_options,
+                      stream_t stream)
+      : group_(&group),
+        ranks_(ranks),
+        rank_(rank),
+        narrow_(options.communication == gradient_communication::bf16 && !std::is_same_v<Element, bfloat16>),
+        zero_(options.shard_optimizer_state),
+        accumulating_(options.micro_batches > 1),
+        plan_(plan_buckets(reverse_layers, narrow_ ? index_t{2} : index_t{sizeof(Element)}, options.bucket_bytes,
+                           zero_ ? ranks : 1)),
+        optimizer_(zero_ ? plan_.shard_size() : group.size(), optimizer_options, stream) {
+    if (plan_.size != group.size())
+      throw error("fusor::parallel::data_parallel: the layers' parameters cover " + std::to_string(plan_.size) +
+                  " elements of a group of " + std::to_string(group.size()));
+    if (accumulating_) accumulation_ = optim::detail::zero_tensor<accumulation_type, Space>(group.size(), stream);
+    if (narrow_) make(narrow_buffers_, stream);
+    else make(native_buffers_, stream);
+    if (zero_) {
+      shard_values_ = optim::detail::zero_tensor<Element, Space>(plan_.shard_size(), stream);
+      if (plan_.padded()) staging_ = optim::detail::zero_tensor<Element, Space>(plan_.padded_size, stream);
+    }
+  }
+
+  const bucket_plan& plan() const { return plan_; }
+  optimizer_type& optimizer() { return optimizer_; }
+  index_t communicated_bytes(std::size_t k) const {
+    return plan_.buckets[k].padded_size * (narrow_ ? index_t{2} : index_t{sizeof(Element)});
+  }
+
+  // The optimizer's starting state from the parameters (after they were made
+  // equal on every rank); under ZeRO-1 this rank's chunk of every bucket first
+  // becomes its parameter shard (padding zero). The caller waits for the values.
+  template <class Executor>
+  void initialize(const Executor& ex) {
+    if (!zero_) return optimizer_.initialize(group_->values(), ex);
+    const auto values = group_->values();
+    for (const gradient_bucket& b : plan_.buckets) {
+      const index_t chunk = b.padded_size / ranks_;
+      const index_t first = std::min(b.end, b.begin + rank_ * chunk), last = std::min(b.end, first + chunk);
+      const index_t at = b.padded_begin / ranks_;
+      if (last > first) copy(detail::part(shard_values_.view(), at, at + last - first), detail::part(values, first, last));
+    }
+    optimizer_.initialize(shard_values_.view(), ex);
+  }
+
+  // After a micro-batch's backward, except the last: one pass over the group.
+  template <class Executor>
+  void accumulate(bool first, const Executor& ex) {
+    const auto sum = accumulation_.view();
+    if (first) assign(sum, group_->gradients(), ex);
+    else assign(sum, sum + group_->gradients(), ex);
+  }
+
+  // Bucket k's gradients into the communication buffer: one pass, or none.
+  template <class Executor>
+  void prepare(std::size_t k, const Executor& ex) {
+    const gradient_bucket& b = plan_.buckets[k];
+    const auto g = detail::part(group_->gradients(), b.begin, b.end);
+    visit([&](auto& c) {
+      const auto destination = detail::part(c.buffer, b.padded_begin, b.padded_begin + b.size());
+      if (accumulating_) assign(destination, detail::part(accumulation_.view(), b.begin, b.end) + g, ex);
+      else if (static_cast<const void*>(destination.data()) != static_cast<const void*>(g.data()))
+        assign(destination, g, ex);
+    });
+  }
+
+  // Bucket k's collective: the sum over ranks, in place (or ZeRO-1: this rank's chunk of it).
+  template <class Communicator>
+  auto reduce(std::size_t k, Communicator& communicator) {
+    const gradient_bucket& b = plan_.buckets[k];
+    return visit([&](auto& c) {
+      const auto whole = detail::part(c.buffer, b.padded_begin, b.padded_begin + b.padded_size);
+      if (zero_) {
+        const auto mine = detail::part(c.shard.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_);
+        return communicator.reduce_scatter(whole, mine, comm::reduction_op::sum);
+      }
+      return communicator.all_reduce(whole, comm::reduction_op::sum);
+    });
+  }
+
+  // The reduced gradients' sum of squares into the controller (this rank's shard under ZeRO-1).
+  template <class Controller, class Executor>
+  void add_gradient_norm(Controller& controller, const Executor& ex) {
+    visit([&](auto& c) { controller.accumulate_gradient_norm(reduced(c), ex); });
+  }
+
+  template <class Executor>
+  void update(const optim::step_scalars<Space>& scalars, const Executor& ex) {
+    visit([&](auto& c) {
+      if (zero_) optimizer_.step(shard_values_.view(), reduced(c), scalars, ex);
+      else optimizer_.step(group_->values(), reduced(c), scalars, ex);
+    });
+  }
+
+  // ZeRO-1: every rank's updated chunk of bucket k into every rank's parameters.
+  template <class Communicator>
+  auto gather(std::size_t k, Communicator& communicator) {
+    const gradient_bucket& b = plan_.buckets[k];
+    const auto mine = detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_);
+    if (plan_.padded())
+      return communicator.all_gather(mine, detail::part(staging_.view(), b.padded_begin, b.padded_begin + b.padded_size));
+    return communicator.all_gather(mine, detail::part(group_->values(), b.begin, b.end));
+  }
+  // After the gathers: padded buckets from the staging buffer into the parameters, one pass.
+  template <class Executor>
+  void finish_gather(const Executor& ex) {
+    if (!plan_.padded()) return;
+    for (const gradient_bucket& b : plan_.buckets)
+      assign(detail::part(group_->values(), b.begin, b.end),
+             detail::part(staging_.view(), b.padded_begin, b.padded_begin + b.size()), ex);
+  }
+
+  void add_memory(memory_report& report) const {
+    const index_t bytes = group_->size() * index_t(sizeof(Element));
+    report.parameters += bytes;
+    report.gradients += bytes + detail::bytes_of(accumulation_);
+    optimizer_.for_each_state([&](const auto&, const auto& v) {
+      report.optimizer_state += v.size() * index_t(sizeof(typename std::remove_cvref_t<decltype(v)>::element_type));
+    });
+    for (index_t b : {detail::bytes_of(native_buffers_.owned), detail::bytes_of(native_buffers_.shard),
+                      detail::bytes_of(narrow_buffers_.owned), detail::bytes_of(narrow_buffers_.shard),
+                      detail::bytes_of(shard_values_), detail::bytes_of(staging_)})
+      report.communication += b;
+  }
+  // Bytes this group hands to collectives in a step: every bucket's buffer
+  // (all_reduce, or reduce_scatter's input) and, under ZeRO-1, its shard of the
+  // parameters (all_gather's input).
+  index_t bytes_per_step() const {
+    index_t bytes = 0;
+    for (std::size_t k = 0; k != plan_.buckets.size(); ++k) bytes += communicated_bytes(k);
+    if (zero_) bytes += plan_.shard_size() * index_t(sizeof(Element));
+    return bytes;
+  }
+
+ private:
+  template <class C>
+  void make(communicated<C>& c, stream_t stream) {
+    if constexpr (std::is_same_v<C, Element>) {
+      if (!plan_.padded()) c.buffer = group_->gradients();  // communicated in place
+    }
+    if (c.buffer.data() == nullptr) {
+      c.owned = optim::detail::zero_tensor<C, Space>(plan_.padded_size, stream);  // padding stays zero
+      c.buffer = c.owned.view();
+    }
+    if (zero_) c.shard = optim::detail::zero_tensor<C, Space>(plan_.shard_size(), stream);
+  }
+  // fn(communicated<C>&) with the C chosen at construction.
+  template <class Fn>
+  decltype(auto) visit(Fn&& fn) {
+    if constexpr (!std::is_same_v<Element, bfloat16>)
+      if (narrow_) return fn(narrow_buffers_);
+    return fn(native_buffers_);
+  }
+  template <class C>
+  optim::flat_view<C, Space> reduced(communicated<C>& c) const {
+    return zero_ ? c.shard.view() : detail::part(c.buffer, 0, plan_.size);
+  }
+
+  const nn::parameter_group<Element, Space>* group_;
+  int ranks_, rank_;
+  bool narrow_, zero_, accumulating_;
+  bucket_plan plan_;
+  optimizer_type optimizer_;
+  optim::flat_tensor<accumulation_type, Space> accumulation_;
+  communicated<Element> native_buffers_;
+  communicated<bfloat16> narrow_buffers_;
+  optim::flat_tensor<Element, Space> shard_values_, staging_;
+};
+
+}  // namespace fusor::parallel

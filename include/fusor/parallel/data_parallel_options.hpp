@@ -1,0 +1,55 @@
+// fusor/parallel/data_parallel_options.hpp — what a user chooses for data
+// parallelism (parallel/data_parallel.hpp) and what it reports back: the memory
+// each rank holds and when, within the last step, each bucket was communicated.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "fusor/core/extents.hpp"
+
+namespace fusor::parallel {
+
+enum class gradient_communication {
+  native,  // the gradients' own element type
+  bf16,    // half the bytes of fp32: rounded to bf16 for the collective, read back in fp32
+};
+
+struct data_parallel_options {
+  index_t bucket_bytes = index_t{1} << 20;  // bytes as communicated; a layer larger than this is a bucket alone
+  bool overlap = true;        // start a bucket's collective as soon as backward has produced it (false: after backward)
+  index_t micro_batches = 1;  // each rank's share of the batch runs in this many pieces; communicate after the last
+  gradient_communication communication = gradient_communication::native;
+  bool shard_optimizer_state = false;  // ZeRO-1: each rank keeps and updates 1/ranks of the optimizer state
+};
+
+// Bytes held on one rank.
+struct memory_report {
+  index_t parameters = 0;       // the network's parameter values
+  index_t gradients = 0;        // the network's gradients, and the fp32 sums of micro-batches (micro_batches > 1)
+  index_t optimizer_state = 0;  // moments and master weights: this rank's shard under ZeRO-1
+  index_t communication = 0;    // copies communication needs: bf16 or padded gradients, gradient and parameter shards
+  index_t total() const { return parameters + gradients + optimizer_state + communication; }
+};
+
+// One collective of the last step, in seconds since the step began. `completed`
+// is when the host saw it finished (a test() from backward's hook or the final
+// wait); under a stream-ordered communicator (nccl) the host never waits, so it
+// may be later than the GPU finished, or -1 if the host never saw it.
+struct bucket_record {
+  std::size_t group = 0;   // parameter group (element type), in the network's order
+  std::size_t bucket = 0;  // in the group's plan (0: the last layers')
+  std::size_t lowest_layer = 0, highest_layer = 0;
+  index_t bytes = 0;  // handed to the collective
+  double issued = -1, completed = -1;
+};
+
+struct step_timeline {
+  double backward_start = 0;  // the last micro-batch's backward
+  double backward_end = 0;
+  std::vector<bucket_record> buckets;  // gradient collectives, in the order issued
+  double gather_start = -1, gather_end = -1;  // ZeRO-1's all-gather of the parameters
+  double step_end = 0;
+};
+
+}  // namespace fusor::parallel

@@ -1,0 +1,79 @@
+// fusor/parallel/stream_order.hpp — the order between the work that computes
+// and the communication that moves its results, without the host waiting.
+//
+// On the host (host executor; comm::single or comm::mpi) computing is done when
+// the call returns and a request's wait() is the order: nothing to do here.
+// On the GPU the communicator queues its calls on its own stream (comm::nccl):
+//   communication_after_compute: the communicator's stream waits (an event) for
+//     what the compute stream has queued so far (the gradients it just wrote);
+//   compute_after_communication: the compute stream waits for what the
+//     communicator has queued so far (before the gradients are next read).
+// Both are stream-ordered only, so a step stays free of host synchronisation.
+#pragma once
+
+#include "fusor/config.hpp"
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/exec/cuda.hpp"
+#include "fusor/exec/host.hpp"
+
+namespace fusor::parallel {
+
+// Whether a communicator queues its calls on a CUDA stream of its own.
+template <class Communicator>
+concept stream_ordered = requires(const Communicator& c) { c.stream(); };
+
+class stream_order {
+ public:
+  stream_order() = default;
+  stream_order(const stream_order&) = delete;
+  stream_order& operator=(const stream_order&) = delete;
+  ~stream_order() {
+#if FUSOR_HAS_CUDA
+    if (computed_) (void)cudaEventDestroy(computed_);
+    if (communicated_) (void)cudaEventDestroy(communicated_);
+#endif
+  }
+
+  template <class Communicator>
+  void communication_after_compute(const Communicator&, const host_executor&) {}
+  template <class Communicator>
+  void compute_after_communication(const Communicator&, const host_executor&) {}
+
+#if FUSOR_HAS_CUDA
+  template <class Communicator>
+  void communication_after_compute(const Communicator& c, const cuda_executor& ex) {
+    static_assert(stream_ordered<Communicator>,
+                  "fusor: a step under the cuda executor needs a communicator with its own stream (fusor::comm::nccl)");
+    make_events();
+    FUSOR_CUDA_CHECK(cudaEventRecord(computed_, ex.stream));
+    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(c.stream(), computed_, 0));
+  }
+  template <class Communicator>
+  void compute_after_communication(const Communicator& c, const cuda_executor& ex) {
+    static_assert(stream_ordered<Communicator>,
+                  "fusor: a step under the cuda executor needs a communicator with its own stream (fusor::comm::nccl)");
+    make_events();
+    FUSOR_CUDA_CHECK(cudaEventRecord(communicated_, c.stream()));
+    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(ex.stream, communicated_, 0));
+  }
+
+ private:
+  // Made at the first use (an eager step, before any graph capture), reused after:
+  // a wait takes the event's most recent record at the time it is queued.
+  void make_events() {
+    if (computed_) return;
+    FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming));
+    FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&communicated_, cudaEventDisableTiming));
+  }
+  cudaEvent_t computed_ = nullptr;
+  cudaEvent_t communicated_ = nullptr;
+#endif
+};
+
+// Blocks the host until the executor's queued work is done (initialisation only).
+inline void wait_for(const host_executor&) {}
+#if FUSOR_HAS_CUDA
+inline void wait_for(const cuda_executor& ex) { ex.synchronize(); }
+#endif
+
+}  // namespace fusor::parallel

@@ -1,0 +1,140 @@
+// tests/parallel/data_parallel_reports.hpp — data parallelism's reports and
+// errors, as bodies of the communicator: the step timeline shows overlap (or its
+// absence), buckets go in reverse layer order, memory and bytes per step match
+// the arithmetic of the layers' sizes, bad configurations name their numbers.
+#pragma once
+
+#include <string>
+
+#include "parallel/data_parallel_checks.hpp"
+
+namespace dp_test {
+
+inline index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
+
+// Overlap shown: with a bucket per layer, the last layer's bucket is issued
+// before backward ends and the buckets go out in reverse layer order, each
+// after the layer it waits for; with overlap off none is issued before backward ends.
+template <class Communicator>
+void check_timeline(Communicator& c) {
+  INFO("rank ", c.rank(), " of ", c.size());
+  const optim::adamw_options o{};
+  for (bool overlap : {true, false}) {
+    INFO("overlap ", overlap);
+    const run_result r = train_data_parallel<optim::adamw>(c, trainer_options(), o, {.bucket_bytes = 1, .overlap = overlap}, 2);
+    const auto& t = r.timeline;
+    CHECK(t.buckets.size() == 3);
+    if (t.buckets.size() != 3) continue;
+    const std::size_t layers[3] = {3, 2, 0};  // reverse order, the relu (layer 1) has no bucket
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK(t.buckets[i].lowest_layer == layers[i]);
+      CHECK(t.buckets[i].highest_layer == layers[i]);
+      CHECK(t.buckets[i].bytes == layer_sizes[2 - i] * index_t(sizeof(float)));
+      CHECK(t.buckets[i].issued >= t.backward_start);
+      CHECK(t.buckets[i].completed >= t.buckets[i].issued);
+      if (i > 0) CHECK(t.buckets[i].issued >= t.buckets[i - 1].issued);
+    }
+    CHECK(t.backward_end > t.backward_start);
+    if (overlap) {
+      CHECK(t.buckets[0].issued < t.backward_end);  // communication started while backward still ran
+      CHECK(t.buckets[1].issued < t.backward_end);
+    } else {
+      for (const auto& b : t.buckets) CHECK(b.issued >= t.backward_end);
+    }
+    CHECK(t.step_end >= t.buckets[2].completed);
+    CHECK(t.gather_start == -1);
+  }
+}
+
+// Bucket plans of the network: a bucket per layer, two, one.
+template <class Communicator>
+void check_bucket_plans(Communicator& c) {
+  INFO("rank ", c.rank(), " of ", c.size());
+  network_t net(global_batch, {.seed = seed});
+  const auto plan = [&](parallel::data_parallel_options p) {
+    parallel::data_parallel<network_t, optim::adamw, Communicator> train(net, c, trainer_options(), optim::adamw_options{}, p);
+    return train.buckets();
+  };
+  const auto per_layer = plan({.bucket_bytes = 1});
+  CHECK(per_layer.buckets.size() == 3);
+  CHECK(per_layer.size == 1632);
+  const auto two = plan({.bucket_bytes = 4000});  // 160 + 800 floats = 3840 bytes fit, then 672 floats
+  CHECK(two.buckets.size() == 2);
+  if (two.buckets.size() == 2) {
+    CHECK(two.buckets[0].highest_layer == 3);
+    CHECK(two.buckets[0].lowest_layer == 2);
+    CHECK(two.buckets[0].size() == 960);
+    CHECK(two.buckets[1].lowest_layer == 0);
+    CHECK(two.buckets[1].begin == 0);
+  }
+  // bf16 communication counts 2 bytes an element: the three layers are 3264 bytes.
+  CHECK(plan({.bucket_bytes = 3264, .communication = parallel::gradient_communication::bf16}).buckets.size() == 1);
+  CHECK(plan({.bucket_bytes = 3263, .communication = parallel::gradient_communication::bf16}).buckets.size() == 2);
+  CHECK(plan({}).buckets.size() == 1);
+}
+
+// Memory per rank and bytes per step against the layers' sizes: ZeRO-1 pads
+// each bucket (here a layer) to a multiple of the ranks and keeps 1/ranks of
+// AdamW's two fp32 moments, plus the gradient and parameter shards (and, where
+// padding was needed, a padded gradient copy and a padded gathering buffer).
+template <class Communicator>
+void check_memory(Communicator& c) {
+  INFO("rank ", c.rank(), " of ", c.size());
+  const index_t n = c.size(), size = 1632, f = sizeof(float);
+  index_t padded = 0;
+  for (index_t s : layer_sizes) padded += round_up(s, n);
+  const index_t shard = padded / n;
+  const optim::adamw_options o{};
+  const run_result plain = train_data_parallel<optim::adamw>(c, trainer_options(), o, {.bucket_bytes = 1}, 1);
+  CHECK(plain.memory.parameters == size * f);
+  CHECK(plain.memory.gradients == size * f);
+  CHECK(plain.memory.optimizer_state == 2 * size * f);
+  CHECK(plain.memory.communication == 0);  // the gradients are all-reduced in place
+  CHECK(plain.bytes_per_step == size * f);
+
+  const run_result zero = train_data_parallel<optim::adamw>(c, trainer_options(), o, {.bucket_bytes = 1, .shard_optimizer_state = true}, 1);
+  CHECK(zero.memory.parameters == size * f);
+  CHECK(zero.memory.optimizer_state == 2 * shard * f);
+  const index_t padding_buffers = padded != size ? 2 * padded * f : 0;
+  CHECK(zero.memory.communication == 2 * shard * f + padding_buffers);
+  CHECK(zero.bytes_per_step == padded * f + shard * f + index_t(sizeof(double)));
+  // The optimizer state drops n-fold, up to the padding.
+  CHECK(double(plain.memory.optimizer_state) / double(zero.memory.optimizer_state) >= double(n) * size / padded);
+
+  const run_result narrow = train_data_parallel<optim::adamw>(
+      c, trainer_options(), o, {.micro_batches = 2, .communication = parallel::gradient_communication::bf16}, 1);
+  CHECK(narrow.memory.gradients == 2 * size * f);      // the network's, and the fp32 sum of micro-batches
+  CHECK(narrow.memory.communication == size * 2);      // the bf16 copy
+  CHECK(narrow.bytes_per_step == size * 2);            // half of fp32's
+}
+
+// Bad configurations are errors naming their numbers, at construction or the first step.
+template <class Communicator>
+void check_errors(Communicator& c) {
+  INFO("rank ", c.rank(), " of ", c.size());
+  const int n = c.size();
+  network_t net(8, {.seed = seed});
+  using trainer_t = parallel::data_parallel<network_t, optim::sgd, Communicator>;
+  expect_error<fusor::error>([&] { trainer_t(net, c, trainer_options(), optim::sgd_options{}, {.bucket_bytes = 0}); },
+                             {"bucket_bytes", "at least 1", "not 0"});
+  expect_error<fusor::error>([&] { trainer_t(net, c, trainer_options(), optim::sgd_options{}, {.micro_batches = 0}); },
+                             {"micro_batches", "not 0"});
+  trainer_t train(net, c, trainer_options(), optim::sgd_options{}, {.micro_batches = 2});
+  executor ex{};
+  train.initialize(ex);
+  const index_t odd = 2 * index_t(n) * 2 + 1;  // e.g. 17 on 4 ranks x 2 micro-batches
+  const batch uneven = make_batch(0, odd);
+  const std::string odd_text = std::to_string(odd), ranks_text = std::to_string(n) + " ranks";
+  expect_error<fusor::error>([&] { train.step(uneven.images, uneven.labels, ex); },
+                             {"global batch of", odd_text.c_str(), ranks_text.c_str(), "2 micro-batches",
+                              std::to_string(2 * n).c_str()});
+  const index_t large = 2 * index_t(n) * 9;  // 9 samples a micro-batch for a network built for 8
+  const batch too_large = make_batch(0, large);
+  expect_error<fusor::error>([&] { train.step(too_large.images, too_large.labels, ex); },
+                             {"micro-batch is 9 samples", std::to_string(large).c_str(), "max_batch of 8"});
+  const batch fine = make_batch(0, 2 * n);
+  const label_tensor wrong{dextents<index_t, 1>(2 * n + 1)};
+  expect_error<fusor::shape_error>([&] { train.step(fine.images, wrong, ex); }, {"images but", "labels"});
+}
+
+}  // namespace dp_test

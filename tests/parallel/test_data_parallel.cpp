@@ -1,0 +1,42 @@
+// parallel::data_parallel over comm::mpi under mpirun (-np 2, 3, 4): every rank
+// trains its slice and also trains the one-rank reference (optim::trainer on the
+// whole global batch) itself, so each compares every parameter with it: AdamW and
+// SGD with momentum under every configuration (bucket per layer, two buckets,
+// one huge bucket, overlap off, two micro-batches, ZeRO-1), clipping by the
+// global norm (summed over ZeRO-1's shards), bf16 communication within what bf16
+// rounding explains; the timeline shows overlap; memory and bytes per step match
+// the arithmetic (3 ranks: ZeRO-1 pads); errors name their numbers on every rank.
+#include <fusor/comm/mpi.hpp>
+
+#include "comm/mpi_world.hpp"
+#include "parallel/data_parallel_cases.hpp"
+#include "parallel/data_parallel_reports.hpp"
+
+using namespace dp_test;
+using comm_test::world;
+
+TEST_CASE("data_parallel over MPI equals one rank with the same global batch (AdamW)") {
+  check_equals_one_rank<optim::adamw>(world(), optim::adamw_options{.weight_decay = 0.01f}, "AdamW");
+}
+
+TEST_CASE("data_parallel over MPI equals one rank with the same global batch (SGD with momentum)") {
+  check_equals_one_rank<optim::sgd>(world(), optim::sgd_options{.momentum = 0.9f, .weight_decay = 1e-3f}, "SGD momentum");
+}
+
+TEST_CASE("data_parallel over MPI: clipping by the global norm, also with ZeRO-1's shards") { check_clipping(world()); }
+
+TEST_CASE("data_parallel over MPI: bf16 communication differs only by bf16 rounding") {
+  check_bf16_explained_by_rounding(world());
+  check_bf16_adamw(world());
+}
+
+TEST_CASE("data_parallel over MPI: overlap shown by the timeline, buckets in reverse layer order") {
+  check_timeline(world());
+}
+
+TEST_CASE("data_parallel over MPI: bucket plans, memory per rank, bytes per step") {
+  check_bucket_plans(world());
+  check_memory(world());
+}
+
+TEST_CASE("data_parallel over MPI: bad configurations name their numbers") { check_errors(world()); }
