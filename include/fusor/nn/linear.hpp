@@ -11,8 +11,24 @@
 // Backward: dy is masked by the activation's derivative in place (one pass,
 // none for identity), then dw = dy^T x with db fused into the same matmul, and
 // dx = dy w. Initialisation as PyTorch: U(+-1/sqrt(in)) for w and b.
+//
+// Tensor parallelism (nn/sharding.hpp), Megatron's scheme, by the parallel policy:
+//   nn::parallel<nn::column_parallel<W>>: w [Out/W, In], b [Out/W]; takes the whole
+//     features<In>, gives this rank's slice features<Out/W>. Forward needs no
+//     communication; backward sums the partial dx over the ranks (one all-reduce,
+//     only when dx is wanted).
+//   nn::parallel<nn::row_parallel<W>>: w [Out, In/W], b [Out] (whole, the same on
+//     every rank); takes the slice features<In/W>, gives the whole features<Out>:
+//     the partial products are summed over the ranks (one all-reduce), rank 0
+//     alone adding the bias, and the activation follows the sum. Backward needs
+//     no communication.
+// So column -> row is one all-reduce forward and one backward. A split layer is
+// connected to its group by fusor::parallel::tensor_parallel; its parameters are
+// the slices of the unsplit layer's (network::initialize draws them so).
 #pragma once
 
+#include <algorithm>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +40,7 @@
 #include "fusor/kernels/matmul.hpp"
 #include "fusor/nn/activation.hpp"
 #include "fusor/nn/layer.hpp"
+#include "fusor/nn/sharding.hpp"
 
 namespace fusor::nn {
 
@@ -34,40 +51,70 @@ struct linear {
                 "fusor::nn::linear's third argument is an activation: nn::identity, nn::relu, nn::gelu_tanh or "
                 "nn::elementwise<F>");
   using policies = layer_policies<row_major, Policies...>;
-  static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
-                "fusor::nn::linear: parallel strategies come with fusor/parallel (tensor-parallel layers)");
+  using strategy = typename policies::parallel;
+  static_assert(std::is_same_v<strategy, no_parallel> || is_tensor_parallel_v<strategy>,
+                "fusor: nn::linear's parallel strategy is nn::column_parallel<Ways> or nn::row_parallel<Ways>");
+
+  static constexpr bool column = is_column_parallel_v<strategy>;
+  static constexpr bool row = is_row_parallel_v<strategy>;
+  static constexpr bool sharded = column || row;
+  static constexpr int ways = parallel_ways_v<strategy>;
+  // Column-parallel splits the output width, row-parallel the input width.
+  static constexpr std::size_t split_width = column ? Out : In;
+  static_assert(sizeof(tensor_parallel_degree_must_divide_width<split_width, ways, split_width % ways == 0>) > 0);
+  // This rank's widths (at least 1, so a bad degree reports only the error above).
+  static constexpr std::size_t local_in = row ? std::max<std::size_t>(In / ways, 1) : In;
+  static constexpr std::size_t local_out = column ? std::max<std::size_t>(Out / ways, 1) : Out;
 
   template <class F>
-  static constexpr bool accepts = std::is_same_v<F, features<In>>;
-  using expected_input = features<In>;
+  static constexpr bool accepts = std::is_same_v<F, features<local_in>>;
+  using expected_input = features<local_in>;
   template <class F>
-  using output = features<Out>;
+  using output = features<local_out>;
+
+  // "nn::linear<784, 512> (column_parallel<2>)", for errors.
+  static std::string name() {
+    std::string n = "nn::linear<" + std::to_string(In) + ", " + std::to_string(Out) + ">";
+    if constexpr (sharded) n += std::string(column ? " (column_parallel<" : " (row_parallel<") + std::to_string(ways) + ">)";
+    return n;
+  }
 
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
     using element = storage_t<precision>;
-    using input_features = features<In>;
-    using output_features = features<Out>;
-    using weight_view = view<precision, extents<index_t, Out, In>, row_major, Space>;
-    using bias_view = view<precision, extents<index_t, Out>, row_major, Space>;
-    static constexpr bool fused_relu = std::is_same_v<Activation, relu>;
-    // cuBLASLt keeps the GELU pre-activation only with rows of a multiple of 8 elements.
-    static constexpr bool fused_gelu = std::is_same_v<Activation, gelu_tanh> && Out % 8 == 0;
+    using input_features = features<local_in>;
+    using output_features = features<local_out>;
+    using weight_view = view<precision, extents<index_t, local_out, local_in>, row_major, Space>;
+    using bias_view = view<precision, extents<index_t, local_out>, row_major, Space>;
+    static constexpr bool is_relu = std::is_same_v<Activation, relu>;
     static constexpr bool plain = std::is_same_v<Activation, identity>;
+    // After a row-parallel matmul the activation waits for the sum: no fused epilogue.
+    static constexpr bool fused_relu = is_relu && !row;
+    // cuBLASLt keeps the GELU pre-activation only with rows of a multiple of 8 elements.
+    static constexpr bool fused_gelu = std::is_same_v<Activation, gelu_tanh> && local_out % 8 == 0 && !row;
     // Everything except relu (whose derivative the output gives) keeps the pre-activation.
-    static constexpr bool keeps_pre_activation = !plain && !fused_relu;
+    static constexpr bool keeps_pre_activation = !plain && !is_relu;
+    // How many ways the layer is split (1: not split), and its name for errors.
+    static constexpr int shard_ways = ways;
+    static std::string name() { return linear::name(); }
 
     static std::vector<parameter_spec> parameters() {
-      return {{"weight", {index_t(Out), index_t(In)}, initializer::uniform_fan_in(In)},
-              {"bias", {index_t(Out)}, initializer::uniform_fan_in(In)}};
+      parameter_spec weight{"weight", {index_t(local_out), index_t(local_in)}, initializer::uniform_fan_in(In)};
+      parameter_spec bias{"bias", {index_t(local_out)}, initializer::uniform_fan_in(In)};
+      if constexpr (column) {
+        weight.shard = {0, ways};
+        bias.shard = {0, ways};
+      }
+      if constexpr (row) weight.shard = {1, ways};
+      return {weight, bias};
     }
     void bind(const parameter_binding<element, Space>& p) {
-      weight_ = shaped<precision, extents<index_t, Out, In>>(p.values[0]);
-      bias_ = shaped<precision, extents<index_t, Out>>(p.values[1]);
-      weight_gradient_ = shaped<precision, extents<index_t, Out, In>>(p.gradients[0]);
-      bias_gradient_ = shaped<precision, extents<index_t, Out>>(p.gradients[1]);
+      weight_ = shaped<precision, extents<index_t, local_out, local_in>>(p.values[0]);
+      bias_ = shaped<precision, extents<index_t, local_out>>(p.values[1]);
+      weight_gradient_ = shaped<precision, extents<index_t, local_out, local_in>>(p.gradients[0]);
+      bias_gradient_ = shaped<precision, extents<index_t, local_out>>(p.gradients[1]);
     }
     void reserve(index_t max_batch, stream_t stream) {
       if constexpr (keeps_pre_activation)
@@ -75,11 +122,42 @@ struct linear {
             typename output_features::batched_extents(max_batch), stream);
     }
 
+    // Split layers: the group whose ranks hold the other slices (it must outlive
+    // the connection), and which slice this rank holds (0 before connect).
+    void connect(shard_group<Space>& group)
+      requires sharded
+    {
+      shard_.connect(group, ways, name());
+    }
+    void disconnect()
+      requires sharded
+    {
+      shard_.disconnect();
+    }
+    bool connected() const
+      requires sharded
+    {
+      return shard_.connected();
+    }
+    int shard_index() const
+      requires sharded
+    {
+      return shard_.shard_index();
+    }
+
     template <class Executor>
     void forward(const activation_view<precision, input_features, Space>& x,
                  const activation_view<precision, output_features, Space>& y, const run_mode&, const Executor& ex) {
+      if constexpr (sharded) shard_.require_connected(name(), "forward");
       const auto w_t = transpose(weight_);
-      if constexpr (plain) {
+      if constexpr (row) {
+        // Partial products summed over the ranks; the bias once (rank 0); then the activation.
+        const auto sum = keeps_pre_activation ? pre_activation(x.extent(0)) : y;
+        if (shard_.shard_index() == 0) matmul(sum, x, w_t, epilogue::bias(bias_), ex);
+        else matmul(sum, x, w_t, epilogue::none{}, ex);
+        shard_.all_reduce_sum(sum, ex);
+        if constexpr (!plain) assign(y, Activation::function::apply(sum), ex);
+      } else if constexpr (plain) {
         matmul(y, x, w_t, epilogue::bias(bias_), ex);
       } else if constexpr (fused_relu) {
         matmul(y, x, w_t, epilogue::relu(bias_), ex);
@@ -97,8 +175,9 @@ struct linear {
                   const activation_view<precision, output_features, Space>& y,
                   const activation_view<precision, output_features, Space>& dy,
                   const activation_view<precision, input_features, Space>& dx, const Executor& ex) {
+      if constexpr (sharded) shard_.require_connected(name(), "backward");
       // dy becomes the gradient of the pre-activation.
-      if constexpr (fused_relu) {
+      if constexpr (is_relu) {
         assign(dy, where(y > 0, dy, 0), ex);
       } else if constexpr (!plain) {
         const auto derivative_at = derivative(Activation::function::apply(arg<0>), arg<0>);
@@ -106,7 +185,10 @@ struct linear {
       }
       (void)y;
       matmul(weight_gradient_, transpose(dy), x, epilogue::bias_gradient_a(bias_gradient_), ex);
-      if (dx.data() != nullptr) matmul(dx, dy, weight_, epilogue::none{}, ex);
+      if (dx.data() == nullptr) return;
+      matmul(dx, dy, weight_, epilogue::none{}, ex);
+      // A column slice's dx is its part of the whole input's gradient.
+      if constexpr (column) shard_.all_reduce_sum(dx, ex);
     }
 
    private:
@@ -116,6 +198,7 @@ struct linear {
     weight_view weight_{}, weight_gradient_{};
     bias_view bias_{}, bias_gradient_{};
     tensor<precision, typename output_features::batched_extents, row_major, Space> pre_activation_;
+    shard_connection<Space> shard_;
   };
 };
 
