@@ -1,0 +1,260 @@
+// tests/parallel/pipeline_checks.hpp — the pipeline's checks, written once for
+// any communicator, memory space and executor: the MPI binary runs them at 2
+// and 4 ranks, the host suite with comm::single (one stage), the CUDA one over
+// comm::nccl. Every rank also trains the whole network with optim::trainer on
+// the same global batch from the same seed: after several steps each stage's
+// parameters must be the whole network's of the same names, and the loss
+// totals the same. Checks use CHECK, never REQUIRE: a rank that stops early
+// would leave the others waiting for its messages.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fusor/nn/linear.hpp>
+#include <fusor/nn/network.hpp>
+#include <fusor/optim/adamw.hpp>
+#include <fusor/optim/trainer.hpp>
+#include <fusor/parallel/pipeline.hpp>
+
+#include "support/fusor_test.hpp"
+
+namespace pipeline_test {
+
+using namespace fusor_test;
+namespace nn = fusor::nn;
+namespace optim = fusor::optim;
+namespace parallel = fusor::parallel;
+
+// Six layers, so four ranks get at least one each and a map can be uneven.
+using mlp = nn::sequential<nn::features<12>, nn::linear<12, 16, nn::relu>, nn::linear<16, 16, nn::gelu_tanh>,
+                           nn::linear<16, 12, nn::relu>, nn::linear<12, 8, nn::relu>, nn::linear<8, 8, nn::relu>,
+                           nn::linear<8, 5>>;
+inline constexpr std::size_t depth = 6;
+inline constexpr index_t global_batch = 12;
+inline constexpr std::uint64_t seed = 5;
+
+// Where the tested executor runs (device memory is allocated there too).
+inline fusor::stream_t stream_of([[maybe_unused]] const executor& ex) {
+#if defined(FUSOR_TEST_CUDA)
+  return ex.stream;
+#else
+  return {};
+#endif
+}
+
+template <class Communicator>
+using mlp_pipeline = parallel::pipeline<mlp, fp32, space, optim::adamw, Communicator>;
+
+// Stage 0 gets every layer but one per other stage: as uneven as it gets.
+inline std::vector<std::size_t> uneven_stage_starts(int stages) {
+  std::vector<std::size_t> starts{0};
+  for (int s = 1; s < stages; ++s) starts.push_back(depth - std::size_t(stages - s));
+  return starts;
+}
+
+struct training_case {
+  parallel::pipeline_schedule schedule = parallel::pipeline_schedule::one_forward_one_backward;
+  index_t micro_batches = 4;
+  std::vector<std::size_t> stage_starts = {};
+  float max_norm = 0.0f;  // > 0: clipping, and it must take effect
+  int steps = 4;
+};
+
+inline std::string describe(const training_case& c, int rank, int ranks) {
+  return std::string(parallel::name(c.schedule)) + ", " + std::to_string(c.micro_batches) + " micro-batches, map " +
+         parallel::stage_map_string(c.stage_starts) + ", max_norm " + std::to_string(c.max_norm) + ", rank " +
+         std::to_string(rank) + " of " + std::to_string(ranks);
+}
+
+struct batch_data {
+  host_tensor<float, dextents<index_t, 2>> images{dextents<index_t, 2>(global_batch, 12)};
+  host_tensor<std::int32_t, dextents<index_t, 1>> labels{dextents<index_t, 1>(global_batch)};
+};
+inline batch_data random_batch(std::uint32_t batch_seed) {
+  batch_data b;
+  fill_random(b.images, batch_seed);
+  std::mt19937 rng(batch_seed + 1000);
+  for (index_t i = 0; i < global_batch; ++i) b.labels.data()[i] = std::int32_t(rng() % 5);
+  return b;
+}
+
+template <class V>
+std::vector<double> values_of(const V& v) {
+  const auto h = to_host(v);
+  std::vector<double> out(std::size_t(h.size()));
+  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = double(h.data()[i]);
+  return out;
+}
+
+// Each of the stage's parameters against the whole network's of the same name.
+template <class Pipeline, class Whole>
+void check_same_parameters(const Pipeline& pipe, const Whole& whole, double tolerance) {
+  index_t compared = 0;
+  pipe.for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
+    bool found = false;
+    whole.for_each_parameter([&](const nn::parameter_slot& w, const auto& wv, const auto&) {
+      if (w.name != slot.name) return;
+      found = true;
+      const std::vector<double> got = values_of(values), want = values_of(wv);
+      CHECK(got.size() == want.size());
+      index_t bad = 0;
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        bad += !close(got[i], want[i], tolerance);
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+      }
+      CHECK_MESSAGE(bad == 0, slot.name, ": ", bad, " of ", got.size(), " values differ, worst by ", worst);
+      ++compared;
+    });
+    CHECK_MESSAGE(found, slot.name, " is not a parameter of the whole network");
+  });
+  const nn::layer_range layers = pipe.layers();
+  CHECK(compared == index_t(2 * (layers.last - layers.first)));  // a weight and a bias per layer
+}
+
+// Trains the pipeline and, alone on this rank, the whole network on the same
+// batches; the parameters, the gradient multiplier (clipping) and the loss
+// totals must agree, and so must evaluation.
+template <class Communicator>
+void check_equals_sequential(Communicator& comm, const executor& ex, const training_case& c) {
+  INFO(describe(c, comm.rank(), comm.size()));
+  const optim::trainer_options trainer_options{.schedule = optim::learning_rate_schedule::constant(1e-2f),
+                                               .clip = {c.max_norm},
+                                               .stream = stream_of(ex)};
+  const optim::adamw_options adamw{.weight_decay = 1e-2f};
+  nn::network<mlp, fp32, space> whole(global_batch, {.seed = seed, .stream = stream_of(ex)});
+  optim::trainer<decltype(whole), optim::adamw> reference(whole, trainer_options, adamw);
+  reference.initialize(ex);
+  mlp_pipeline<Communicator> pipe(comm, global_batch, {.seed = seed, .stream = stream_of(ex)}, trainer_options, adamw,
+                                  {.micro_batches = c.micro_batches, .schedule = c.schedule, .stage_starts = c.stage_starts});
+  pipe.initialize(ex);
+  const bool first = pipe.stage() == 0, last = pipe.stage() + 1 == pipe.stages();
+  CHECK(pipe.micro_batch_size() == global_batch / c.micro_batches);
+
+  for (int step = 0; step < c.steps; ++step) {
+    const batch_data b = random_batch(100 + std::uint32_t(step));
+    const auto images = to_space(b.images);
+    const auto labels = to_space(b.labels);
+    reference.step(images, labels, ex);
+    // Each stage passes only what it reads; the others' views are empty.
+    pipe.step(first ? images.view() : decltype(images.view()){}, last ? labels.view() : decltype(labels.view()){}, ex);
+  }
+  finish(ex);
+  check_same_parameters(pipe, whole, 1e-6);  // measured: 6e-8 at most
+  CHECK(pipe.steps_taken() == std::uint64_t(c.steps));
+  const double multiplier = reference.controller().scalars().read_gradient_multiplier();
+  if (c.max_norm > 0) CHECK_MESSAGE(multiplier < 0.99, "clipping did not take effect: ", multiplier);
+  CHECK(close(pipe.controller().scalars().read_gradient_multiplier(), multiplier, 1e-5));
+
+  const nn::loss_totals trained = pipe.totals(), want = reference.loss().totals();
+  CHECK(trained.samples == want.samples);
+  CHECK(close(trained.mean_loss, want.mean_loss, 1e-5));
+  CHECK(close(trained.accuracy, want.accuracy, 1e-12));
+
+  // Evaluation of a batch that is not a multiple of the micro-batch (every rank
+  // passes the real views, so every rank knows its size).
+  const batch_data b = random_batch(999);
+  constexpr index_t part = global_batch - 1;
+  const auto images = to_space(b.images);
+  const auto labels = to_space(b.labels);
+  const view<float, dextents<index_t, 2>, row_major, space> part_images(images.data(), part, 12);
+  const view<std::int32_t, dextents<index_t, 1>, row_major, space> part_labels(labels.data(), part);
+  pipe.reset_totals(ex);
+  reference.loss().reset(ex);
+  pipe.evaluate(part_images, part_labels, ex);
+  reference.evaluate(part_images, part_labels, ex);
+  finish(ex);
+  const nn::loss_totals evaluated = pipe.totals(), evaluated_want = reference.loss().totals();
+  CHECK(evaluated.samples == part);
+  CHECK(evaluated_want.samples == part);
+  CHECK(close(evaluated.mean_loss, evaluated_want.mean_loss, 1e-5));
+  CHECK(close(evaluated.accuracy, evaluated_want.accuracy, 1e-12));
+}
+
+// Both schedules, micro-batch counts below, at and above the stage count, the
+// balanced and an uneven stage map, and clipping.
+template <class Communicator>
+void check_training_cases(Communicator& comm, const executor& ex) {
+  using parallel::pipeline_schedule;
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_forward_one_backward}) {
+    for (index_t m : {index_t{1}, index_t{2}, index_t{4}, index_t{6}}) check_equals_sequential(comm, ex, {schedule, m});
+    check_equals_sequential(comm, ex, {schedule, 3, uneven_stage_starts(comm.size())});
+    check_equals_sequential(comm, ex, {schedule, 4, {}, 0.05f});
+  }
+}
+
+// report(): the bubble formulas, this stage's layers and contexts, and a
+// measured idle fraction in [0, 1] after a step.
+template <class Communicator>
+void check_report(Communicator& comm, const executor& ex) {
+  using parallel::pipeline_schedule;
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_forward_one_backward}) {
+    const int p = comm.size();
+    const index_t m = 6;
+    mlp_pipeline<Communicator> pipe(comm, global_batch, {.seed = seed, .stream = stream_of(ex)},
+                                    {.stream = stream_of(ex)}, optim::adamw_options{},
+                                    {.micro_batches = m, .schedule = schedule});
+    const batch_data b = random_batch(7);
+    const auto images = to_space(b.images);
+    const auto labels = to_space(b.labels);
+    CHECK(pipe.report().step_seconds == 0);  // no step yet
+    pipe.step(images, labels, ex);
+    finish(ex);
+    const parallel::pipeline_report r = pipe.report();
+    INFO(parallel::name(schedule), ", rank ", comm.rank(), " of ", p);
+    CHECK(r.stage == comm.rank());
+    CHECK(r.stages == p);
+    CHECK(r.micro_batches == m);
+    CHECK(r.schedule == schedule);
+    CHECK(r.bubble_fraction == doctest::Approx(double(p - 1) / double(m)));
+    CHECK(r.bubble_share_of_step == doctest::Approx(double(p - 1) / double(m + p - 1)));
+    CHECK(r.contexts == parallel::pipeline_contexts(schedule, comm.rank(), p, m));
+    CHECK(r.contexts == (schedule == pipeline_schedule::gpipe ? m : std::min<index_t>(m, p - comm.rank())));
+    const nn::layer_range want = parallel::stage_layers(parallel::balanced_stage_starts(depth, p), comm.rank(), depth);
+    CHECK(r.layers.first == want.first);
+    CHECK(r.layers.last == want.last);
+    CHECK(r.step_seconds > 0);
+    CHECK(r.idle_fraction >= 0);
+    CHECK(r.idle_fraction <= 1);
+  }
+}
+
+// Start-up errors every rank sees alike (so no rank waits for another).
+template <class Communicator>
+void check_startup_errors(Communicator& comm, const executor& ex) {
+  const int p = comm.size();
+  auto make = [&](index_t batch, parallel::pipeline_options o) {
+    mlp_pipeline<Communicator> pipe(comm, batch, {.seed = seed, .stream = stream_of(ex)}, {.stream = stream_of(ex)},
+                                    optim::adamw_options{}, std::move(o));
+  };
+  expect_error<fusor::error>([&] { make(10, {.micro_batches = 4}); }, {"global batch of 10", "4 micro-batches"});
+  expect_error<fusor::error>([&] { make(12, {.micro_batches = 0}); }, {"0 micro-batches"});
+  std::vector<std::size_t> shifted = parallel::balanced_stage_starts(depth, p);
+  shifted[0] = 1;
+  expect_error<fusor::error>([&] { make(12, {.stage_starts = shifted}); }, {"start at layer 0, not 1"});
+  std::vector<std::size_t> one_more = parallel::balanced_stage_starts(depth, p);
+  one_more.push_back(depth - 1);
+  expect_error<fusor::error>([&] { make(12, {.stage_starts = one_more}); },
+                             {(std::to_string(p + 1) + " starts for " + std::to_string(p) + " ranks").c_str()});
+  if (p >= 2) {
+    std::vector<std::size_t> repeated = parallel::balanced_stage_starts(depth, p);
+    repeated[1] = 0;
+    expect_error<fusor::error>([&] { make(12, {.stage_starts = repeated}); }, {"must increase", "stage 1 starts at layer 0"});
+    std::vector<std::size_t> past = parallel::balanced_stage_starts(depth, p);
+    past.back() = depth;
+    expect_error<fusor::error>([&] { make(12, {.stage_starts = past}); }, {"starts at layer 6", "has 6 layers"});
+    // A network of fewer layers than ranks.
+    using short_mlp = nn::sequential<nn::features<12>, nn::linear<12, 5>>;
+    expect_error<fusor::error>(
+        [&] {
+          parallel::pipeline<short_mlp, fp32, space, optim::adamw, Communicator> pipe(
+              comm, 12, {.seed = seed}, {.stream = stream_of(ex)}, optim::adamw_options{});
+        },
+        {(std::to_string(p) + " stages (ranks) for a network of 1 layer:").c_str()});
+  }
+}
+
+}  // namespace pipeline_test
