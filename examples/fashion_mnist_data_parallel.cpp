@@ -1,0 +1,167 @@
+// examples/fashion_mnist_data_parallel.cpp — the main job's MLP (fashion_mnist_mlp)
+// trained data-parallel: every rank holds the network, takes its share of each
+// global batch of 128, and the gradients are summed over ranks in buckets while
+// backward still runs. Rank 0 prints.
+//
+//   mpirun -np 4 build/examples/fashion_mnist_data_parallel            # CPUs, MPI
+//   mpirun -np 4 build/examples/fashion_mnist_data_parallel_cuda       # one GPU a rank, NCCL
+//   mpirun -np 2 build/examples/fashion_mnist_data_parallel --bf16-communication --zero
+// (as root, OpenMPI wants --allow-run-as-root; more ranks than cores, --oversubscribe)
+//
+// The same global batch, seed and schedule as fashion_mnist_mlp, so it trains the
+// same way on any number of ranks (up to rounding). Each rank's loader produces
+// the whole global batch in the same order (same seed) and the rank reads its rows.
+// Measured (host, fp32, mpirun -np 4 on 2 cores, 2026-11-22): see bench/RESULTS.md,
+// "Data parallel (host, MPI)".
+#include <fusor/comm/mpi.hpp>
+#include <fusor/nn/linear.hpp>
+#include <fusor/parallel/data_parallel.hpp>
+#if FUSOR_HAS_CUDA
+#include <fusor/comm/nccl.hpp>
+#endif
+
+#include "fashion_mnist_training.hpp"
+
+namespace {
+
+namespace fs = fusor;
+namespace nn = fusor::nn;
+
+using mlp = nn::sequential<nn::features<784>, nn::linear<784, 512, nn::relu>, nn::linear<512, 256, nn::relu>,
+                           nn::linear<256, 10>>;
+
+// The options this example adds to the Fashion-MNIST ones; the rest go to example::parse.
+fs::parallel::data_parallel_options take_parallel_options(int& argc, char** argv) {
+  fs::parallel::data_parallel_options p;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--bucket-bytes" && i + 1 < argc) p.bucket_bytes = std::stoll(argv[++i]);
+    else if (a == "--micro-batches" && i + 1 < argc) p.micro_batches = std::stoll(argv[++i]);
+    else if (a == "--no-overlap") p.overlap = false;
+    else if (a == "--bf16-communication") p.communication = fs::parallel::gradient_communication::bf16;
+    else if (a == "--zero") p.shard_optimizer_state = true;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return p;
+}
+
+template <class Precision, class Space, class Communicator, class Executor>
+int train(const example::options& o, const fs::parallel::data_parallel_options& p, Communicator& ranks,
+          const Executor& ex, const std::string& device) {
+  const bool speaker = ranks.rank() == 0;
+  fs::data::labelled_images train_set = fs::data::load_fashion_mnist(fs::data::split::train, o.data);
+  fs::data::labelled_images test_set = fs::data::load_fashion_mnist(fs::data::split::test, o.data);
+  if (o.train_limit > 0) train_set = fs::data::take_first(train_set, std::min(o.train_limit, train_set.count));
+  if (o.test_limit > 0) test_set = fs::data::take_first(test_set, std::min(o.test_limit, test_set.count));
+  const fs::index_t pieces = fs::index_t(ranks.size()) * p.micro_batches;
+  if (o.batch % pieces != 0)
+    throw fs::error("the global batch (" + std::to_string(o.batch) + ") must be a multiple of ranks x micro-batches (" +
+                    std::to_string(pieces) + ")");
+
+  fs::stream_t stream{};
+  if constexpr (!std::is_same_v<Executor, fs::host_executor>) stream = ex.stream;
+  using network_t = nn::network<mlp, Precision, Space>;
+  network_t net(o.batch / pieces, {.seed = o.seed, .stream = stream});  // each rank's micro-batch
+  const fs::index_t steps_per_epoch = train_set.count / o.batch;
+  fs::parallel::data_parallel<network_t, fs::optim::adamw, Communicator> trainer(
+      net, ranks,
+      {.schedule = fs::optim::learning_rate_schedule::warmup_cosine(o.learning_rate, steps_per_epoch / 2,
+                                                                    steps_per_epoch * o.epochs),
+       .stream = stream},
+      fs::optim::adamw_options{.weight_decay = o.weight_decay}, p);
+  trainer.initialize(ex);
+
+  const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
+  fs::data::loader_options train_options = common, test_options = common;
+  train_options.drop_last = true;
+  test_options.shuffle = false;
+  fs::data::loader<Space> train_loader(train_set, train_options, stream);
+  fs::data::loader<Space> test_loader(test_set, test_options, stream);
+
+  if (speaker) {
+    const auto memory = trainer.memory();
+    std::printf("fusor Fashion-MNIST, data parallel: MLP 784-512-256-10 on %d ranks (%s)\n", ranks.size(), device.c_str());
+    std::printf("  global batch %lld (%lld a rank x %lld micro-batches), %zu gradient buckets, overlap %s, %s communication%s\n",
+                (long long)o.batch, (long long)(o.batch / pieces), (long long)p.micro_batches,
+                trainer.buckets().buckets.size(), p.overlap ? "on" : "off",
+                p.communication == fs::parallel::gradient_communication::bf16 ? "bf16" : "native",
+                p.shard_optimizer_state ? ", ZeRO-1" : "");
+    std::printf("  per rank: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, communication %.2f MB; "
+                "%.2f MB into collectives a step\n",
+                memory.parameters / 1e6, memory.gradients / 1e6, memory.optimizer_state / 1e6, memory.communication / 1e6,
+                trainer.bytes_per_step() / 1e6);
+  }
+  nn::loss_totals test{};
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    trainer.loss().reset(ex);
+    train_loader.start_epoch(static_cast<std::uint64_t>(epoch));
+    const auto start = std::chrono::steady_clock::now();
+    fs::index_t step = 0;
+    while (const auto* batch = train_loader.next()) {
+      trainer.step(batch->images, batch->labels, ex);
+      ++step;
+      if (!o.quiet && step % std::max<fs::index_t>(1, steps_per_epoch / 10) == 0) {
+        example::wait(ex);
+        const nn::loss_totals so_far = trainer.totals();  // every rank calls it: a collective
+        if (speaker) example::progress(false, epoch + 1, o.epochs, double(step) / double(steps_per_epoch), so_far);
+      }
+    }
+    example::wait(ex);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const nn::loss_totals trained = trainer.totals();
+    trainer.loss().reset(ex);
+    test_loader.start_epoch(0);
+    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
+    example::wait(ex);
+    test = trainer.totals();
+    if (speaker) {
+      std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
+                  o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
+                  double(trained.samples) / seconds, seconds);
+      std::fflush(stdout);
+    }
+  }
+  if (speaker) std::printf("final test accuracy %.2f%% (%d ranks, %s)\n", 100 * test.accuracy, ranks.size(), device.c_str());
+  if (test.accuracy < o.require_accuracy) {
+    if (speaker) std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
+    const fs::parallel::data_parallel_options p = take_parallel_options(argc, argv);
+    std::optional<example::options> o;
+    try {
+      o = example::parse(argc, argv, {});
+    } catch (const std::exception& e) {  // every rank parses the same arguments: all stop here
+      if (world.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+    if (!o) return 0;
+    if (o->checkpoint.size() || o->resume) throw fs::error("checkpoints are not supported by this example");
+#if FUSOR_HAS_CUDA
+    if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
+      FUSOR_CUDA_CHECK(cudaSetDevice(world.local_rank()));
+      cudaStream_t compute{}, communication{};
+      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking));
+      int status = 0;
+      {
+        auto gpus = fs::comm::nccl::over(world, communication);
+        status = train<fs::bf16, fs::device_space>(*o, p, gpus, fs::cuda_executor{compute}, "GPUs over NCCL (bf16)");
+      }
+      FUSOR_CUDA_CHECK(cudaStreamDestroy(communication));
+      FUSOR_CUDA_CHECK(cudaStreamDestroy(compute));
+      return status;
+    }
+#endif
+    if (o->device == "cuda") throw fs::error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
+    return train<fs::fp32, fs::host_space>(*o, p, world, fs::host_executor{}, "host, fp32, MPI");
+  });
+}
