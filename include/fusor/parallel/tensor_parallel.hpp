@@ -19,8 +19,11 @@
 //
 // Constructing it re-draws the parameters from the network's seed, so that
 // each rank holds its slices of the unsplit network's values: make it before
-// loading a checkpoint or initialising an optimizer. It must outlive the
-// network's use; destroyed, it disconnects the layers (a forward then throws).
+// loading a checkpoint or initialising an optimizer. Declare it after the
+// network and keep it while the network runs; destroyed, it disconnects the
+// layers (a forward then throws). Not yet: optim::trainer's clipping and
+// Inf/NaN skip see this rank's gradients only, and tensor parallelism does not
+// combine with data or pipeline parallelism.
 //
 // dispatch_tensor_parallel<1, 2, 4, 8>(comm.size(), {512}, [&]<int Ways>() { ... })
 // runs the body compiled for the communicator's size, for programs built for
