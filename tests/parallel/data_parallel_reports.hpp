@@ -108,6 +108,35 @@ void check_memory(Communicator& c) {
   CHECK(narrow.bytes_per_step == size * 2);            // half of fp32's
 }
 
+// What a trainer exposes, used as a user would; and once the first step has
+// run, a step allocates nothing from fusor (buffers, plans and request lists are
+// made at construction): plain, micro-batches with bf16, ZeRO-1 (padded at 3 ranks).
+template <class Communicator>
+void check_accessors_and_allocation(Communicator& c) {
+  INFO("rank ", c.rank(), " of ", c.size());
+  executor ex{};
+  for (parallel::data_parallel_options p :
+       {parallel::data_parallel_options{.bucket_bytes = 1},
+        parallel::data_parallel_options{.micro_batches = 2, .communication = parallel::gradient_communication::bf16},
+        parallel::data_parallel_options{.bucket_bytes = 1, .shard_optimizer_state = true}}) {
+    network_t net(global_batch, {.seed = seed});
+    parallel::data_parallel<network_t, optim::adamw, Communicator> train(net, c, trainer_options(), optim::adamw_options{}, p);
+    CHECK(&train.network() == &net);
+    CHECK(&train.communicator() == &c);
+    CHECK(train.options().micro_batches == p.micro_batches);
+    CHECK(train.options().shard_optimizer_state == p.shard_optimizer_state);
+    train.initialize(ex);
+    const batch first = make_batch(0), second = make_batch(1);
+    train.step(first.images, first.labels, ex);
+    const std::uint64_t before = fusor::allocation_count();
+    train.step(second.images, second.labels, ex);
+    finish(ex);
+    CHECK(fusor::allocation_count() == before);
+    CHECK(train.steps_taken() == 2);
+    CHECK(train.controller().step_for_host() == 2);
+  }
+}
+
 // Bad configurations are errors naming their numbers, at construction or the first step.
 template <class Communicator>
 void check_errors(Communicator& c) {

@@ -40,3 +40,7 @@ TEST_CASE("data_parallel over MPI: bucket plans, memory per rank, bytes per step
 }
 
 TEST_CASE("data_parallel over MPI: bad configurations name their numbers") { check_errors(world()); }
+
+TEST_CASE("data_parallel over MPI: accessors; a step allocates nothing once the first has run") {
+  check_accessors_and_allocation(world());
+}

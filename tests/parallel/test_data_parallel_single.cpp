@@ -27,12 +27,13 @@ TEST_CASE("data_parallel over comm::single: bf16 communication differs only by b
   check_bf16_adamw(c);
 }
 
-TEST_CASE("data_parallel over comm::single: timeline, bucket plans, memory, errors") {
+TEST_CASE("data_parallel over comm::single: timeline, bucket plans, memory, errors, accessors, no allocation in a step") {
   fusor::comm::single c;
   check_timeline(c);
   check_bucket_plans(c);
   check_memory(c);
   check_errors(c);
+  check_accessors_and_allocation(c);
 }
 
 TEST_CASE("plan_buckets: whole layers in reverse order, padded layout for ZeRO-1, tiling checked") {

@@ -145,6 +145,7 @@ class data_parallel {
     for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
     if (parallel_.shard_optimizer_state) gather_parameters(start, ex);
     controller_.finish_step(ex);
+    ++steps_;
     timeline_.step_end = since(start);
   }
 
@@ -163,14 +164,24 @@ class data_parallel {
     }
   }
 
-  // The loss's running totals summed over every rank (a collective: every rank calls it).
+  // The loss's running totals summed over every rank (a collective: every rank
+  // calls it), once the steps' work is done (on the GPU: after ex.synchronize()).
   nn::loss_totals totals() {
     const nn::loss_totals mine = loss_.totals();
     double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
     const view<double, dextents<index_t, 1>> host(sums, 3);
-    copy(totals_buffer_, host);
-    communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
-    copy(host, totals_buffer_);
+    if constexpr (stream_ordered<Communicator>) {  // the copies in the collective's stream order
+#if FUSOR_HAS_CUDA
+      copy_async(totals_buffer_, host, communicator_.stream());
+      communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
+      copy_async(host, totals_buffer_, communicator_.stream());
+      FUSOR_CUDA_CHECK(cudaStreamSynchronize(communicator_.stream()));
+#endif
+    } else {
+      copy(totals_buffer_, host);
+      communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
+      copy(host, totals_buffer_);
+    }
     const index_t n = static_cast<index_t>(sums[2] + 0.5);
     return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
   }
@@ -198,7 +209,7 @@ class data_parallel {
   Network& network() { return network_; }
   Communicator& communicator() { return communicator_; }
   const data_parallel_options& options() const { return parallel_; }
-  std::uint64_t steps_taken() const { return host_steps_; }
+  std::uint64_t steps_taken() const { return steps_; }  // calls of step() (skipped ones too)
 
  private:
   static data_parallel_options checked(const data_parallel_options& o) {
@@ -259,7 +270,7 @@ class data_parallel {
 
   template <class X, class Y, class Executor>
   void forward_and_loss(const X& x, const Y& y, const Executor& ex) {
-    const nn::run_mode mode{true, host_steps_++, controller_.scalars().step().data()};
+    const nn::run_mode mode{true, forwards_++, controller_.scalars().step().data()};
     const auto logits = network_.forward(x, ex, mode);
     const auto dlogits = network_.output_gradient();
     loss_.forward_backward(logits, y, dlogits, ex);
@@ -328,7 +339,8 @@ class data_parallel {
   std::vector<request_type> requests_;
   std::array<std::size_t, group_count> next_bucket_{};
   step_timeline timeline_;
-  std::uint64_t host_steps_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t forwards_ = 0;  // training forwards (micro-batches): dropout's host-side step
 };
 
 }  // namespace fusor::parallel

@@ -32,6 +32,7 @@
 #include "fusor/optim/step_scalars.hpp"
 #include "fusor/parallel/data_parallel_options.hpp"
 #include "fusor/parallel/gradient_buckets.hpp"
+#include "fusor/parallel/stream_order.hpp"
 
 namespace fusor::parallel {
 
@@ -96,7 +97,7 @@ class data_parallel_group {
 
   // The optimizer's starting state from the parameters (after they were made
   // equal on every rank); under ZeRO-1 this rank's chunk of every bucket first
-  // becomes its parameter shard (padding zero). The caller waits for the values.
+  // becomes its parameter shard (padding zero), on the executor's stream.
   template <class Executor>
   void initialize(const Executor& ex) {
     if (!zero_) return optimizer_.initialize(group_->values(), ex);
@@ -105,7 +106,8 @@ class data_parallel_group {
       const index_t chunk = b.padded_size / ranks_;
       const index_t first = std::min(b.end, b.begin + rank_ * chunk), last = std::min(b.end, first + chunk);
       const index_t at = b.padded_begin / ranks_;
-      if (last > first) copy(detail::part(shard_values_.view(), at, at + last - first), detail::part(values, first, last));
+      if (last > first)
+        copy_in_order(detail::part(shard_values_.view(), at, at + last - first), detail::part(values, first, last), ex);
     }
     optimizer_.initialize(shard_values_.view(), ex);
   }

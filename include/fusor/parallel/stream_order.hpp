@@ -9,9 +9,11 @@
 //   compute_after_communication: the compute stream waits for what the
 //     communicator has queued so far (before the gradients are next read).
 // Both are stream-ordered only, so a step stays free of host synchronisation.
+// copy_in_order: a copy queued on the executor's stream (initialisation).
 #pragma once
 
 #include "fusor/config.hpp"
+#include "fusor/core/copy.hpp"
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/exec/cuda.hpp"
 #include "fusor/exec/host.hpp"
@@ -74,6 +76,20 @@ class stream_order {
 inline void wait_for(const host_executor&) {}
 #if FUSOR_HAS_CUDA
 inline void wait_for(const cuda_executor& ex) { ex.synchronize(); }
+#endif
+
+// A copy ordered on the executor's stream (a plain copy on the host): a copy
+// between device buffers is otherwise queued on the legacy default stream,
+// which a non-blocking compute stream does not wait for.
+template <class Dst, class Src>
+void copy_in_order(const Dst& dst, const Src& src, const host_executor&) {
+  copy(dst, src);
+}
+#if FUSOR_HAS_CUDA
+template <class Dst, class Src>
+void copy_in_order(const Dst& dst, const Src& src, const cuda_executor& ex) {
+  copy_async(dst, src, ex.stream);
+}
 #endif
 
 }  // namespace fusor::parallel
