@@ -53,10 +53,7 @@ template <class Precision, class Space, class Communicator, class Executor>
 int train(const example::options& o, const fs::parallel::data_parallel_options& p, Communicator& ranks,
           const Executor& ex, const std::string& device) {
   const bool speaker = ranks.rank() == 0;
-  fs::data::labelled_images train_set = fs::data::load_fashion_mnist(fs::data::split::train, o.data);
-  fs::data::labelled_images test_set = fs::data::load_fashion_mnist(fs::data::split::test, o.data);
-  if (o.train_limit > 0) train_set = fs::data::take_first(train_set, std::min(o.train_limit, train_set.count));
-  if (o.test_limit > 0) test_set = fs::data::take_first(test_set, std::min(o.test_limit, test_set.count));
+  const auto [train_set, test_set] = example::load_data(o);
   const fs::index_t pieces = fs::index_t(ranks.size()) * p.micro_batches;
   if (o.batch % pieces != 0)
     throw fs::error("the global batch (" + std::to_string(o.batch) + ") must be a multiple of ranks x micro-batches (" +
@@ -75,12 +72,8 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
       fs::optim::adamw_options{.weight_decay = o.weight_decay}, p);
   trainer.initialize(ex);
 
-  const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
-  fs::data::loader_options train_options = common, test_options = common;
-  train_options.drop_last = true;
-  test_options.shuffle = false;
-  fs::data::loader<Space> train_loader(train_set, train_options, stream);
-  fs::data::loader<Space> test_loader(test_set, test_options, stream);
+  fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
+  fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
 
   if (speaker) {
     const auto memory = trainer.memory();

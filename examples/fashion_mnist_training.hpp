@@ -108,6 +108,29 @@ inline void progress(bool quiet, int epoch, int epochs, double fraction, const n
   std::fflush(stdout);
 }
 
+
+// The training and test sets, cut to --train-limit and --test-limit.
+struct data_sets {
+  fs::data::labelled_images train, test;
+};
+inline data_sets load_data(const options& o) {
+  data_sets d{fs::data::load_fashion_mnist(fs::data::split::train, o.data),
+              fs::data::load_fashion_mnist(fs::data::split::test, o.data)};
+  if (o.train_limit > 0) d.train = fs::data::take_first(d.train, std::min(o.train_limit, d.train.count));
+  if (o.test_limit > 0) d.test = fs::data::take_first(d.test, std::min(o.test_limit, d.test.count));
+  return d;
+}
+
+// Batches of --batch normalised with Fashion-MNIST's pixel mean and standard
+// deviation (training set): for training shuffled by --seed, the last partial
+// batch dropped; for testing in order, every image.
+inline fs::data::loader_options loader_settings(const options& o, bool training) {
+  fs::data::loader_options l{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
+  l.drop_last = training;
+  l.shuffle = training;
+  return l;
+}
+
 }  // namespace example
 
 namespace example {
@@ -120,10 +143,7 @@ inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
 // Trains and evaluates Sequential on Fashion-MNIST; returns the exit status.
 template <class Sequential, class Precision, class Space, class Executor>
 int train(const options& o, const Executor& ex, const std::string& device, const char* network_name) {
-  fs::data::labelled_images train_set = fs::data::load_fashion_mnist(fs::data::split::train, o.data);
-  fs::data::labelled_images test_set = fs::data::load_fashion_mnist(fs::data::split::test, o.data);
-  if (o.train_limit > 0) train_set = fs::data::take_first(train_set, std::min(o.train_limit, train_set.count));
-  if (o.test_limit > 0) test_set = fs::data::take_first(test_set, std::min(o.test_limit, test_set.count));
+  const auto [train_set, test_set] = load_data(o);
   if (train_set.count < o.batch)
     throw fs::error("the training set (" + std::to_string(train_set.count) + " images) is smaller than one batch (" +
                     std::to_string(o.batch) + ")");
@@ -141,13 +161,8 @@ int train(const options& o, const Executor& ex, const std::string& device, const
       fs::optim::adamw_options{.weight_decay = o.weight_decay});
   trainer.initialize(ex);
 
-  // Fashion-MNIST's pixel mean and standard deviation (training set).
-  const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
-  fs::data::loader_options train_options = common, test_options = common;
-  train_options.drop_last = true;
-  test_options.shuffle = false;
-  fs::data::loader<Space> train_loader(train_set, train_options, stream);
-  fs::data::loader<Space> test_loader(test_set, test_options, stream);
+  fs::data::loader<Space> train_loader(train_set, loader_settings(o, true), stream);
+  fs::data::loader<Space> test_loader(test_set, loader_settings(o, false), stream);
 
   int first_epoch = 0;
   if (o.resume && std::filesystem::exists(o.checkpoint)) {

@@ -74,13 +74,11 @@ inline optim::trainer_options trainer_options(float learning_rate = 1e-2f, float
   return {.schedule = optim::learning_rate_schedule::constant(learning_rate), .clip = {.max_norm = max_norm}};
 }
 
-// Data-parallel training for `steps` steps. Each rank's network starts from a
-// different seed: initialize() must make them rank 0's.
-template <template <class, class> class Optimizer, class Communicator, class OptimizerOptions>
-run_result train_data_parallel(Communicator& c, const optim::trainer_options& t, const OptimizerOptions& o,
-                               const parallel::data_parallel_options& p, int steps, executor ex = {}) {
-  network_t net(global_batch, {.seed = seed + std::uint64_t(c.rank())});
-  parallel::data_parallel<network_t, Optimizer, Communicator> train(net, c, t, o, p);
+// Trains `steps` steps, then evaluates a batch of 50 (uneven over ranks):
+// parameters, totals and the last norm into r. `totals()` reads the loss's
+// totals (over every rank for data_parallel).
+template <class Trainer, class Totals>
+void train_and_evaluate(Trainer& train, network_t& net, int steps, Totals&& totals, run_result& r, executor ex) {
   train.initialize(ex);
   train.loss().reset(ex);
   for (int s = 0; s < steps; ++s) {
@@ -88,13 +86,28 @@ run_result train_data_parallel(Communicator& c, const optim::trainer_options& t,
     train.step(b.images, b.labels, ex);
   }
   finish(ex);
-  run_result r{parameters_of(net), train.timeline(), train.memory(), train.bytes_per_step(), train.totals(), {}, 0};
+  r.parameters = parameters_of(net);
+  r.totals = totals();
   r.gradient_norm_squared = train.controller().scalars().read_gradient_norm_squared();
   train.loss().reset(ex);
   const batch b = make_batch(99, 50);
   train.evaluate(b.images, b.labels, ex);
   finish(ex);
-  r.evaluated = train.totals();
+  r.evaluated = totals();
+}
+
+// Data-parallel training for `steps` steps. Each rank's network starts from a
+// different seed: initialize() must make them rank 0's.
+template <template <class, class> class Optimizer, class Communicator, class OptimizerOptions>
+run_result train_data_parallel(Communicator& c, const optim::trainer_options& t, const OptimizerOptions& o,
+                               const parallel::data_parallel_options& p, int steps, executor ex = {}) {
+  network_t net(global_batch, {.seed = seed + std::uint64_t(c.rank())});
+  parallel::data_parallel<network_t, Optimizer, Communicator> train(net, c, t, o, p);
+  run_result r;
+  train_and_evaluate(train, net, steps, [&] { return train.totals(); }, r, ex);
+  r.timeline = train.timeline();  // of the last step
+  r.memory = train.memory();
+  r.bytes_per_step = train.bytes_per_step();
   return r;
 }
 
@@ -103,20 +116,8 @@ template <template <class, class> class Optimizer, class OptimizerOptions>
 run_result train_one_rank(const optim::trainer_options& t, const OptimizerOptions& o, int steps, executor ex = {}) {
   network_t net(64, {.seed = seed});  // room for the evaluation batch of 50 in one piece
   optim::trainer<network_t, Optimizer> train(net, t, o);
-  train.initialize(ex);
-  train.loss().reset(ex);
-  for (int s = 0; s < steps; ++s) {
-    const batch b = make_batch(s);
-    train.step(b.images, b.labels, ex);
-  }
-  finish(ex);
-  run_result r{parameters_of(net), {}, {}, 0, train.loss().totals(), {}, 0};
-  r.gradient_norm_squared = train.controller().scalars().read_gradient_norm_squared();
-  train.loss().reset(ex);
-  const batch b = make_batch(99, 50);
-  train.evaluate(b.images, b.labels, ex);
-  finish(ex);
-  r.evaluated = train.loss().totals();
+  run_result r;
+  train_and_evaluate(train, net, steps, [&] { return train.loss().totals(); }, r, ex);
   return r;
 }
 
