@@ -45,8 +45,8 @@ inline fusor::stream_t stream_of([[maybe_unused]] const executor& ex) {
 #endif
 }
 
-template <class Communicator>
-using mlp_pipeline = parallel::pipeline<mlp, fp32, space, optim::adamw, Communicator>;
+template <class Communicator, class Precision = fp32>
+using mlp_pipeline = parallel::pipeline<mlp, Precision, space, optim::adamw, Communicator>;
 
 // Stage 0 gets every layer but one per other stage: as uneven as it gets.
 inline std::vector<std::size_t> uneven_stage_starts(int stages) {
@@ -61,6 +61,7 @@ struct training_case {
   std::vector<std::size_t> stage_starts = {};
   float max_norm = 0.0f;  // > 0: clipping, and it must take effect
   int steps = 4;
+  bool dynamic_loss_scale = false;  // fp16: the scale must grow the same on every stage
 };
 
 inline std::string describe(const training_case& c, int rank, int ranks) {
@@ -118,21 +119,30 @@ void check_same_parameters(const Pipeline& pipe, const Whole& whole, double tole
 // Trains the pipeline and, alone on this rank, the whole network on the same
 // batches; the parameters, the gradient multiplier (clipping) and the loss
 // totals must agree, and so must evaluation.
-template <class Communicator>
+template <class Precision = fp32, class Communicator>
 void check_equals_sequential(Communicator& comm, const executor& ex, const training_case& c) {
-  INFO(describe(c, comm.rank(), comm.size()));
-  const optim::trainer_options trainer_options{.schedule = optim::learning_rate_schedule::constant(1e-2f),
-                                               .clip = {c.max_norm},
-                                               .stream = stream_of(ex)};
+  INFO(describe(c, comm.rank(), comm.size()), ", ", sizeof(storage_t<Precision>) * 8, "-bit parameters");
+  constexpr bool full_precision = std::is_same_v<Precision, fp32>;
+  // fp32: rounding apart (measured: 6e-8 at most); 16-bit: one rounding of the stored value.
+  const double tolerance = full_precision ? 1e-6 : 2 * fusor_test::tolerance<Precision>();
+  const optim::trainer_options trainer_options{
+      .schedule = optim::learning_rate_schedule::constant(1e-2f),
+      .clip = {c.max_norm},
+      .scaling = {.dynamic = c.dynamic_loss_scale, .initial_scale = 1024.0f, .growth_interval = 2},
+      .stream = stream_of(ex)};
   const optim::adamw_options adamw{.weight_decay = 1e-2f};
-  nn::network<mlp, fp32, space> whole(global_batch, {.seed = seed, .stream = stream_of(ex)});
+  nn::network<mlp, Precision, space> whole(global_batch, {.seed = seed, .stream = stream_of(ex)});
   optim::trainer<decltype(whole), optim::adamw> reference(whole, trainer_options, adamw);
   reference.initialize(ex);
-  mlp_pipeline<Communicator> pipe(comm, global_batch, {.seed = seed, .stream = stream_of(ex)}, trainer_options, adamw,
-                                  {.micro_batches = c.micro_batches, .schedule = c.schedule, .stage_starts = c.stage_starts});
+  mlp_pipeline<Communicator, Precision> pipe(
+      comm, global_batch, {.seed = seed, .stream = stream_of(ex)}, trainer_options, adamw,
+      {.micro_batches = c.micro_batches, .schedule = c.schedule, .stage_starts = c.stage_starts});
   pipe.initialize(ex);
   const bool first = pipe.stage() == 0, last = pipe.stage() + 1 == pipe.stages();
   CHECK(pipe.micro_batch_size() == global_batch / c.micro_batches);
+  CHECK(pipe.network().layers().first == pipe.layers().first);
+  CHECK(pipe.network().layers().last == pipe.layers().last);
+  CHECK(pipe.network().parameter_count() <= whole.parameter_count());
 
   for (int step = 0; step < c.steps; ++step) {
     const batch_data b = random_batch(100 + std::uint32_t(step));
@@ -143,16 +153,19 @@ void check_equals_sequential(Communicator& comm, const executor& ex, const train
     pipe.step(first ? images.view() : decltype(images.view()){}, last ? labels.view() : decltype(labels.view()){}, ex);
   }
   finish(ex);
-  check_same_parameters(pipe, whole, 1e-6);  // measured: 6e-8 at most
+  check_same_parameters(pipe, whole, tolerance);
   CHECK(pipe.steps_taken() == std::uint64_t(c.steps));
-  const double multiplier = reference.controller().scalars().read_gradient_multiplier();
-  if (c.max_norm > 0) CHECK_MESSAGE(multiplier < 0.99, "clipping did not take effect: ", multiplier);
-  CHECK(close(pipe.controller().scalars().read_gradient_multiplier(), multiplier, 1e-5));
+  const optim::step_values got = pipe.controller().scalars().read(), want_values = reference.controller().scalars().read();
+  if (c.max_norm > 0) CHECK_MESSAGE(want_values.gradient_multiplier < 0.99, "clipping did not take effect");
+  if (c.dynamic_loss_scale) CHECK(want_values.loss_scale > 1024.0f);  // it grew
+  CHECK(close(got.gradient_multiplier, want_values.gradient_multiplier, full_precision ? 1e-5 : tolerance));
+  CHECK(got.loss_scale == want_values.loss_scale);
+  CHECK(got.step == want_values.step);
 
   const nn::loss_totals trained = pipe.totals(), want = reference.loss().totals();
   CHECK(trained.samples == want.samples);
-  CHECK(close(trained.mean_loss, want.mean_loss, 1e-5));
-  CHECK(close(trained.accuracy, want.accuracy, 1e-12));
+  CHECK(close(trained.mean_loss, want.mean_loss, full_precision ? 1e-5 : tolerance));
+  if (full_precision) CHECK(close(trained.accuracy, want.accuracy, 1e-12));
 
   // Evaluation of a batch that is not a multiple of the micro-batch (every rank
   // passes the real views, so every rank knows its size).
@@ -170,12 +183,13 @@ void check_equals_sequential(Communicator& comm, const executor& ex, const train
   const nn::loss_totals evaluated = pipe.totals(), evaluated_want = reference.loss().totals();
   CHECK(evaluated.samples == part);
   CHECK(evaluated_want.samples == part);
-  CHECK(close(evaluated.mean_loss, evaluated_want.mean_loss, 1e-5));
-  CHECK(close(evaluated.accuracy, evaluated_want.accuracy, 1e-12));
+  CHECK(close(evaluated.mean_loss, evaluated_want.mean_loss, full_precision ? 1e-5 : tolerance));
+  if (full_precision) CHECK(close(evaluated.accuracy, evaluated_want.accuracy, 1e-12));
 }
 
 // Both schedules, micro-batch counts below, at and above the stage count, the
-// balanced and an uneven stage map, and clipping.
+// balanced and an uneven stage map, clipping; bf16 parameters, and fp16 with a
+// dynamic loss scale.
 template <class Communicator>
 void check_training_cases(Communicator& comm, const executor& ex) {
   using parallel::pipeline_schedule;
@@ -184,6 +198,8 @@ void check_training_cases(Communicator& comm, const executor& ex) {
     check_equals_sequential(comm, ex, {schedule, 3, uneven_stage_starts(comm.size())});
     check_equals_sequential(comm, ex, {schedule, 4, {}, 0.05f});
   }
+  check_equals_sequential<bf16>(comm, ex, {pipeline_schedule::one_forward_one_backward, 4});
+  check_equals_sequential<fp16>(comm, ex, {.micro_batches = 3, .steps = 6, .dynamic_loss_scale = true});
 }
 
 // report(): the bubble formulas, this stage's layers and contexts, and a

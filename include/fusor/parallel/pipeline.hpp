@@ -13,23 +13,22 @@
 //
 // Each stage holds its layers' parameters (named as in the whole network, so a
 // checkpoint of every stage is one of the whole network) and one set of
-// activations per micro-batch in flight (networks sharing its parameters). A
-// micro-batch's activation goes to the next stage and its gradient comes back
-// by point-to-point messages whose tags name the micro-batch and the direction;
-// sends are non-blocking and waited for before their buffer is written again, a
-// send is issued together with the receive that follows it (one group(), which
-// NCCL needs to avoid a deadlock between two stages sending to each other).
-// Backward overwrites the gradients, so after each micro-batch they are added
-// into an fp32 buffer per parameter group (one pass); the step uses their mean
-// over the micro-batches, so it equals one step on the global batch. Clipping
-// and the Inf/NaN skip use the gradient norm of every stage (one all-reduce of
-// the squared norm). Dropout draws each micro-batch's masks as its own step.
+// activations per micro-batch in flight (networks sharing its parameters).
+// Activations go forward and gradients back point to point
+// (parallel/pipeline_messages.hpp). The loss gives each micro-batch the
+// gradient of the global batch's mean loss (scaled by 1 / micro-batches), and
+// backward overwrites the gradients, so after each micro-batch they are added
+// into an fp32 buffer per parameter group (one pass): the step sees the global
+// batch's gradient and equals one step of optim::trainer on it. Clipping and the
+// Inf/NaN skip use the gradient norm of every stage (one all-reduce of the
+// squared norm). Dropout draws each micro-batch's masks as its own step.
 //
-// Communicators whose requests are ordered on a CUDA stream (nccl) are never
-// waited for on the host: the executor must run on the communicator's stream,
-// and the measured idle time (host time blocked on a peer) is then 0.
+// With a communicator whose calls are ordered on a CUDA stream (nccl) the
+// executor must run on that stream; the host never waits for a message, so the
+// measured idle time (host time blocked on a peer) is 0 there.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -49,6 +48,7 @@
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
+#include "fusor/parallel/pipeline_messages.hpp"
 #include "fusor/parallel/pipeline_schedule.hpp"
 
 namespace fusor::parallel {
@@ -91,10 +91,7 @@ class pipeline {
   using optimizers_type = typename optimizer_tuple<typename network_type::group_elements>::type;
   static constexpr std::size_t group_count = std::tuple_size_v<optimizers_type>;
   using accumulator = tensor<float, dextents<index_t, 1>, row_major, Space>;
-  using request_type =
-      decltype(std::declval<Communicator&>().send(std::declval<nn::flat_view<float, Space>>(), 0, 0));
-  // nccl: calls are ordered on a stream, the host never waits for them.
-  static constexpr bool stream_ordered = requires(const Communicator& c) { c.stream(); };
+  using messages_type = pipeline_messages<network_type, Communicator>;
 
  public:
   template <class OptimizerOptions>
@@ -113,16 +110,19 @@ class pipeline {
         scaling_(trainer_options.scaling),
         optimizers_(make_optimizers(optimizer_options, trainer_options.stream, std::make_index_sequence<group_count>{})),
         actions_(pipeline_actions(options_.schedule, stage_, stages_, options_.micro_batches)),
+        messages_(communicator, pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches)),
         totals_buffer_(dextents<index_t, 1>(3), trainer_options.stream) {
-    const index_t contexts = pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches);
-    for (index_t c = 1; c < contexts; ++c)
+    for (index_t c = 1; c < messages_.contexts(); ++c)
       extra_contexts_.push_back(
           std::make_unique<network_type>(micro_batch_, with_layers(network_options, layers_), network_));
-    forward_sends_.resize(std::size_t(contexts));
-    backward_sends_.resize(std::size_t(contexts));
-    if (last_stage()) loss_.emplace(micro_batch_, cross_entropy_options{}, trainer_options.stream);
+    // Each micro-batch's share of the global batch's mean loss.
+    if (last_stage())
+      loss_.emplace(micro_batch_, cross_entropy_options{.grad_scale = 1.0f / float(options_.micro_batches)},
+                    trainer_options.stream);
     if (options_.micro_batches > 1)
-      for_each_group([&](auto& group, auto&, accumulator& sum) { sum = accumulator(dextents<index_t, 1>(group.size()), trainer_options.stream); });
+      for_each_group([&](auto& group, auto&, accumulator& sum) {
+        sum = accumulator(dextents<index_t, 1>(group.size()), trainer_options.stream);
+      });
   }
   pipeline(const pipeline&) = delete;
   pipeline& operator=(const pipeline&) = delete;
@@ -139,7 +139,7 @@ class pipeline {
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     const auto start = clock::now();
-    idle_seconds_ = 0;
+    messages_.reset_idle();
     require_stream(ex);
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
@@ -152,27 +152,26 @@ class pipeline {
       if (a.what == kind::forward) {
         const nn::run_mode mode{true, host_steps_ * std::uint64_t(options_.micro_batches) + std::uint64_t(a.micro_batch),
                                 nullptr};
-        receive_input(net, a, micro_batch_);
+        messages_.receive_input(net, a, micro_batch_);
         if (stage_ == 0) net.forward(rows(x, first_row, micro_batch_), ex, mode);
         else net.forward_stage(ex, mode);
         if (last_stage()) {
           loss_->forward_backward(net.output(), rows(y, first_row, micro_batch_), net.output_gradient(), ex);
           if (scaling_.dynamic)
             assign(net.output_gradient(), net.output_gradient() * optim::scalar(controller_.scalars().loss_scale()), ex);
-        } else {
-          pending_send_ = a;
         }
       } else {
-        receive_output_gradient(net, a);
+        messages_.receive_output_gradient(net, a);
         net.backward(ex);
         accumulate_gradients(backwards++, ex);
-        if (stage_ > 0) pending_send_ = a;
       }
+      messages_.send_after(net, a);
     }
-    finish_sends();
+    messages_.finish();
     update(ex);
     ++host_steps_;
-    step_seconds_ = seconds_since(start);
+    idle_seconds_ = messages_.idle_seconds();
+    step_seconds_ = std::chrono::duration<double>(clock::now() - start).count();
   }
 
   // Loss and accuracy on a batch of at most the global batch, without learning
@@ -190,18 +189,17 @@ class pipeline {
                         " samples for a pipeline of global batch " + std::to_string(global_batch_));
     if (stage_ == 0) require_batch(x.extent(0), batch, "images", "evaluate");
     if (last_stage()) require_batch(y.extent(0), batch, "labels", "evaluate");
-    const index_t contexts = index_t(forward_sends_.size());
     for (index_t j = 0; j * micro_batch_ < batch; ++j) {
-      const action a{kind::forward, j, j % contexts};
+      const action a{kind::forward, j, j % messages_.contexts()};
       const index_t first_row = j * micro_batch_, count = std::min(micro_batch_, batch - first_row);
       network_type& net = context(a.context);
-      receive_input(net, a, count);
+      messages_.receive_input(net, a, count);
       if (stage_ == 0) net.forward(rows(x, first_row, count), ex, nn::evaluation);
       else net.forward_stage(ex, nn::evaluation);
       if (last_stage()) loss_->evaluate(net.output(), rows(y, first_row, count), ex);
-      else pending_send_ = a;
+      messages_.send_after(net, a);
     }
-    finish_sends();
+    messages_.finish();
   }
 
   // The loss totals since reset_totals() (steps and evaluations), from the last
@@ -237,12 +235,12 @@ class pipeline {
             pipeline_bubble_share_of_step(stages_, options_.micro_batches),
             step_seconds_ > 0 ? std::min(1.0, idle_seconds_ / step_seconds_) : 0.0,
             step_seconds_,
-            index_t(forward_sends_.size())};
+            messages_.contexts()};
   }
 
   // The stage's network (its layers only) and its parameters, named as in the
   // whole network: fn(slot, values, gradients). The gradients are the last
-  // micro-batch's; the step used their mean.
+  // micro-batch's share; the step used the sum of every micro-batch's.
   network_type& network() { return network_; }
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
@@ -293,7 +291,7 @@ class pipeline {
 
   template <class Executor>
   void require_stream([[maybe_unused]] const Executor& ex) const {
-    if constexpr (stream_ordered && requires { ex.stream; })
+    if constexpr (messages_type::stream_ordered && requires { ex.stream; })
       if (ex.stream != comm_.stream())
         throw error("fusor::parallel::pipeline: the executor must run on the communicator's stream (its messages "
                     "are ordered there, the host never waits for them)");
@@ -315,79 +313,8 @@ class pipeline {
                                                                                          count, row);
   }
 
-  // Before a forward: that context's last activation must have left, and the
-  // stage's input arrives (issued with the send that is waiting to go).
-  void receive_input(network_type& net, const action& a, index_t count) {
-    wait_send(forward_sends_[std::size_t(a.context)]);
-    std::optional<request_type> incoming;
-    {
-      [[maybe_unused]] auto group = comm_.group();
-      issue_pending_send();
-      if (stage_ > 0)  // stage 0's forward() reads the images instead
-        net.with_stage_input(count, [&](const auto& in) {
-          (void)incoming.emplace(comm_.recv(in, stage_ - 1, pipeline_tag(a.micro_batch, kind::forward)));
-        });
-    }
-    wait_received(incoming);
-  }
-  // Before a backward: that context's last input gradient must have left, and the
-  // gradient of the stage's output arrives (the last stage has it from the loss).
-  void receive_output_gradient(network_type& net, const action& a) {
-    wait_send(backward_sends_[std::size_t(a.context)]);
-    std::optional<request_type> incoming;
-    {
-      [[maybe_unused]] auto group = comm_.group();
-      issue_pending_send();
-      if (!last_stage())
-        net.with_stage_output_gradient([&](const auto& g) {
-          (void)incoming.emplace(comm_.recv(g, stage_ + 1, pipeline_tag(a.micro_batch, kind::backward)));
-        });
-    }
-    wait_received(incoming);
-  }
-  // The activation (after a forward) or input gradient (after a backward) of the last action.
-  void issue_pending_send() {
-    if (!pending_send_) return;
-    const action a = *std::exchange(pending_send_, std::nullopt);
-    network_type& net = context(a.context);
-    const std::size_t c = std::size_t(a.context);
-    if (a.what == kind::forward)
-      net.with_stage_output([&](const auto& out) {
-        (void)forward_sends_[c].emplace(comm_.send(out, stage_ + 1, pipeline_tag(a.micro_batch, kind::forward)));
-      });
-    else
-      net.with_stage_input_gradient([&](const auto& g) {
-        (void)backward_sends_[c].emplace(comm_.send(g, stage_ - 1, pipeline_tag(a.micro_batch, kind::backward)));
-      });
-  }
-  void finish_sends() {
-    if (pending_send_) {
-      [[maybe_unused]] auto group = comm_.group();
-      issue_pending_send();
-    }
-    for (auto& sends : {&forward_sends_, &backward_sends_})
-      for (auto& request : *sends) wait_send(request);
-  }
-  void wait_send(std::optional<request_type>& request) {
-    if (request) timed_wait(*request);
-    request.reset();
-  }
-  void wait_received(std::optional<request_type>& request) {
-    if (request) timed_wait(*request);
-  }
-  template <class Request>
-  void timed_wait(Request& request) {
-    if constexpr (stream_ordered) return;  // the stream orders it; the host goes on
-    const auto start = clock::now();
-    request.wait();
-    idle_seconds_ += seconds_since(start);
-  }
-  static double seconds_since(clock::time_point start) {
-    return std::chrono::duration<double>(clock::now() - start).count();
-  }
-
-  // After the `done`-th backward of the step: sum its gradients in fp32; the last
-  // one divides by the number of micro-batches (one pass each).
+  // After the `done`-th backward of the step: its gradients (already scaled by
+  // 1 / micro-batches through the loss) summed in fp32, one pass.
   template <class Executor>
   void accumulate_gradients(index_t done, const Executor& ex) {
     const index_t m = options_.micro_batches;
@@ -396,8 +323,7 @@ class pipeline {
       const auto g = group.gradients();
       const auto s = sum.view();
       if (done == 0) assign(s, g, ex);
-      else if (done + 1 < m) assign(s, s + g, ex);
-      else assign(s, (s + g) / float(m), ex);
+      else assign(s, s + g, ex);
     });
   }
   // The norm of every stage's gradients, then each group's optimizer (trainer::step's order).
@@ -413,7 +339,7 @@ class pipeline {
     });
     if (stages_ > 1) {
       auto request = comm_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum);
-      timed_wait(request);
+      messages_.wait(request);
     }
     controller_.prepare_update(ex);
     for_each_group([&](auto& group, auto& optimizer, accumulator& sum) {
@@ -436,8 +362,7 @@ class pipeline {
   optimizers_type optimizers_;
   std::array<accumulator, group_count> accumulated_;
   std::vector<action> actions_;
-  std::vector<std::optional<request_type>> forward_sends_, backward_sends_;  // per context
-  std::optional<action> pending_send_;
+  messages_type messages_;
   tensor<double, dextents<index_t, 1>, row_major, Space> totals_buffer_;
   std::uint64_t host_steps_ = 0;
   double idle_seconds_ = 0, step_seconds_ = 0;
