@@ -16,8 +16,9 @@
 // On GPUs (the _cuda build, bf16 with fp32 master weights) messages are ordered
 // on the stream and the host never waits, so the idle time shows as 0 there.
 // Data: Debian's dataset-fashion-mnist (or --data DIR).
+// Extra options: --schedule 1f1b|gpipe, --micro-batches M, --stage-map A,B,...;
+// the others are fashion_mnist_mlp's (--help).
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -25,14 +26,15 @@
 #include <vector>
 
 #include <fusor/comm/mpi.hpp>
-#include <fusor/data/fashion_mnist.hpp>
-#include <fusor/data/loader.hpp>
 #include <fusor/nn/linear.hpp>
-#include <fusor/optim/adamw.hpp>
 #include <fusor/parallel/pipeline.hpp>
 #if FUSOR_HAS_CUDA
 #include <fusor/comm/nccl.hpp>
 #endif
+
+#include "fashion_mnist_training.hpp"
+
+namespace {
 
 namespace fs = fusor;
 namespace nn = fusor::nn;
@@ -42,85 +44,35 @@ namespace parallel = fusor::parallel;
 using mlp = nn::sequential<nn::features<784>, nn::linear<784, 512, nn::relu>, nn::linear<512, 256, nn::relu>,
                            nn::linear<256, 256, nn::relu>, nn::linear<256, 128, nn::relu>, nn::linear<128, 10>>;
 
-namespace {
-
-struct options {
-  int epochs = 3;
-  fs::index_t batch = 128;
-  parallel::pipeline_options pipeline = {};
-  float learning_rate = 1e-3f;
-  float weight_decay = 1e-4f;
-  std::uint64_t seed = 1;
-  std::filesystem::path data = fs::data::fashion_mnist_default_path;
-  fs::index_t train_limit = 0, test_limit = 0;  // 0: all
-  std::string device = "auto";                  // auto | host | cuda
-  double require_accuracy = 0;                  // exit 1 below it
-  bool quiet = false;                           // no per-epoch idle lines
-};
-
-const char* usage =
-    "usage: [mpirun -np STAGES] pipeline_mlp [options]\n"
-    "  --schedule S         1f1b (default) or gpipe\n"
-    "  --micro-batches M    micro-batches per batch (default 4; must divide the batch)\n"
-    "  --stage-map A,B,...  first layer of each stage (default: layers split evenly over the ranks)\n"
-    "  --epochs N           (default 3)    --batch N   global batch (default 128)\n"
-    "  --lr X               peak AdamW learning rate, warmup + cosine (default 1e-3)\n"
-    "  --seed N             weights and data order (default 1)\n"
-    "  --data DIR           Fashion-MNIST directory (Debian: apt-get install dataset-fashion-mnist)\n"
-    "  --train-limit N      only the first N training images;  --test-limit N  likewise\n"
-    "  --device D           auto | host | cuda (auto: the GPUs when built by nvcc and present)\n"
-    "  --require-accuracy X exit with status 1 when the final test accuracy is below X\n"
-    "  --quiet              only the final lines\n";
-
-std::optional<options> parse(int argc, char** argv) {
-  options o;
+// The options this example adds to the Fashion-MNIST ones; the rest go to example::parse.
+parallel::pipeline_options take_pipeline_options(int& argc, char** argv) {
+  parallel::pipeline_options p;
+  int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw fs::error("option " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--schedule") {
-      const std::string s = value();
+    if (a == "--schedule" && i + 1 < argc) {
+      const std::string s = argv[++i];
       if (s != "1f1b" && s != "gpipe") throw fs::error("--schedule is 1f1b or gpipe, not " + s);
-      o.pipeline.schedule = s == "gpipe" ? parallel::pipeline_schedule::gpipe
-                                         : parallel::pipeline_schedule::one_forward_one_backward;
-    } else if (a == "--micro-batches") o.pipeline.micro_batches = std::stoll(value());
-    else if (a == "--stage-map") {
-      std::stringstream list(value());
-      for (std::string start; std::getline(list, start, ',');) o.pipeline.stage_starts.push_back(std::stoul(start));
-    } else if (a == "--epochs") o.epochs = std::stoi(value());
-    else if (a == "--batch") o.batch = std::stoll(value());
-    else if (a == "--lr") o.learning_rate = std::stof(value());
-    else if (a == "--seed") o.seed = std::stoull(value());
-    else if (a == "--data") o.data = value();
-    else if (a == "--train-limit") o.train_limit = std::stoll(value());
-    else if (a == "--test-limit") o.test_limit = std::stoll(value());
-    else if (a == "--device") o.device = value();
-    else if (a == "--require-accuracy") o.require_accuracy = std::stod(value());
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "--help" || a == "-h") return std::nullopt;
-    else throw fs::error("unknown option " + a + " (--help lists them)");
+      p.schedule = s == "gpipe" ? parallel::pipeline_schedule::gpipe : parallel::pipeline_schedule::one_forward_one_backward;
+    } else if (a == "--micro-batches" && i + 1 < argc) {
+      p.micro_batches = std::stoll(argv[++i]);
+    } else if (a == "--stage-map" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string start; std::getline(list, start, ',');) p.stage_starts.push_back(std::stoul(start));
+    } else {
+      argv[kept++] = argv[i];
+    }
   }
-  if (o.device != "auto" && o.device != "host" && o.device != "cuda")
-    throw fs::error("--device is auto, host or cuda, not " + o.device);
-  return o;
+  argc = kept;
+  return p;
 }
-
-void wait([[maybe_unused]] const fs::host_executor& ex) {}
-#if FUSOR_HAS_CUDA
-void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
-#endif
 
 // Trains with `stages` (the communicator the messages travel on); `world` (MPI)
 // gathers each rank's idle time for rank 0 to print.
 template <class Precision, class Space, class Communicator, class Executor>
-int train(const options& o, fs::comm::mpi& world, Communicator& stages, const Executor& ex, fs::stream_t stream,
-          const std::string& device) {
-  fs::data::labelled_images train_set = fs::data::load_fashion_mnist(fs::data::split::train, o.data);
-  fs::data::labelled_images test_set = fs::data::load_fashion_mnist(fs::data::split::test, o.data);
-  if (o.train_limit > 0) train_set = fs::data::take_first(train_set, std::min(o.train_limit, train_set.count));
-  if (o.test_limit > 0) test_set = fs::data::take_first(test_set, std::min(o.test_limit, test_set.count));
+int train(const example::options& o, const parallel::pipeline_options& p, fs::comm::mpi& world, Communicator& stages,
+          const Executor& ex, fs::stream_t stream, const std::string& device) {
+  const auto [train_set, test_set] = example::load_data(o);
   const fs::index_t steps_per_epoch = train_set.count / o.batch;  // the last partial batch is dropped
   if (steps_per_epoch < 1) throw fs::error("the training set is smaller than one batch");
 
@@ -129,15 +81,10 @@ int train(const options& o, fs::comm::mpi& world, Communicator& stages, const Ex
       {.schedule = fs::optim::learning_rate_schedule::warmup_cosine(o.learning_rate, steps_per_epoch / 2,
                                                                     steps_per_epoch * o.epochs),
        .stream = stream},
-      fs::optim::adamw_options{.weight_decay = o.weight_decay}, o.pipeline);
+      fs::optim::adamw_options{.weight_decay = o.weight_decay}, p);
   pipe.initialize(ex);
-
-  const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
-  fs::data::loader_options train_options = common, test_options = common;
-  train_options.drop_last = true;
-  test_options.shuffle = false;
-  fs::data::loader<Space> train_loader(train_set, train_options, stream);
-  fs::data::loader<Space> test_loader(test_set, test_options, stream);
+  fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
+  fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
 
   const parallel::pipeline_report shape = pipe.report();
   if (world.rank() == 0)
@@ -172,7 +119,7 @@ int train(const options& o, fs::comm::mpi& world, Communicator& stages, const Ex
       idle_seconds += r.idle_fraction * r.step_seconds;
       step_seconds += r.step_seconds;
     }
-    wait(ex);
+    example::wait(ex);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const nn::loss_totals trained = pipe.totals();
 
@@ -206,10 +153,25 @@ int train(const options& o, fs::comm::mpi& world, Communicator& stages, const Ex
 
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
-    const std::optional<options> o = parse(argc, argv);
-    if (!o) {
-      if (world.rank() == 0) std::printf("%s", usage);
+    std::optional<example::options> o;
+    parallel::pipeline_options p;
+    try {
+      p = take_pipeline_options(argc, argv);
+      o = example::parse(argc, argv, {});
+    } catch (const std::exception& e) {  // every rank parses the same arguments: all stop here
+      if (world.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+    if (!o) {  // --help: example::parse printed the common options
+      if (world.rank() == 0)
+        std::printf("  --schedule S         1f1b (default) or gpipe\n"
+                    "  --micro-batches M    micro-batches per batch (default 4; must divide the batch)\n"
+                    "  --stage-map A,B,...  first layer of each stage (default: layers split evenly over the ranks)\n");
       return 0;
+    }
+    if (!o->checkpoint.empty()) {
+      if (world.rank() == 0) std::fprintf(stderr, "error: pipeline_mlp does not save checkpoints (--checkpoint)\n");
+      return 2;
     }
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::cuda::available()) {
@@ -220,7 +182,7 @@ int main(int argc, char** argv) {
       int status = 0;
       {
         auto gpus = fs::comm::nccl::over(world, stream);
-        status = train<fs::bf16, fs::device_space>(*o, world, gpus, fs::cuda_executor{stream}, stream,
+        status = train<fs::bf16, fs::device_space>(*o, p, world, gpus, fs::cuda_executor{stream}, stream,
                                                   "GPUs (NCCL, bf16)");
       }
       FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -230,7 +192,7 @@ int main(int argc, char** argv) {
 #else
     if (o->device == "cuda") throw fs::error("--device cuda, but this program was built without CUDA (use the _cuda build)");
 #endif
-    return train<fs::fp32, fs::host_space>(*o, world, world, fs::host_executor{}, fs::stream_t{},
+    return train<fs::fp32, fs::host_space>(*o, p, world, world, fs::host_executor{}, fs::stream_t{},
                                            "CPUs (MPI, fp32)");
   });
 }
