@@ -111,19 +111,9 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
     while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
     example::wait(ex);
     test = trainer.totals();
-    if (speaker) {
-      std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-                  o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
-                  double(trained.samples) / seconds, seconds);
-      std::fflush(stdout);
-    }
+    if (speaker) example::report_epoch(o, epoch, trained, test, seconds);
   }
-  if (speaker) std::printf("final test accuracy %.2f%% (%d ranks, %s)\n", 100 * test.accuracy, ranks.size(), device.c_str());
-  if (test.accuracy < o.require_accuracy) {
-    if (speaker) std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
-    return 1;
-  }
-  return 0;
+  return example::verdict(o, test, std::to_string(ranks.size()) + " ranks, " + device, speaker);
 }
 
 }  // namespace

@@ -108,6 +108,23 @@ inline void progress(bool quiet, int epoch, int epochs, double fraction, const n
   std::fflush(stdout);
 }
 
+// An epoch's summary line, as every example prints it.
+inline void report_epoch(const options& o, int epoch, const nn::loss_totals& trained, const nn::loss_totals& test,
+                         double seconds) {
+  std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
+              o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
+              double(trained.samples) / seconds, seconds);
+  std::fflush(stdout);
+}
+
+// The final line and the exit status: 1 when the accuracy is below --require-accuracy
+// (what the examples' ctests check). `speaker`: whether this process prints.
+inline int verdict(const options& o, const nn::loss_totals& test, const std::string& where, bool speaker = true) {
+  if (speaker) std::printf("final test accuracy %.2f%% (%s)\n", 100 * test.accuracy, where.c_str());
+  if (test.accuracy >= o.require_accuracy) return 0;
+  if (speaker) std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
+  return 1;
+}
 
 // The training and test sets, cut to --train-limit and --test-limit.
 struct data_sets {
@@ -229,19 +246,11 @@ int train(const options& o, const Executor& ex, const std::string& device, const
     test_loader.start_epoch(0);
     while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
     test = trainer.loss().totals();
-    std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-                o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
-                double(trained.samples) / seconds, seconds);
-    std::fflush(stdout);
+    report_epoch(o, epoch, trained, test, seconds);
     if (!o.checkpoint.empty())
       fs::optim::save_training_state(o.checkpoint, trainer, {{"epoch", std::to_string(epoch + 1)}});
   }
-  std::printf("final test accuracy %.2f%% (%s)\n", 100 * test.accuracy, device.c_str());
-  if (test.accuracy < o.require_accuracy) {
-    std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
-    return 1;
-  }
-  return 0;
+  return verdict(o, test, device);
 }
 
 // Parses the options, picks the device and runs: GPU (bf16 with fp32 master

@@ -129,9 +129,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
     test = pipe.totals();
     gather(step_seconds > 0 ? idle_seconds / step_seconds : 0.0, seconds);
     if (world.rank() == 0) {
-      std::printf("epoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-                  epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
-                  double(trained.samples) / seconds, seconds);
+      example::report_epoch(o, epoch, trained, test, seconds);
       if (!o.quiet || epoch + 1 == o.epochs) {
         std::printf("  idle (waiting for a neighbour) per stage:");
         for (int r = 0; r < world.size(); ++r) std::printf(" %.1f%%", 100 * gathered[std::size_t(2 * r)]);
@@ -141,12 +139,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
       std::fflush(stdout);
     }
   }
-  if (world.rank() == 0) std::printf("final test accuracy %.2f%% (%s)\n", 100 * test.accuracy, device.c_str());
-  if (test.accuracy < o.require_accuracy) {
-    if (world.rank() == 0) std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
-    return 1;
-  }
-  return 0;
+  return example::verdict(o, test, device, world.rank() == 0);
 }
 
 }  // namespace
