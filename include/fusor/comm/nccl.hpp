@@ -12,6 +12,8 @@
 // on each other (a ring) must be issued inside one group():
 //   { auto g = gpus.group(); gpus.send(a, next, 0); gpus.recv(b, previous, 0); }
 // Failed NCCL or CUDA calls throw nccl_error naming the call, the rank and NCCL's message.
+// A communicator destroyed while an exception unwinds is aborted (ncclCommAbort),
+// so a failing rank does not wait for the others (run_ranks then ends the job).
 #pragma once
 
 #include <fusor/config.hpp>
@@ -26,6 +28,7 @@
 #include <fusor/comm/communicator.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -121,8 +124,13 @@ class nccl {
         stream_(o.stream_) {}
   nccl(const nccl&) = delete;
   nccl& operator=(const nccl&) = delete;
+  // While an exception unwinds (this rank is failing; run_ranks then aborts the
+  // job), ncclCommAbort: it does not wait for collectives the other ranks will
+  // never join, where ncclCommDestroy could hang.
   ~nccl() {
-    if (comm_) ncclCommDestroy(comm_);
+    if (!comm_) return;
+    if (std::uncaught_exceptions() > 0) ncclCommAbort(comm_);
+    else ncclCommDestroy(comm_);
   }
 
   int rank() const { return rank_; }
