@@ -55,6 +55,7 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
                                                                     steps_per_epoch * o.epochs),
        .stream = stream},
       fs::optim::adamw_options{.weight_decay = o.weight_decay});
+  trainer.reduce_gradient_norm_with(tp);  // the global gradient norm: every rank clips and skips alike
   trainer.initialize(ex);
 
   // Every rank reads the same batches (same seed): tensor parallelism splits the model, not the data.

@@ -6,13 +6,9 @@
 #include <string>
 
 #include "parallel/tensor_parallel_checks.hpp"
+#include "parallel/tensor_parallel_norm_cases.hpp"
 
 namespace tensor_parallel_test {
-
-template <class Executor>
-void wait_for([[maybe_unused]] const Executor& ex) {
-  if constexpr (requires { ex.synchronize(); }) ex.synchronize();
-}
 
 // A split network holds exactly the slices of the unsplit network's initial
 // parameters from the same seed (bit for bit), every rank its own.
@@ -82,6 +78,13 @@ void check_communication_count(Communicator& c, const Executor& ex) {
   train.step(x, labels, ex);
   wait_for(ex);
   CHECK(counting.all_reduces == 3);
+  CHECK(counting.other_calls == 0);
+  // The global norm: one more all-reduce (8 bytes), none on one rank.
+  train.reduce_gradient_norm_with(tp);
+  counting.all_reduces = 0;
+  train.step(x, labels, ex);
+  wait_for(ex);
+  CHECK(counting.all_reduces == (Ways > 1 ? 4 : 3));
   CHECK(counting.other_calls == 0);
 }
 
@@ -167,6 +170,7 @@ void check_everything(Communicator& c, const Executor& ex) {
     const fusor::optim::adamw_options adamw{.weight_decay = 0.01f};
     check_training<Ways, fusor::optim::adamw, fp32, Space>(c, ex, adamw, 1e-2f, 1e-4, false, 4);
   }
+  SUBCASE("clipping and the Inf/NaN skip by the global norm") { check_global_norm<Ways, Space>(c, ex); }
   SUBCASE("errors") { check_errors<Ways, Space>(c, ex); }
 }
 

@@ -49,6 +49,11 @@ using mlp_other = nn::sequential<nn::features<64>, nn::linear<64, 128, nn::tanh_
                                  nn::linear<128, 32, nn::gelu_tanh, Row>>;
 
 inline constexpr index_t batch = 12;
+
+template <class Executor>
+void wait_for([[maybe_unused]] const Executor& ex) {
+  if constexpr (requires { ex.synchronize(); }) ex.synchronize();
+}
 using input_extents = extents<index_t, dynamic, 64>;
 using flat = dextents<index_t, 1>;
 

@@ -12,16 +12,22 @@
 // place; bf16/fp16 groups keep fp32 master weights inside their optimizer. With
 // loss_scaling.dynamic (fp16) the gradient of the loss is multiplied by the
 // device-resident scale before backward and divided out inside the optimizer.
+// A network split across ranks (tensor parallelism) needs the global norm:
+// train.reduce_gradient_norm_with(tp) (optim/gradient_norm_reduction.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "fusor/exec/assign.hpp"
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/nn/sharding.hpp"
+#include "fusor/optim/gradient_norm_reduction.hpp"
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
@@ -58,7 +64,12 @@ class trainer {
         controller_(options.schedule, options.clip, options.scaling, options.stream),
         loss_(network.max_batch(), {}, options.stream),
         optimizers_(make_optimizers(network, optimizer_options, options.stream,
-                                    std::make_index_sequence<std::tuple_size_v<optimizers_type>>{})) {}
+                                    std::make_index_sequence<std::tuple_size_v<optimizers_type>>{})) {
+    network.for_each_layer([&](const auto& layer) {
+      if constexpr (requires { std::remove_cvref_t<decltype(layer)>::shard_ways; })
+        split_ways_ = std::max(split_ways_, int(std::remove_cvref_t<decltype(layer)>::shard_ways));
+    });
+  }
 
   // Master weights and moments from the network's current parameters (after
   // construction, or after loading a checkpoint of parameters only).
@@ -71,6 +82,11 @@ class trainer {
   // network converts), labels [batch] int32.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
+    if (norm_reduction_ == nullptr && split_ways_ > 1 && (options_.clip.max_norm > 0.0f || options_.scaling.dynamic))
+      throw error("fusor::optim::trainer: the network's layers are split " + std::to_string(split_ways_) +
+                  " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of "
+                  "every rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel "
+                  "before the first step");
     nn::run_mode mode{true, host_steps_++, controller_.scalars().step().data()};
     const auto logits = network_.forward(images, ex, mode);
     const auto dlogits = network_.output_gradient();
@@ -79,12 +95,19 @@ class trainer {
     network_.backward(ex);
     controller_.begin_step(ex);
     network_.for_each_group([&](auto& group) { controller_.accumulate_gradient_norm(group.gradients(), ex); });
+    if (norm_reduction_ != nullptr)
+      norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     controller_.prepare_update(ex);
     for_each_group_and_optimizer(
         [&](auto& group, auto& optimizer) { optimizer.step(group.values(), group.gradients(), controller_.scalars(), ex); });
     if (pruning_applies_) apply_pruning(ex);
     controller_.finish_step(ex);
   }
+
+  // Makes the squared gradient norm global before clipping and the Inf/NaN
+  // skip read it, every step from now on (parallel::tensor_parallel is one:
+  // each rank holds part of the gradients). `reduction` must outlive the steps.
+  void reduce_gradient_norm_with(gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
 
   // Loss and accuracy on a batch, without learning.
   template <class Images, class Labels, class Executor>
@@ -161,6 +184,8 @@ class trainer {
   std::vector<magnitude_pruning<space>> pruning_;
   bool pruning_applies_ = false;
   std::uint64_t host_steps_ = 0;
+  gradient_norm_reduction<space>* norm_reduction_ = nullptr;
+  int split_ways_ = 1;  // the most ways a layer is split (tensor parallelism)
 };
 
 }  // namespace fusor::optim

@@ -9,6 +9,7 @@
 //   nn::network<mlp<2>, fs::fp32> net(128, {.seed = 1});
 //   fs::parallel::tensor_parallel tp(net, communicator);   // checks sizes, connects, draws this rank's slices
 //   optim::trainer<...> train(net, ...);                    // then train as on one rank, the same batch everywhere
+//   train.reduce_gradient_norm_with(tp);                    // clipping and the Inf/NaN skip by the global norm
 //
 // Every rank runs the whole network on the same batch; a split layer holds and
 // computes its slice, and a column -> row block communicates once in forward
@@ -21,9 +22,15 @@
 // each rank holds its slices of the unsplit network's values: make it before
 // loading a checkpoint or initialising an optimizer. Declare it after the
 // network and keep it while the network runs; destroyed, it disconnects the
-// layers (a forward then throws). Not yet: optim::trainer's clipping and
-// Inf/NaN skip see this rank's gradients only, and tensor parallelism does not
-// combine with data or pipeline parallelism.
+// layers (a forward then throws).
+//
+// It is also the trainer's gradient_norm_reduction (optim/gradient_norm_reduction.hpp):
+// each rank's squared norm becomes its share (tensor_parallel_norm.hpp: the
+// split gradients' squares and 1/n of the replicated ones') and one all-reduce
+// of 8 bytes sums the shares, so every rank clips and skips alike and the
+// replicated parameters stay equal. A trainer with clipping or fp16 loss
+// scaling refuses to step a split network without it. Not yet: tensor
+// parallelism does not combine with data or pipeline parallelism.
 //
 // dispatch_tensor_parallel<1, 2, 4, 8>(comm.size(), {512}, [&]<int Ways>() { ... })
 // runs the body compiled for the communicator's size, for programs built for
@@ -41,6 +48,8 @@
 #include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/nn/sharding.hpp"
+#include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/parallel/tensor_parallel_norm.hpp"
 #if FUSOR_HAS_CUDA
 #include "fusor/core/cuda_runtime.hpp"
 #endif
@@ -89,14 +98,15 @@ concept split_layer = requires(Layer& layer, nn::shard_group<Space>& group) {
 }  // namespace detail
 
 template <class Network, class Communicator>
-class tensor_parallel {
+class tensor_parallel final : public optim::gradient_norm_reduction<typename Network::space> {
  public:
   using space = typename Network::space;
   static_assert(comm::communicator<Communicator, space>,
                 "fusor: parallel::tensor_parallel needs a communicator of the network's memory: comm::nccl for "
                 "device memory, comm::mpi or comm::single for host memory");
 
-  tensor_parallel(Network& network, Communicator& communicator) : network_(network), group_(communicator) {
+  tensor_parallel(Network& network, Communicator& communicator)
+      : network_(network), group_(communicator), norm_(network) {
     // Every size first, so a mismatch leaves nothing half connected.
     std::size_t position = 0;
     network_.for_each_layer([&](auto& layer) {
@@ -125,6 +135,24 @@ class tensor_parallel {
   // How many of the network's layers are split across the ranks.
   std::size_t split_layers() const { return split_layers_; }
   nn::shard_group<space>& group() { return group_; }
+  // Which gradients are replicated and which split (for the norm).
+  const tensor_parallel_norm<space>& norm() const { return norm_; }
+
+  // optim::gradient_norm_reduction: this rank's squared norm becomes the
+  // global one, on every rank (trainer.reduce_gradient_norm_with(tp) calls it).
+  void reduce(optim::scalar_view<double, space> norm_squared, stream_t stream) override {
+    if (size() == 1) return;  // one rank holds every gradient
+    if constexpr (space::host_accessible) {
+      norm_.share(network_, norm_squared.data(), size(), host_executor{});
+    } else {
+#if FUSOR_HAS_CUDA
+      norm_.share(network_, norm_squared.data(), size(), cuda_executor{stream});
+#else
+      throw error("fusor::parallel::tensor_parallel: a norm of device gradients in a unit not compiled by nvcc");
+#endif
+    }
+    group_.all_reduce_sum(nn::flat_view<double, space>(norm_squared.data(), 1), stream);
+  }
 
  private:
   template <class Fn>
@@ -137,6 +165,7 @@ class tensor_parallel {
   Network& network_;
   communicator_shard_group<Communicator, space> group_;
   std::size_t split_layers_ = 0;
+  tensor_parallel_norm<space> norm_;
 };
 
 namespace detail {

@@ -1,0 +1,35 @@
+// fusor/optim/gradient_norm_reduction.hpp — where optim::trainer lets model
+// parallelism make the gradient norm global.
+//
+// The trainer sums the squares of the gradients this rank holds. When a
+// network's layers are split across ranks (tensor parallelism) that is part of
+// the norm only, and ranks that clip or skip by their own part take different
+// decisions, so the parameters every rank holds whole drift apart. A
+// gradient_norm_reduction turns this rank's squared norm into the global one
+// before the decisions read it:
+//
+//   parallel::tensor_parallel tp(net, communicator);       // implements it
+//   optim::trainer<decltype(net), optim::adamw> train(net, {.clip = {.max_norm = 1}}, adamw_options);
+//   train.reduce_gradient_norm_with(tp);                   // every rank: the same norm, the same decisions
+//
+// optim knows no communicator: the implementation (fusor/parallel) does.
+#pragma once
+
+#include "fusor/core/memory.hpp"
+#include "fusor/optim/step_scalars.hpp"
+
+namespace fusor::optim {
+
+template <class Space>
+class gradient_norm_reduction {
+ public:
+  virtual ~gradient_norm_reduction() = default;
+  // `norm_squared` holds the sum of squares of this rank's gradients (as
+  // stored: scaled by the loss scale); on return it must hold, on every rank,
+  // that of the whole model's gradients, each counted once. Ordered on
+  // `stream` ({} on the host) like the trainer's other work: it may be queued
+  // there and not yet done when it returns, but must not be read on the host.
+  virtual void reduce(scalar_view<double, Space> norm_squared, stream_t stream) = 0;
+};
+
+}  // namespace fusor::optim
