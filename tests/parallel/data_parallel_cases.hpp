@@ -8,6 +8,8 @@
 #include <cmath>
 #include <string>
 
+#include <fusor/nn/dropout.hpp>
+
 #include "parallel/data_parallel_checks.hpp"
 
 namespace dp_test {
@@ -142,6 +144,49 @@ void check_bf16_adamw(Communicator& c) {
     CHECK(std::sqrt(difference / moved) <= 2 * c.size() * 0x1p-8);
     CHECK(std::sqrt(difference / moved) > 1e-4);  // far from fp32's agreement: bf16 was used
     CHECK(largest_difference(r.parameters, reference.parameters) <= 2 * steps * lr);
+  }
+}
+
+}  // namespace dp_test
+
+namespace dp_test {
+
+// Dropout under data parallelism: each rank's rows draw their masks by their
+// place in the global batch (run_mode::first_sample), so with every rank built
+// from the same seed the step is one process's step, masks included — also
+// split into micro-batches. Dropout at 30% between the layers changes every
+// step's gradients, so a mask drawn by the local row index would not match.
+using dropout_mlp = nn::sequential<nn::features<20>, nn::linear<20, 32, nn::relu>, nn::dropout<30>,
+                                   nn::linear<32, 24, nn::relu>, nn::dropout<30>, nn::linear<24, 5>>;
+using dropout_network = nn::network<dropout_mlp, fp32, space>;
+
+template <class Trainer>
+std::vector<double> train_dropout_steps(Trainer& train, dropout_network& net, executor ex) {
+  train.initialize(ex);
+  for (int s = 0; s < steps; ++s) {
+    const batch b = make_batch(s);
+    train.step(b.images, b.labels, ex);
+  }
+  finish(ex);
+  const auto host = to_host(net.group<float>().values());
+  return std::vector<double>(host.data(), host.data() + host.size());
+}
+
+template <class Communicator>
+void check_dropout_equals_one_rank(Communicator& c, executor ex = {}) {
+  const optim::adamw_options o{.weight_decay = 0.01f};
+  dropout_network whole(64, {.seed = seed});
+  optim::trainer<dropout_network, optim::adamw> one(whole, trainer_options(), o);
+  const std::vector<double> reference = train_dropout_steps(one, whole, ex);
+  dropout_network undropped(64, {.seed = seed});
+  const std::vector<double> start = parameters_of_any(undropped);
+  CHECK(largest_difference(reference, start) > 1e-3);  // training moved the parameters
+  for (index_t micro : {1, 2}) {
+    INFO("micro-batches ", micro, ", rank ", c.rank(), " of ", c.size());
+    dropout_network net(global_batch, {.seed = seed});  // the same seed everywhere: the same masks' seed
+    parallel::data_parallel<dropout_network, optim::adamw, Communicator> train(net, c, trainer_options(), o,
+                                                                               {.micro_batches = micro});
+    CHECK(largest_difference(train_dropout_steps(train, net, ex), reference) <= fp32_tolerance);
   }
 }
 

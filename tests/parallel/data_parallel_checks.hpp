@@ -55,10 +55,12 @@ inline batch make_batch(int step, index_t rows = global_batch) {
   return {to_space(images), to_space(labels)};
 }
 
-inline std::vector<double> parameters_of(network_t& net) {
-  const auto host = to_host(net.group<float>().values());
+template <class Network>
+std::vector<double> parameters_of_any(Network& net) {
+  const auto host = to_host(net.template group<float>().values());
   return std::vector<double>(host.data(), host.data() + host.size());
 }
+inline std::vector<double> parameters_of(network_t& net) { return parameters_of_any(net); }
 
 struct run_result {
   std::vector<double> parameters;

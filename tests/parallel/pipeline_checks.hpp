@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <fusor/nn/dropout.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/network.hpp>
 #include <fusor/optim/adamw.hpp>
@@ -33,6 +34,11 @@ using mlp = nn::sequential<nn::features<12>, nn::linear<12, 16, nn::relu>, nn::l
                            nn::linear<16, 12, nn::relu>, nn::linear<12, 8, nn::relu>, nn::linear<8, 8, nn::relu>,
                            nn::linear<8, 5>>;
 inline constexpr std::size_t depth = 6;
+// Six layers too, two of them dropout (30%): each micro-batch must draw the masks
+// of its rows' place in the global batch, as one process does.
+using dropout_mlp = nn::sequential<nn::features<12>, nn::linear<12, 16, nn::relu>, nn::dropout<30>,
+                                   nn::linear<16, 16, nn::gelu_tanh>, nn::dropout<30>, nn::linear<16, 12, nn::relu>,
+                                   nn::linear<12, 5>>;
 inline constexpr index_t global_batch = 12;
 inline constexpr std::uint64_t seed = 5;
 
@@ -112,14 +118,20 @@ void check_same_parameters(const Pipeline& pipe, const Whole& whole, double tole
     });
     CHECK_MESSAGE(found, slot.name, " is not a parameter of the whole network");
   });
+  // Every parameter of the whole network's layers in this stage's range was compared.
   const nn::layer_range layers = pipe.layers();
-  CHECK(compared == index_t(2 * (layers.last - layers.first)));  // a weight and a bias per layer
+  index_t expected = 0;
+  whole.for_each_parameter([&](const nn::parameter_slot& w, const auto&, const auto&) {
+    const std::size_t layer = std::stoul(w.name.substr(0, w.name.find('.')));
+    expected += layer >= layers.first && layer < layers.last;
+  });
+  CHECK(compared == expected);
 }
 
 // Trains the pipeline and, alone on this rank, the whole network on the same
 // batches; the parameters, the gradient multiplier (clipping) and the loss
 // totals must agree, and so must evaluation.
-template <class Precision = fp32, class Communicator>
+template <class Precision = fp32, class Sequential = mlp, class Communicator>
 void check_equals_sequential(Communicator& comm, const executor& ex, const training_case& c) {
   INFO(describe(c, comm.rank(), comm.size()), ", ", sizeof(storage_t<Precision>) * 8, "-bit parameters");
   constexpr bool full_precision = std::is_same_v<Precision, fp32>;
@@ -131,10 +143,10 @@ void check_equals_sequential(Communicator& comm, const executor& ex, const train
       .scaling = {.dynamic = c.dynamic_loss_scale, .initial_scale = 1024.0f, .growth_interval = 2},
       .stream = stream_of(ex)};
   const optim::adamw_options adamw{.weight_decay = 1e-2f};
-  nn::network<mlp, Precision, space> whole(global_batch, {.seed = seed, .stream = stream_of(ex)});
+  nn::network<Sequential, Precision, space> whole(global_batch, {.seed = seed, .stream = stream_of(ex)});
   optim::trainer<decltype(whole), optim::adamw> reference(whole, trainer_options, adamw);
   reference.initialize(ex);
-  mlp_pipeline<Communicator, Precision> pipe(
+  parallel::pipeline<Sequential, Precision, space, optim::adamw, Communicator> pipe(
       comm, global_batch, {.seed = seed, .stream = stream_of(ex)}, trainer_options, adamw,
       {.micro_batches = c.micro_batches, .schedule = c.schedule, .stage_starts = c.stage_starts});
   pipe.initialize(ex);
@@ -200,6 +212,8 @@ void check_training_cases(Communicator& comm, const executor& ex) {
   }
   check_equals_sequential<bf16>(comm, ex, {pipeline_schedule::one_forward_one_backward, 4});
   check_equals_sequential<fp16>(comm, ex, {.micro_batches = 3, .steps = 6, .dynamic_loss_scale = true});
+  for (pipeline_schedule schedule : {pipeline_schedule::gpipe, pipeline_schedule::one_forward_one_backward})
+    check_equals_sequential<fp32, dropout_mlp>(comm, ex, {schedule, 4, uneven_stage_starts(comm.size())});
 }
 
 // report(): the bubble formulas, this stage's layers and contexts, and a

@@ -25,6 +25,8 @@ TEST_CASE("data_parallel over MPI equals one rank with the same global batch (SG
 
 TEST_CASE("data_parallel over MPI: clipping by the global norm, also with ZeRO-1's shards") { check_clipping(world()); }
 
+TEST_CASE("data_parallel over MPI: dropout draws one process's masks") { check_dropout_equals_one_rank(world()); }
+
 TEST_CASE("data_parallel over MPI: bf16 communication differs only by bf16 rounding") {
   check_bf16_explained_by_rounding(world());
   check_bf16_adamw(world());

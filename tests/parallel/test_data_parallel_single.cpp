@@ -21,6 +21,11 @@ TEST_CASE("data_parallel over comm::single: clipping by global norm") {
   check_clipping(c);
 }
 
+TEST_CASE("data_parallel over comm::single: dropout draws one process's masks") {
+  fusor::comm::single c;
+  check_dropout_equals_one_rank(c);
+}
+
 TEST_CASE("data_parallel over comm::single: bf16 communication differs only by bf16 rounding") {
   fusor::comm::single c;
   check_bf16_explained_by_rounding(c);

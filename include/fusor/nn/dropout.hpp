@@ -6,9 +6,10 @@
 //
 // The rate is a fraction of two integers: the layer's type names it exactly
 // (0.1 has no exact float), and dropout<10> reads as the percentage it is.
-// Element i of step s is kept when nn::random_uniform(seed, s * elements + i)
-// >= p, where elements = max_batch * features (the network's capacity, so no
-// two steps share a counter whatever their batch). The seed comes from the
+// Element i of step s is kept when nn::random_uniform(seed, s * 2^40 + n * features + i)
+// >= p, where n is run_mode::first_sample (the batch's place in the step's whole
+// batch: data-parallel ranks and micro-batches draw what one process would; 2^40
+// elements a step keep steps apart whatever their batch). The seed comes from the
 // network's (network_options::seed and the layer's position); the step from
 // run_mode::step, or from *run_mode::device_step when that is set (a CUDA
 // graph replays the pointer, not the value; it must point into memory the
@@ -47,7 +48,7 @@ struct dropout_mask_pass {
   std::uint64_t seed;
   std::uint64_t step;                // used when device_step is null
   const std::int64_t* device_step;  // read where the pass runs
-  std::uint64_t elements_per_step;
+  std::uint64_t first_element;       // first_sample * features
   float rate;
   Compute scale;
 
@@ -55,7 +56,7 @@ struct dropout_mask_pass {
     return device_step != nullptr ? static_cast<std::uint64_t>(*device_step) : step;
   }
   FUSOR_HOST_DEVICE void apply(index_t i, std::uint64_t s) const {
-    const bool kept = random_uniform(seed, s * elements_per_step + static_cast<std::uint64_t>(i)) >= rate;
+    const bool kept = random_uniform(seed, (s << 40) + first_element + static_cast<std::uint64_t>(i)) >= rate;
     out[i] = convert<Element>(convert<Compute>(in[i]) * (kept ? scale : Compute(0)));
   }
 };
@@ -113,7 +114,7 @@ struct dropout {
 
     static std::vector<parameter_spec> parameters() { return {}; }
     void bind(const parameter_binding<storage_t<precision>, Space>&) {}
-    void reserve(index_t max_batch, stream_t) { elements_per_step_ = std::uint64_t(max_batch) * std::uint64_t(F::size); }
+    void reserve(index_t, stream_t) {}
     void seed(std::uint64_t s) { seed_ = s; }
 
     template <class Executor>
@@ -144,12 +145,18 @@ struct dropout {
     using compute = compute_t<precision>;
     detail::dropout_mask_pass<element, compute> pass(const element* in, element* out, index_t size,
                                                      const run_mode& mode) const {
-      return {in,         out, size, seed_, mode.step, mode.device_step, elements_per_step_, float(rate),
+      return {in,
+              out,
+              size,
+              seed_,
+              mode.step,
+              mode.device_step,
+              std::uint64_t(mode.first_sample) * std::uint64_t(F::size),
+              float(rate),
               compute(1.0 / (1.0 - rate))};
     }
 
     std::uint64_t seed_ = 0;
-    std::uint64_t elements_per_step_ = 0;
     run_mode last_mode_{};
   };
 };

@@ -48,6 +48,10 @@ struct run_mode {
   bool training = true;
   std::uint64_t step = 0;
   const std::int64_t* device_step = nullptr;
+  // Where this batch's first sample lies in the step's whole batch (a data-parallel
+  // rank's rows, a micro-batch): random choices per sample (dropout) follow the
+  // sample's place in the whole batch, so a split step draws what one process does.
+  index_t first_sample = 0;
 };
 inline constexpr run_mode training{true};
 inline constexpr run_mode evaluation{false};

@@ -113,7 +113,8 @@ class data_parallel {
     timeline_.gather_start = timeline_.gather_end = -1;
     const index_t first_row = index_t(communicator_.rank()) * local * parallel_.micro_batches;
     for (index_t m = 0; m < parallel_.micro_batches; ++m) {
-      forward_and_loss(detail::batch_rows(x, first_row + m * local, local), detail::batch_rows(y, first_row + m * local, local), ex);
+      const index_t rows = first_row + m * local;
+      forward_and_loss(detail::batch_rows(x, rows, local), detail::batch_rows(y, rows, local), rows, ex);
       if (m + 1 < parallel_.micro_batches) {
         network_.backward(ex);
         for_each_group([&](auto& g) { g.accumulate(m == 0, ex); });
@@ -268,9 +269,10 @@ class data_parallel {
     return local;
   }
 
+  // first_sample: where x lies in the global batch (dropout draws by it).
   template <class X, class Y, class Executor>
-  void forward_and_loss(const X& x, const Y& y, const Executor& ex) {
-    const nn::run_mode mode{true, forwards_++, controller_.scalars().step().data()};
+  void forward_and_loss(const X& x, const Y& y, index_t first_sample, const Executor& ex) {
+    const nn::run_mode mode{true, forwards_++, controller_.scalars().step().data(), first_sample};
     const auto logits = network_.forward(x, ex, mode);
     const auto dlogits = network_.output_gradient();
     loss_.forward_backward(logits, y, dlogits, ex);

@@ -21,7 +21,8 @@
 // into an fp32 buffer per parameter group (one pass): the step sees the global
 // batch's gradient and equals one step of optim::trainer on it. Clipping and the
 // Inf/NaN skip use the gradient norm of every stage (one all-reduce of the
-// squared norm). Dropout draws each micro-batch's masks as its own step.
+// squared norm). Dropout draws each micro-batch's masks by its rows' place in
+// the global batch (run_mode::first_sample), as one process would.
 //
 // With a communicator whose calls are ordered on a CUDA stream (nccl) the
 // executor must run on that stream; the host never waits for a message, so the
@@ -150,8 +151,7 @@ class pipeline {
       network_type& net = context(a.context);
       const index_t first_row = a.micro_batch * micro_batch_;
       if (a.what == kind::forward) {
-        const nn::run_mode mode{true, host_steps_ * std::uint64_t(options_.micro_batches) + std::uint64_t(a.micro_batch),
-                                nullptr};
+        const nn::run_mode mode{true, host_steps_, controller_.scalars().step().data(), first_row};
         messages_.receive_input(net, a, micro_batch_);
         if (stage_ == 0) net.forward(rows(x, first_row, micro_batch_), ex, mode);
         else net.forward_stage(ex, mode);
