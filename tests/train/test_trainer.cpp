@@ -231,6 +231,10 @@ FUSOR_TEST_CASE("trainer: a step captured as a CUDA graph and replayed equals th
     }
     ex.synchronize();
     if (graph) CHECK(captured.node_count() > 10);
+    // The host's count of steps follows the replays (a graph::host_effect), as
+    // does the device's (the learning rate schedule and AdamW's bias correction).
+    CHECK(trainer.steps_taken() == 8);
+    CHECK(trainer.controller().step_for_host() == 8);
     return std::pair{to_host(net.group<float>().values()), trainer.loss().totals().mean_loss};
   };
   const auto [eager, eager_loss] = run(false);

@@ -72,12 +72,19 @@ void copy_impl(const D& dst, const S& src, [[maybe_unused]] stream_t stream, [[m
   } else {
 #if FUSOR_HAS_CUDA
     if (block) {
-      if (asynchronous)
+      if (asynchronous) {
         FUSOR_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDefault, stream));
-      else
+      } else {
+        // cudaMemcpy is ordered with the legacy default stream only, not with
+        // non-blocking streams, and a host-to-device copy may return before it
+        // lands: wait for the whole device before and after.
+        FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
         FUSOR_CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), bytes, cudaMemcpyDefault));
+        FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+      }
     } else if constexpr (both_host) {
       if (asynchronous) FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+      else FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // pinned memory a kernel may still use
       copy_elements(dst, src);
     } else {
       throw error("fusor: a copy to or from device memory needs two contiguous views in the same order; "
@@ -91,7 +98,11 @@ void copy_impl(const D& dst, const S& src, [[maybe_unused]] stream_t stream, [[m
 }
 }  // namespace detail
 
-// Copies and returns when the data has arrived.
+// Copies and returns when the data has arrived. Where device or pinned memory is
+// involved it first waits for all work on the device, on every stream, so it is
+// right whichever stream wrote the source or will read the destination: a copy
+// for set-up, reports and tests. Inside a training step use copy_async on the
+// step's stream.
 template <class Dst, class Src>
 void copy(const Dst& dst, const Src& src) {
   detail::copy_impl(as_view(dst), as_view(src), stream_t{}, false);

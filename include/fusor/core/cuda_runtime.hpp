@@ -21,11 +21,20 @@
 namespace fusor::cuda {
 
 #if FUSOR_HAS_CUDA
+// The runtime also keeps the status of a failed call as its "last error", which
+// the next cudaGetLastError() returns: the check after an unrelated kernel
+// launch would then throw for this old failure. A failure reported here has
+// been reported, so its record is cleared (errors that break the context stay
+// and are reported by every later call, as they should be).
+inline void forget_reported_error() noexcept { (void)cudaGetLastError(); }
+
 inline void check(cudaError_t status, const char* call, const char* file, int line) {
-  if (status != cudaSuccess)
+  if (status != cudaSuccess) {
+    forget_reported_error();
     throw cuda_error(std::string("fusor: CUDA call ") + call + " failed at " + file + ":" +
                      std::to_string(line) + ": " + cudaGetErrorName(status) + " (" +
                      cudaGetErrorString(status) + ")");
+  }
 }
 #define FUSOR_CUDA_CHECK(call) ::fusor::cuda::check((call), #call, __FILE__, __LINE__)
 
@@ -41,7 +50,7 @@ inline bool available() {
   static const bool has_device = [] {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky "no device" status
+      forget_reported_error();  // "no device" is answered by returning false
       return false;
     }
     return count > 0;

@@ -103,7 +103,7 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
     else
       status = cudaMallocFromPoolAsync(&p, bytes, detail::device_pool(), stream);
     if (status != cudaSuccess) {
-      (void)cudaGetLastError();
+      cuda::forget_reported_error();
       throw allocation_error(bytes, Space::name, cudaGetErrorString(status));
     }
     return p;
@@ -123,11 +123,14 @@ void deallocate(void* p, [[maybe_unused]] stream_t stream = {}) noexcept {
   } else {
 #if FUSOR_HAS_CUDA
     // Errors here cannot be thrown from a destructor; a failed free of a valid
-    // pointer means the context is already broken and the next checked call says so.
+    // pointer means the context is already broken and the next checked call says
+    // so. Its record is cleared so that it is not blamed on the next launch.
+    cudaError_t status;
     if constexpr (std::is_same_v<Space, pinned_space>)
-      (void)cudaFreeHost(p);
+      status = cudaFreeHost(p);
     else
-      (void)cudaFreeAsync(p, stream);
+      status = cudaFreeAsync(p, stream);
+    if (status != cudaSuccess) cuda::forget_reported_error();
 #endif
   }
 }

@@ -24,6 +24,7 @@
 
 #include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
+#include "fusor/core/stream_binding.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
@@ -41,7 +42,8 @@ struct layer_range {
 
 struct network_options {
   std::uint64_t seed = 0;  // initial parameters are a function of this alone
-  stream_t stream = {};    // where device memory is allocated
+  stream_t stream = {};    // where device memory is allocated, zeroed and freed; an executor
+                           // on another stream is ordered after it by events (core/stream_binding.hpp)
   layer_range layers = {};
 };
 
@@ -235,6 +237,7 @@ class network {
       throw shape_error("fusor::nn::network::backward: input gradient of shape " +
                         shape_string(input_gradient.extents()) + " for a batch of " + std::to_string(batch_));
     input_gradient_ = input_gradient;
+    streams_.use_on(executor_stream(ex));
     backward_from<depth - 1>(ex, layer_done);
   }
 
@@ -334,6 +337,7 @@ class network {
 
   template <class Executor>
   void run_layers(const Executor& ex, const run_mode& mode) {
+    streams_.use_on(executor_stream(ex));
     for_each_index([&]<std::size_t I>() {
       if (holds(I)) std::get<I>(layers_).forward(layer_input<I>(), output<I>(), mode, ex);
     });
@@ -469,6 +473,8 @@ class network {
   input_view input_{};
   input_view input_gradient_{};
   tensor<input_precision, typename input_features::batched_extents, row_major, Space> input_buffer_;
+  // Last: destroyed first, so the frees above wait for the last stream that ran this network.
+  stream_binding<Space> streams_{stream_};
 };
 
 }  // namespace fusor::nn

@@ -19,6 +19,7 @@
 #include "fusor/core/error.hpp"
 #include "fusor/core/memory.hpp"
 #include "fusor/core/precision.hpp"
+#include "fusor/core/stream_binding.hpp"
 #include "fusor/nn/parameters.hpp"
 
 namespace fusor::nn {
@@ -74,12 +75,7 @@ class shard_group {
   virtual void all_reduce_sum(flat_view<float16, Space> data, stream_t stream) = 0;
 };
 
-// The stream an executor queues its work on ({} for the host executor).
-template <class Executor>
-stream_t executor_stream(const Executor& ex) {
-  if constexpr (requires { ex.stream; }) return ex.stream;
-  else return {};
-}
+using ::fusor::executor_stream;  // core/stream_binding.hpp
 
 // What a split layer holds: the group it is connected to, if any. `layer`
 // names the layer in errors ("nn::linear<784, 512> (column_parallel<2>)").

@@ -23,7 +23,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "fusor/core/stream_binding.hpp"
 #include "fusor/exec/assign.hpp"
+#include "fusor/graph/host_effects.hpp"
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
 #include "fusor/nn/sharding.hpp"
@@ -39,7 +41,7 @@ struct trainer_options {
   learning_rate_schedule schedule = learning_rate_schedule::constant(1e-3f);
   clip_options clip = {};
   loss_scaling scaling = {};
-  stream_t stream = {};
+  stream_t stream = {};  // where the optimizer state, loss and step scalars live (see network_options::stream)
 };
 
 template <class Network, template <class, class> class Optimizer>
@@ -75,6 +77,7 @@ class trainer {
   // construction, or after loading a checkpoint of parameters only).
   template <class Executor>
   void initialize(const Executor& ex) {
+    streams_.use_on(executor_stream(ex));
     for_each_group_and_optimizer([&](auto& group, auto& optimizer) { optimizer.initialize(group.values(), ex); });
   }
 
@@ -87,7 +90,9 @@ class trainer {
                   " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of "
                   "every rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel "
                   "before the first step");
-    nn::run_mode mode{true, host_steps_++, controller_.scalars().step().data()};
+    streams_.use_on(executor_stream(ex));
+    nn::run_mode mode{true, host_steps_, controller_.scalars().step().data()};
+    graph::host_effect([this] { ++host_steps_; });  // repeated by each replay of a captured step
     const auto logits = network_.forward(images, ex, mode);
     const auto dlogits = network_.output_gradient();
     loss_.forward_backward(logits, labels, dlogits, ex);
@@ -112,6 +117,7 @@ class trainer {
   // Loss and accuracy on a batch, without learning.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    streams_.use_on(executor_stream(ex));
     loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
   }
 
@@ -119,6 +125,7 @@ class trainer {
   // smallest-magnitude weights become zero and stay zero after every later step.
   template <class Executor>
   void prune(double fraction, const Executor& ex) {
+    streams_.use_on(executor_stream(ex));
     std::size_t k = 0;
     for_each_group_and_optimizer([&](auto& group, auto&) {
       auto& pruning = pruning_for(k++, group.size());
@@ -186,6 +193,8 @@ class trainer {
   std::uint64_t host_steps_ = 0;
   gradient_norm_reduction<space>* norm_reduction_ = nullptr;
   int split_ways_ = 1;  // the most ways a layer is split (tensor parallelism)
+  // Last: destroyed first, so the frees above wait for the last stream that ran a step.
+  stream_binding<space> streams_{options_.stream};
 };
 
 }  // namespace fusor::optim
