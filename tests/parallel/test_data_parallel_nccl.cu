@@ -5,6 +5,7 @@
 // without a GPU it is compiled only and reports skipped (77).
 #include <fusor/comm/nccl.hpp>
 #include <fusor/comm/single.hpp>
+#include <fusor/graph/capture.hpp>
 
 #include "parallel/data_parallel_cases.hpp"
 
@@ -18,5 +19,34 @@ TEST_CASE("data_parallel over comm::nccl (one GPU) equals optim::trainer") {
     check_equals_one_rank<optim::adamw>(c, optim::adamw_options{.weight_decay = 0.01f}, "AdamW");
     check_clipping(c);
   }
+  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// A data-parallel step polls its collectives (cudaEventQuery), which a graph
+// cannot record: capture is refused with an error that says so, and the stream
+// stays usable for eager steps.
+TEST_CASE("data_parallel over comm::nccl: capturing a step in a CUDA graph is refused, naming why") {
+  cudaStream_t stream, compute;
+  FUSOR_CUDA_CHECK(cudaStreamCreate(&stream));
+  FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  {
+    auto c = fusor::comm::nccl::over(fusor::comm::single{}, stream);
+    network_t net(global_batch, {.seed = seed, .stream = compute});
+    optim::trainer_options t = trainer_options();
+    t.stream = compute;
+    parallel::data_parallel<network_t, optim::adamw, fusor::comm::nccl> train(net, c, t, optim::adamw_options{}, {});
+    const executor ex{compute};
+    train.initialize(ex);
+    const batch b = make_batch(0);
+    train.step(b.images, b.labels, ex);  // eager: fine
+    fusor::graph::captured_step captured;
+    expect_error<fusor::error>([&] { captured.capture(compute, [&] { train.step(b.images, b.labels, ex); }); },
+                               {"data_parallel::step", "cannot be captured in a CUDA graph"});
+    CHECK_FALSE(captured.captured());
+    train.step(b.images, b.labels, ex);  // and eager steps go on
+    FUSOR_CUDA_CHECK(cudaStreamSynchronize(compute));
+    CHECK(train.steps_taken() == 2);
+  }
+  FUSOR_CUDA_CHECK(cudaStreamDestroy(compute));
   FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -5,6 +5,7 @@
 // without a GPU it is compiled only and reports skipped (77).
 #include <fusor/comm/nccl.hpp>
 #include <fusor/comm/single.hpp>
+#include <fusor/graph/capture.hpp>
 
 #include "parallel/pipeline_checks.hpp"
 
@@ -30,6 +31,20 @@ TEST_CASE("pipeline (comm::nccl, one GPU): trains as optim::trainer does; report
           pipe.step(images, labels, executor{});
         },
         {"communicator's stream"});
+    // Its messages are polled (cudaEventQuery): capture is refused, naming why.
+    {
+      mlp_pipeline<fusor::comm::nccl> pipe(gpus, global_batch, {.seed = seed, .stream = stream}, {.stream = stream},
+                                           optim::adamw_options{});
+      const batch_data b = random_batch(4);
+      const auto images = to_space(b.images);
+      const auto labels = to_space(b.labels);
+      pipe.step(images, labels, ex);
+      fusor::graph::captured_step captured;
+      expect_error<fusor::error>([&] { captured.capture(stream, [&] { pipe.step(images, labels, ex); }); },
+                                 {"pipeline::step", "cannot be captured in a CUDA graph"});
+      pipe.step(images, labels, ex);
+      FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
   }
   FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }

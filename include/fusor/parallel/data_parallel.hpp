@@ -105,6 +105,7 @@ class data_parallel {
   // this rank trains on its rows, in micro_batches pieces.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
+    refuse_graph_capture(ex, "fusor::parallel::data_parallel::step");
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
     const index_t local = micro_batch(x.extent(0), y.extent(0));

@@ -51,6 +51,7 @@
 #include "fusor/optim/update_controller.hpp"
 #include "fusor/parallel/pipeline_messages.hpp"
 #include "fusor/parallel/pipeline_schedule.hpp"
+#include "fusor/parallel/stream_order.hpp"
 
 namespace fusor::parallel {
 
@@ -142,6 +143,7 @@ class pipeline {
     const auto start = clock::now();
     messages_.reset_idle();
     require_stream(ex);
+    refuse_graph_capture(ex, "fusor::parallel::pipeline::step");
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
     if (stage_ == 0) require_batch(x.extent(0), global_batch_, "images", "step");

@@ -10,7 +10,11 @@
 //     communicator has queued so far (before the gradients are next read).
 // Both are stream-ordered only, so a step stays free of host synchronisation.
 // copy_in_order: a copy queued on the executor's stream (initialisation).
+// refuse_graph_capture: data-parallel and pipeline steps cannot be recorded as a
+// CUDA graph; they say so instead of invalidating the capture.
 #pragma once
+
+#include <string>
 
 #include "fusor/config.hpp"
 #include "fusor/core/copy.hpp"
@@ -71,6 +75,24 @@ class stream_order {
   cudaEvent_t communicated_ = nullptr;
 #endif
 };
+
+// A data-parallel or pipeline step asks its requests whether collectives are
+// done (test(): cudaEventQuery, to start the next bucket or message) while it
+// runs, which a CUDA graph cannot record. Called at the start of such a step:
+// a clear error where its stream is being captured. (optim::trainer's step, one
+// process, is capturable: graph/capture.hpp.)
+inline void refuse_graph_capture(const host_executor&, const char*) {}
+#if FUSOR_HAS_CUDA
+inline void refuse_graph_capture(const cuda_executor& ex, const char* who) {
+  cudaStreamCaptureStatus status{};
+  FUSOR_CUDA_CHECK(cudaStreamIsCapturing(ex.stream, &status));
+  if (status != cudaStreamCaptureStatusNone)
+    throw error(std::string("fusor: ") + who +
+                " cannot be captured in a CUDA graph: it asks the communicator whether collectives are done "
+                "(cudaEventQuery) while the step runs. Run it eagerly; optim::trainer's step (one process) is "
+                "the one that can be captured");
+}
+#endif
 
 // Blocks the host until the executor's queued work is done (initialisation only).
 inline void wait_for(const host_executor&) {}
