@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/gpu_check/kit_smoke_test.sh — keeps scripts/gpu_check.sh from rotting
+# on machines without a GPU (CI): builds a small kit (quickstart_cuda only),
+# checks what it holds, runs its examples phase (quickstart_cuda falls back to
+# the host without a GPU) and its tests phase (no test binary in this kit),
+# and checks the report. Usage: kit_smoke_test.sh WORK_DIR
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+work="$1"
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "kit smoke test: $*" >&2; exit 1; }
+
+FUSOR_GPU_ONLY='^quickstart_cuda$' FUSOR_GPU_ARCHS=90 FUSOR_GPU_BUILD_DIR="$work/build" \
+  bash "$root/scripts/gpu_check.sh" build "$work/kit"
+for f in gpu_check.sh payload.tar.xz MANIFEST.txt provided.txt data/fashion-mnist/train-images-idx3-ubyte.gz; do
+  [ -f "$work/kit/$f" ] || fail "the kit lacks $f"
+done
+payload=$(xz -dc "$work/kit/payload.tar.xz" | tar -tf -)
+grep -q 'bin/examples/quickstart_cuda$' <<<"$payload" || fail "quickstart_cuda is not in the payload"
+grep -q '^commit: ' "$work/kit/MANIFEST.txt" || fail "MANIFEST.txt names no commit"
+
+bash "$work/kit/gpu_check.sh" run --phases examples,tests --report "$work/report/r.md" ||
+  fail "run reported failures: $(cat "$work/report/r.md")"
+grep -q '| quickstart_cuda | passed |' "$work/report/r.md" || fail "the report has no passing quickstart_cuda row"
+grep -q 'everything passed' "$work/report/r.md" || fail "the report's verdict is missing"
+[ -x "$work/kit/unpacked/bin/examples/quickstart_cuda" ] || fail "run did not unpack the payload"
+# An unknown option is refused with the usage's exit status.
+set +e
+bash "$work/kit/gpu_check.sh" run --no-such-option >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown option did not exit with 2"
+set -e
+echo "kit smoke test: passed"
