@@ -1,8 +1,9 @@
-// stream_binding (issue 12): memory made in one stream's order and used on
-// another is ordered by events both ways — the user stream sees the home
-// stream's writes, and the home stream's later work (its frees) waits for the
-// user stream. Made visible by keeping one stream busy: without the ordering,
-// the other stream's work would overtake it.
+// Stream order (issue 12). stream_binding: memory made in one stream's order
+// and used on another is ordered by events both ways — the user stream sees the
+// home stream's writes, and the home stream's later work (its frees) waits for
+// the user stream. copy(): a synchronous copy sees what a non-blocking stream
+// wrote (what loss totals and reports rely on). Made visible by keeping one
+// stream busy: without the ordering, the other stream's work would overtake it.
 #include <cstdint>
 
 #include <fusor/core/stream_binding.hpp>
@@ -72,5 +73,19 @@ FUSOR_TEST_CASE("stream_binding: the home stream's later work waits for the last
   FUSOR_CUDA_CHECK(cudaMemsetAsync(memory.data(), 0, std::size_t(n) * sizeof(float), home.stream));
   FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(count_not_equal(memory, 0.0f) == 0);  // not 7: the user's write came first
+}
+
+FUSOR_TEST_CASE("copy(): a synchronous copy waits for the work of a non-blocking stream") {
+  created_stream busy;
+  space_tensor<float, vector_extents> memory(n);
+  poison(memory);
+  stall<<<1, 1, 0, busy.stream>>>(50'000'000);
+  FUSOR_CUDA_CHECK(cudaGetLastError());
+  assign(memory, 5.0f, cuda_executor{busy.stream});
+  host_tensor<float, vector_extents> seen(n);
+  copy(seen, memory);  // no synchronisation by the caller
+  index_t wrong = 0;
+  for (index_t i = 0; i < n; ++i) wrong += seen(i) != 5.0f;
+  CHECK(wrong == 0);
 }
 #endif
