@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     if (o->checkpoint.size() || o->resume) throw fs::error("checkpoints are not supported by this example");
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
-      FUSOR_CUDA_CHECK(cudaSetDevice(world.local_rank()));
+      fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
       cudaStream_t compute{}, communication{};
       FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
       FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking));

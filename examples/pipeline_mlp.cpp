@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::cuda::available()) {
       // One GPU per rank (by local rank); NCCL carries the stages' messages.
-      FUSOR_CUDA_CHECK(cudaSetDevice(world.local_rank()));
+      fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
       cudaStream_t stream{};
       FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       int status = 0;

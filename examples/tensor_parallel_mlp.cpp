@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {
 #if FUSOR_HAS_CUDA
       if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
-        FUSOR_CUDA_CHECK(cudaSetDevice(world.local_rank()));
+        fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
         cudaStream_t stream{};
         FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         int status = 0;

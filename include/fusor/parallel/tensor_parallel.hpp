@@ -15,8 +15,9 @@
 // computes its slice, and a column -> row block communicates once in forward
 // (the row layer's sum) and once in backward (the column layer's input
 // gradient, where one is wanted). The communicator is any comm::communicator of
-// the network's memory: comm::single and comm::mpi (host), comm::nccl (device;
-// made on the executor's stream, its all-reduces are queued there and nothing waits).
+// the network's memory: comm::single and comm::mpi (host), comm::nccl (device:
+// its all-reduces are queued on its stream, ordered against the executor's by
+// events where the two differ, and the host never waits).
 //
 // Constructing it re-draws the parameters from the network's seed, so that
 // each rank holds its slices of the unsplit network's values: make it before
@@ -49,14 +50,22 @@
 #include "fusor/core/error.hpp"
 #include "fusor/nn/sharding.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/parallel/stream_order.hpp"
 #include "fusor/parallel/tensor_parallel_norm.hpp"
-#if FUSOR_HAS_CUDA
-#include "fusor/core/cuda_runtime.hpp"
-#endif
 
 namespace fusor::parallel {
 
 // nn::shard_group over a communicator: the sum split layers ask for.
+//
+// A communicator with a stream of its own (comm::nccl) queues the all-reduce
+// there. When that is the compute stream, stream order alone puts it after the
+// matmul that wrote the partial sums and before their next reader. When it is
+// another stream, events say so (stream_order): the communicator's stream
+// waits for what the compute stream has queued, and the compute stream for the
+// all-reduce, without the host waiting. That holds for any two streams: the
+// legacy default stream 0, which a non-blocking stream does not wait for, and
+// per-thread default streams included. Any other communicator of device memory
+// reads it from the host: the compute stream is synchronized first.
 template <class Communicator, class Space>
 class communicator_shard_group final : public nn::shard_group<Space> {
  public:
@@ -73,19 +82,21 @@ class communicator_shard_group final : public nn::shard_group<Space> {
   template <class Element>
   void sum(const nn::flat_view<Element, Space>& data, [[maybe_unused]] stream_t stream) {
 #if FUSOR_HAS_CUDA
-    if constexpr (requires { communicator_.stream(); }) {
-      // Stream-ordered (NCCL) on the compute stream: queued behind the matmul, nothing waits.
-      if (communicator_.stream() == stream) {
-        (void)communicator_.all_reduce(data, comm::reduction_op::sum);
-        return;
-      }
+    if constexpr (stream_ordered<Communicator>) {
+      const cuda_executor compute{stream};
+      const bool same_stream = communicator_.stream() == stream;
+      if (!same_stream) order_.communication_after_compute(communicator_, compute);
+      (void)communicator_.all_reduce(data, comm::reduction_op::sum);
+      if (!same_stream) order_.compute_after_communication(communicator_, compute);
+      return;
+    } else if constexpr (!std::is_same_v<Space, host_space>) {
+      FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));  // the data must be written before the host sends it
     }
-    // Another stream, or a host communicator: the data must be written first.
-    if (stream != nullptr) FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
 #endif
     communicator_.all_reduce(data, comm::reduction_op::sum).wait();
   }
   Communicator& communicator_;
+  stream_order order_;
 };
 
 namespace detail {
