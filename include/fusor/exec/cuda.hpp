@@ -4,7 +4,9 @@
 // Three kernel variants per pass at most: linear with 16-byte vector access
 // (every pointer aligned), linear with scalar access, and strided. The launch
 // policy gives the block size and items per thread, or leaves them (0) to the
-// occupancy API. Only translation units compiled by nvcc see this header's content.
+// occupancy API, asked once per kernel and device (launch_shape.hpp). Indices
+// are index_t throughout: a pass may be longer than 2^31 elements. Only
+// translation units compiled by nvcc see this header's content.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -15,14 +17,10 @@
 #include <algorithm>
 
 #include "fusor/core/cuda_runtime.hpp"
+#include "fusor/exec/launch_shape.hpp"
 #include "fusor/exec/pass.hpp"
 
 namespace fusor {
-
-struct launch_policy {
-  int block_size = 0;        // threads per block; 0: the occupancy API's choice
-  int items_per_thread = 0;  // vector steps per thread; 0: enough to fill the GPU a few times over
-};
 
 namespace detail {
 template <int V, bool Aligned, class Pass>
@@ -47,28 +45,19 @@ __global__ void strided_pass_kernel(const __grid_constant__ Pass p, int items_pe
   }
 }
 
-struct launch_shape {
-  int grid, block, items;
-};
-
-// Occupancy-derived block size, cached per kernel.
+// The launch shape of Kernel for `work` steps: the occupancy API's suggestion
+// is cached per kernel and device, so GPUs of different sizes get their own.
 template <auto Kernel>
 launch_shape derive_launch(const launch_policy& policy, index_t work) {
-  static const auto suggested = [] {
-    int min_grid = 0, block = 0;
-    FUSOR_CUDA_CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, Kernel));
-    return std::pair{min_grid, block};
-  }();
-  const int block = policy.block_size > 0 ? policy.block_size : suggested.second;
-  int items = policy.items_per_thread;
-  if (items <= 0) {
-    // A grid of at most a few waves of resident blocks; each thread loops over the rest.
-    const index_t max_grid = index_t(suggested.first) * 8;
-    const index_t needed = (work + block - 1) / block;
-    items = int(std::max<index_t>(1, (needed + max_grid - 1) / max_grid));
-  }
-  const index_t grid = std::max<index_t>(1, (work + index_t(block) * items - 1) / (index_t(block) * items));
-  return {int(grid), block, items};
+  static per_device_cache<occupancy_suggestion> suggestions;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  const occupancy_suggestion suggested = suggestions.get(device, [] {
+    occupancy_suggestion s;
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxPotentialBlockSize(&s.min_grid, &s.block, Kernel));
+    return s;
+  });
+  return plan_launch(policy, work, suggested);
 }
 }  // namespace detail
 

@@ -13,6 +13,10 @@
 // atomics are needed. At the end each block sums its groups in order into one
 // partial row, and a second kernel sums the blocks' partial rows in order:
 // dweight and dbias are deterministic for a given device and shape. Two launches.
+//
+// Rows and element offsets are index_t (tensors past 2^31 elements); columns
+// within a row are int, rows being at most detail::max_row_length (rows.hpp,
+// checked before the launch), and an accumulator row of 2n is indexed in index_t.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -224,7 +228,7 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
       result[j] = rstd * (g * convert<S>(w[j]) - mean_g - xhat * mean_gx);
       if (j < valid) {
         acc[c + j] += g * xhat;
-        if constexpr (Centered) acc[n + c + j] += g;
+        if constexpr (Centered) acc[index_t(n) + c + j] += g;
       }
     }
     store_columns<Contiguous, V>(dxr, c, n, b.dx.column_stride, result);
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
   for (int c = group::template column<V>(0); c < n; c += group::threads * V)
     for (int j = 0; j < valid_columns(c, n, V); ++j) {
       acc[c + j] = S(0);
-      if constexpr (Centered) acc[n + c + j] = S(0);
+      if constexpr (Centered) acc[index_t(n) + c + j] = S(0);
     }
 
   const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>;

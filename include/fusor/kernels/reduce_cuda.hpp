@@ -166,67 +166,81 @@ struct axis_job {
 inline constexpr int warps_per_block = 8;
 inline constexpr int axis_block_threads = reduction_block_threads;
 
-// A warp per (output, piece), lanes striding along the axis.
+// A warp per (output, piece), lanes striding along the axis; warps stride
+// over the tasks when there are more than the grid's limit.
 template <class Job>
 __global__ void __launch_bounds__(axis_block_threads) reduce_rows_kernel(const __grid_constant__ Job job) {
   using accumulator = typename Job::accumulator_type;
   using warp_reduce = cub::WarpReduce<accumulator>;
   __shared__ typename warp_reduce::TempStorage temp[warps_per_block];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const index_t task = index_t(blockIdx.x) * warps_per_block + warp;
-  if (task >= job.in.outputs * job.splits) return;  // the whole warp leaves together
-  const index_t m = task / job.splits, split = task % job.splits;
-  auto idx = job.in.order.index_of(m);
-  const index_t begin = split * job.chunk, end = ::cuda::std::min(job.in.length, begin + job.chunk);
-  accumulator acc = job.red.identity();
-  for (index_t r = begin + lane; r < end; r += 32) {
-    idx[job.in.axis] = r;
-    acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+  const index_t tasks = job.in.outputs * job.splits;
+  // The whole warp takes the same tasks, so it stays converged for the reduction.
+  for (index_t task = index_t(blockIdx.x) * warps_per_block + warp; task < tasks;
+       task += index_t(gridDim.x) * warps_per_block) {
+    const index_t m = task / job.splits, split = task % job.splits;
+    auto idx = job.in.order.index_of(m);
+    const index_t begin = split * job.chunk, end = ::cuda::std::min(job.in.length, begin + job.chunk);
+    accumulator acc = job.red.identity();
+    for (index_t r = begin + lane; r < end; r += 32) {
+      idx[job.in.axis] = r;
+      acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+    }
+    acc = warp_reduce(temp[warp]).Reduce(acc, job.red);
+    if (lane == 0) job.finish(idx, m, split, acc);
+    __syncwarp();  // temp[warp] is reused by the next task
   }
-  acc = warp_reduce(temp[warp]).Reduce(acc, job.red);
-  if (lane == 0) job.finish(idx, m, split, acc);
 }
 
 // blockDim (outputs_per_block, threads_per_output): a thread per output and
-// piece, threadIdx.y striding along the axis; grid.y: the pieces.
+// piece, threadIdx.y striding along the axis; grid.y: the pieces. Blocks
+// stride over the groups of outputs when there are more than the grid's limit.
 template <class Job>
 __global__ void __launch_bounds__(axis_block_threads) reduce_columns_kernel(const __grid_constant__ Job job) {
   using accumulator = typename Job::accumulator_type;
   __shared__ accumulator shared[axis_block_threads];
   const int x = int(threadIdx.x), y = int(threadIdx.y), width = int(blockDim.x), height = int(blockDim.y);
-  const index_t m = index_t(blockIdx.x) * width + x, split = blockIdx.y;
-  const bool active = m < job.in.outputs;
-  ::cuda::std::array<index_t, Job::input_type::rank> idx{};
-  accumulator acc = job.red.identity();
-  if (active) {
-    idx = job.in.order.index_of(m);
-    const index_t begin = split * job.chunk, end = ::cuda::std::min(job.in.length, begin + job.chunk);
-    for (index_t r = begin + y; r < end; r += height) {
-      idx[job.in.axis] = r;
-      acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+  const index_t split = blockIdx.y, groups = (job.in.outputs + width - 1) / width;
+  for (index_t g = blockIdx.x; g < groups; g += gridDim.x) {  // the same trips in the whole block
+    const index_t m = g * width + x;
+    const bool active = m < job.in.outputs;
+    ::cuda::std::array<index_t, Job::input_type::rank> idx{};
+    accumulator acc = job.red.identity();
+    if (active) {
+      idx = job.in.order.index_of(m);
+      const index_t begin = split * job.chunk, end = ::cuda::std::min(job.in.length, begin + job.chunk);
+      for (index_t r = begin + y; r < end; r += height) {
+        idx[job.in.axis] = r;
+        acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+      }
     }
-  }
-  if (height > 1) {  // fixed tree over y (height is a power of two)
-    shared[y * width + x] = acc;
-    __syncthreads();
-    for (int half = height / 2; half > 0; half /= 2) {
-      if (y < half) shared[y * width + x] = job.red(shared[y * width + x], shared[(y + half) * width + x]);
+    if (height > 1) {  // fixed tree over y (height is a power of two)
+      shared[y * width + x] = acc;
       __syncthreads();
+      for (int half = height / 2; half > 0; half /= 2) {
+        if (y < half) shared[y * width + x] = job.red(shared[y * width + x], shared[(y + half) * width + x]);
+        __syncthreads();
+      }
+      acc = shared[x];
+      __syncthreads();  // shared is rewritten by the next group
     }
-    acc = shared[x];
+    if (y == 0 && active) job.finish(idx, m, split, acc);
   }
-  if (y == 0 && active) job.finish(idx, m, split, acc);
 }
 
 // A thread per output: its pieces in split order.
 template <class Job>
 __global__ void finish_pieces_kernel(const __grid_constant__ Job job) {
-  const index_t m = index_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (m >= job.in.outputs) return;
-  typename Job::accumulator_type acc = job.red.identity();
-  for (index_t s = 0; s < job.splits; ++s) acc = job.red(acc, job.partial[m * job.splits + s]);
-  store_output(job.dst, job.in.order.index_of(m), job.in.axis, job.red.finish(acc, job.in.length));
+  for (index_t m = index_t(blockIdx.x) * blockDim.x + threadIdx.x; m < job.in.outputs;
+       m += index_t(gridDim.x) * blockDim.x) {
+    typename Job::accumulator_type acc = job.red.identity();
+    for (index_t s = 0; s < job.splits; ++s) acc = job.red(acc, job.partial[m * job.splits + s]);
+    store_output(job.dst, job.in.order.index_of(m), job.in.axis, job.red.finish(acc, job.in.length));
+  }
 }
+
+// Blocks along x for `units` of work, within the grid's limit (the kernels stride over the rest).
+inline unsigned grid_x_for(index_t units) { return unsigned(std::clamp<index_t>(units, 1, max_grid_blocks)); }
 
 // Pieces per output: enough parallel work for the GPU (`target` warps or
 // blocks), at least `min_piece` elements per piece, at most `max_splits` pieces.
@@ -253,11 +267,11 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
     const index_t blocks_x = (outputs + width - 1) / width;
     job.splits = choose_splits(blocks_x, sms * 8, length, index_t(height) * 16, 65535);
     block = dim3(width, height);
-    grid.x = unsigned(blocks_x);
+    grid.x = grid_x_for(blocks_x);
   }
   job.chunk = (length + job.splits - 1) / job.splits;
   if (length > 0) job.splits = (length + job.chunk - 1) / job.chunk;  // no empty pieces
-  if (rows) grid = dim3(unsigned((outputs * job.splits + warps_per_block - 1) / warps_per_block));
+  if (rows) grid = dim3(grid_x_for((outputs * job.splits + warps_per_block - 1) / warps_per_block));
   else grid.y = unsigned(job.splits);
 
   buffer<device_space> pieces;
@@ -268,7 +282,7 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
   if (rows) launch_reduce<reduce_rows_kernel<job_type>>(job, grid, block, stream);
   else launch_reduce<reduce_columns_kernel<job_type>>(job, grid, block, stream);
   if (job.splits > 1)
-    launch_reduce<finish_pieces_kernel<job_type>>(job, dim3(unsigned((outputs + 255) / 256)), dim3(256), stream);
+    launch_reduce<finish_pieces_kernel<job_type>>(job, dim3(grid_x_for((outputs + 255) / 256)), dim3(256), stream);
 }
 
 }  // namespace fusor::detail

@@ -33,7 +33,8 @@ namespace detail {
 
 // ---- accumulate type of an expression ------------------------------------------
 // A view accumulates in its precision's accumulate type (fp32 for bf16/fp16);
-// a node in the widest of its value type and its strong leaves' accumulate types.
+// a node in the widest of its value type and its strong leaves' accumulate types;
+// bools (a comparison's result) count in index_t, as more than 2^31 may be true.
 template <class E>
 struct accumulate_of {
   using type = typename E::value_type;
@@ -49,7 +50,7 @@ struct accumulate_of<node<Op, A...>> {
   using type = ::cuda::std::common_type_t<typename node<Op, A...>::value_type, strong<A>...>;
 };
 template <class E>
-using accumulate_of_t = ::cuda::std::conditional_t<std::is_same_v<typename accumulate_of<E>::type, bool>, int,
+using accumulate_of_t = ::cuda::std::conditional_t<std::is_same_v<typename accumulate_of<E>::type, bool>, index_t,
                                                    typename accumulate_of<E>::type>;
 
 template <class T>

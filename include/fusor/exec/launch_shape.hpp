@@ -1,0 +1,83 @@
+// fusor/exec/launch_shape.hpp — the CUDA executor's launch arithmetic, kept
+// free of CUDA so the host tests check it: the launch policy, the grid, block
+// and items per thread for a given amount of work (any index_t, past 2^31
+// included), and a cache of per-device values (the occupancy API's
+// suggestions differ between GPUs of one machine).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include "fusor/core/error.hpp"
+#include "fusor/core/extents.hpp"
+
+namespace fusor {
+
+struct launch_policy {
+  int block_size = 0;        // threads per block; 0: the occupancy API's choice
+  int items_per_thread = 0;  // vector steps per thread; 0: enough to fill the GPU a few times over
+};
+
+namespace detail {
+
+// gridDim.x's limit on every GPU CUDA 13 supports.
+inline constexpr index_t max_grid_blocks = std::numeric_limits<int>::max();
+
+// cudaOccupancyMaxPotentialBlockSize's answer for one kernel on one device.
+struct occupancy_suggestion {
+  int min_grid = 0;  // blocks that fill the device once
+  int block = 0;     // threads per block
+};
+
+struct launch_shape {
+  int grid, block, items;
+};
+
+constexpr index_t ceil_div(index_t a, index_t b) { return a / b + (a % b != 0); }
+
+// `work` steps (>= 1) as a grid of blocks of threads, each thread taking
+// `items` steps. Without a policy: a few waves of resident blocks, each thread
+// looping over the rest. The grid never exceeds max_grid_blocks: where the
+// policy's items per thread would need more blocks, each thread takes more.
+inline launch_shape plan_launch(const launch_policy& policy, index_t work, occupancy_suggestion suggested) {
+  work = std::max<index_t>(work, 1);
+  const index_t block = policy.block_size > 0 ? policy.block_size : std::max(suggested.block, 1);
+  const index_t blocks_needed = ceil_div(work, block);
+  constexpr index_t max_items = std::numeric_limits<int>::max();
+  index_t items = policy.items_per_thread;
+  if (items <= 0) {
+    const index_t waves = index_t(std::max(suggested.min_grid, 1)) * 8;
+    items = std::min(ceil_div(blocks_needed, std::min(waves, max_grid_blocks)), max_items);
+  }
+  items = std::max(items, ceil_div(blocks_needed, max_grid_blocks));
+  if (items > max_items)
+    throw error("fusor: the cuda executor cannot launch " + std::to_string(work) + " steps in blocks of " +
+                std::to_string(block) + " threads: a thread would take more than 2^31 - 1 steps; use a larger "
+                "launch_policy::block_size");
+  return {int(ceil_div(blocks_needed, items)), int(block), int(items)};
+}
+
+// One value per device ordinal, computed once per device by `compute` (thread
+// safe; a `compute` that throws is tried again next time). Devices past the
+// first `Devices` are not cached: their value is computed on every call.
+template <class T, int Devices = 64>
+class per_device_cache {
+ public:
+  template <class Compute>
+  T get(int device, Compute&& compute) {
+    if (device < 0 || device >= Devices) return compute();
+    std::call_once(once_[std::size_t(device)], [&] { values_[std::size_t(device)] = compute(); });
+    return values_[std::size_t(device)];
+  }
+
+ private:
+  std::array<std::once_flag, Devices> once_{};
+  std::array<T, Devices> values_{};
+};
+
+}  // namespace detail
+}  // namespace fusor
