@@ -2,8 +2,19 @@
 // (row- and column-major, transposed views), every precision (fp32, tf32, bf16,
 // fp16, fp64, and bf16/fp16 into fp32), odd sizes, batches (shared operands,
 // padded, transposed and sliced batches), views that are not 16-byte aligned,
-// and one launch per matmul on the GPU.
+// and one launch per matmul on the GPU. On the GPU also: the plan cache, the
+// workspace kept per stream (repeated matmuls allocate nothing), two host
+// threads on two streams at once, and a matmul captured into a CUDA graph.
 #include "kernels/test_matmul_support.hpp"
+
+#if defined(FUSOR_TEST_CUDA)
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include <fusor/graph/capture.hpp>
+#include <fusor/kernels/matmul_bias_gradient.hpp>
+#endif
 
 using namespace matmul_test;
 
@@ -201,5 +212,137 @@ FUSOR_TEST_CASE("cuBLASLt plans are cached per configuration") {
   matmul(c, a, b, epilogue::relu(), ex);  // another epilogue: a new plan
   CHECK(detail::cublaslt_cached_plans() == before + 2);
   finish(ex);
+}
+
+namespace {
+struct test_stream {
+  cudaStream_t stream{};
+  test_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  test_stream(const test_stream&) = delete;
+  test_stream& operator=(const test_stream&) = delete;
+  ~test_stream() {
+    (void)cudaStreamSynchronize(stream);
+    (void)cudaStreamDestroy(stream);
+  }
+};
+
+// A weight-gradient product dw = dy^T x with db = column sums of dy, and its references.
+struct weight_gradient_case {
+  index_t rows, n, k;
+  host_tensor<float, matrix> dy_host, x_host;
+  space_tensor<float, matrix> dy, x;
+  product dw_want;
+  std::vector<double> db_want, db_scale;
+  weight_gradient_case(index_t rows_, index_t n_, index_t k_, std::uint32_t seed)
+      : rows(rows_), n(n_), k(k_), dy_host(random_host<float>(matrix(rows_, n_), seed)),
+        x_host(random_host<float>(matrix(rows_, k_), seed + 1)), dy(to_space(dy_host)), x(to_space(x_host)),
+        dw_want(reference_product(transpose(dy_host.view()), x_host, 1, n_, k_, rows_)),
+        db_want(std::size_t(n_), 0.0), db_scale(std::size_t(n_), 0.0) {
+    for (index_t i = 0; i < rows; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        db_want[std::size_t(j)] += to_double(dy_host(i, j));
+        db_scale[std::size_t(j)] += std::fabs(to_double(dy_host(i, j)));
+      }
+  }
+  void run(const space_tensor<float, matrix>& dw, const space_tensor<float, vector>& db, const cuda_executor& ex) const {
+    matmul(dw, transpose(dy.view()), x, epilogue::bias_gradient_a(db), ex);
+  }
+  void expect(const space_tensor<float, matrix>& dw, const space_tensor<float, vector>& db) const {
+    const double tol = 4 * matmul_tolerance<float, float>();
+    expect_product(to_host(dw), dw_want, tol);
+    const auto got = to_host(db);
+    checker check;
+    for (index_t j = 0; j < n; ++j) check(to_double(got(j)), db_want[std::size_t(j)], db_scale[std::size_t(j)], tol, "db", 0, 0, j);
+    MATMUL_CHECK_ALL(check);
+  }
+};
+}  // namespace
+
+FUSOR_TEST_CASE("cuBLASLt workspaces: one per stream, kept, so that repeated matmuls allocate nothing") {
+  const weight_gradient_case wg(2500, 20, 29, 111);
+  space_tensor<float, matrix> dw1(20, 29), dw2(20, 29);
+  space_tensor<float, vector> db1(20), db2(20);
+  test_stream s1, s2, unused;
+  const cuda_executor ex1{s1.stream}, ex2{s2.stream};
+  // Summed apart, the bias gradient keeps its partial sums in the workspace: none is empty.
+  const detail::scoped_separate_bias_gradient hook;
+  const auto step = [&] {
+    wg.run(dw1, db1, ex1);
+    wg.run(dw2, db2, ex2);
+    matmul(dw1, transpose(wg.dy.view()), wg.x, ex1);
+    wg.run(dw1, db1, ex1);
+  };
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  const std::size_t unused_bytes = detail::matmul_workspaces().bytes_of(device, unused.stream);
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  step();  // plans and workspaces: once
+  ex1.synchronize();
+  ex2.synchronize();
+  CHECK(detail::matmul_workspaces().bytes_of(device, s1.stream) > 0);
+  CHECK(detail::matmul_workspaces().bytes_of(device, s2.stream) > 0);
+  CHECK(detail::matmul_workspaces().bytes_of(device, unused.stream) == unused_bytes);
+  const auto before = allocation_count();
+  for (int i = 0; i < 3; ++i) step();
+  ex1.synchronize();
+  ex2.synchronize();
+  CHECK(allocation_count() == before);
+  wg.expect(dw1, db1);
+  wg.expect(dw2, db2);
+}
+
+FUSOR_TEST_CASE("matmuls from two host threads on two streams at once: one plan, two workspaces, right results") {
+  // The same shapes on both threads share one plan (its descriptor's pointers
+  // are set per call); each stream has its own workspace.
+  const weight_gradient_case cases[2] = {{700, 48, 40, 121}, {700, 48, 40, 131}};
+  space_tensor<float, matrix> dw[2] = {space_tensor<float, matrix>(48, 40), space_tensor<float, matrix>(48, 40)};
+  space_tensor<float, vector> db[2] = {space_tensor<float, vector>(48), space_tensor<float, vector>(48)};
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  std::exception_ptr failure[2];
+  const auto work = [&](int t) {
+    try {
+      test_stream s;
+      const cuda_executor ex{s.stream};
+      for (int i = 0; i < 50; ++i) cases[t].run(dw[t], db[t], ex);
+      ex.synchronize();
+    } catch (...) {
+      failure[t] = std::current_exception();
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  for (int t = 0; t < 2; ++t) {
+    INFO("thread ", t);
+    if (failure[t]) CHECK_NOTHROW(std::rethrow_exception(failure[t]));
+    cases[t].expect(dw[t], db[t]);
+  }
+}
+
+FUSOR_TEST_CASE("a matmul captured into a CUDA graph replays right, fused and with the bias gradient summed apart") {
+  const weight_gradient_case wg(300, 24, 40, 141);
+  space_tensor<float, matrix> dw(24, 40);
+  space_tensor<float, vector> db(24);
+  for (bool separate : {false, true}) {
+    INFO("summed apart ", separate);
+    const detail::scoped_separate_bias_gradient hook(separate);
+    test_stream s;
+    const cuda_executor ex{s.stream};
+    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+    wg.run(dw, db, ex);  // the plan and the stream's workspace, outside the capture
+    ex.synchronize();
+    graph::captured_step step;
+    step.capture(s.stream, [&] { wg.run(dw, db, ex); });
+    for (int replay = 0; replay < 2; ++replay) {
+      poison(dw), poison(db);
+      step.replay();
+      ex.synchronize();
+      wg.expect(dw, db);
+    }
+    poison(dw), poison(db);  // and eagerly again, after the graph
+    wg.run(dw, db, ex);
+    ex.synchronize();
+    wg.expect(dw, db);
+  }
 }
 #endif

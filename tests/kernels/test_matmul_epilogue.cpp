@@ -3,8 +3,16 @@
 // (relu mask, pre-activation); the backward forms (activation gradient times
 // the product, with the bias gradient summed down the columns); the bias
 // gradient of a weight-gradient product; batched epilogues; and an arbitrary
-// fusor expression applied to the product in one more pass.
+// fusor expression applied to the product in one more pass. Every bias
+// gradient runs both ways on the GPU: fused by cuBLASLt, and summed apart by
+// fusor (the fallback where cuBLASLt has no algorithm with the epilogue, forced
+// by scoped_separate_bias_gradient); the host executor ignores the switch.
 #include "kernels/test_matmul_support.hpp"
+
+#include <random>
+#include <vector>
+
+#include <fusor/kernels/matmul_bias_gradient.hpp>
 
 using namespace matmul_test;
 
@@ -17,6 +25,16 @@ constexpr bool is_cuda = true;
 #else
 constexpr bool is_cuda = false;
 #endif
+
+// Launches since `before`, less those of a bias gradient summed apart (one or
+// two kernels after the GEMM where cuBLASLt has no algorithm with the epilogue).
+struct launch_count {
+  std::uint64_t all = launches(), separate = detail::separate_bias_gradient_launches().load();
+  std::uint64_t fused_since() const {
+    return launches() - all - (detail::separate_bias_gradient_launches().load() - separate);
+  }
+  std::uint64_t separate_since() const { return detail::separate_bias_gradient_launches().load() - separate; }
+};
 
 // Tolerance of an activation epilogue: cuBLASLt may evaluate tanh with the
 // GPU's approximation (relative error about 2^-11), the host evaluates it exactly.
@@ -108,8 +126,9 @@ void check_forward(activation act, bool with_bias, bool with_aux) {
 // Backward: c = dy w2 times act'(pre) with the bias gradient db[j] = sum_i c[i, j].
 // For relu the mask comes from a forward matmul (cuBLASLt's bit layout is its own).
 template <class P>
-void check_backward(activation act, bool with_gradient) {
-  INFO("activation ", int(act), ", bias gradient ", with_gradient);
+void check_backward(activation act, bool with_gradient, bool separate) {
+  INFO("activation ", int(act), ", bias gradient ", with_gradient, ", summed apart ", separate);
+  const detail::scoped_separate_bias_gradient hook(separate);
   // Forward x [m, k] w1^T -> h [m, n]; backward dy [m, k2] times w2 [k2, n] -> dpre [m, n].
   constexpr index_t k2 = 23;
   linear_case<P> lc;
@@ -128,7 +147,7 @@ void check_backward(activation act, bool with_gradient) {
   poison(db);
   executor ex{};
   if (act == activation::relu) matmul(h, lc.x, transpose(lc.w.view()), epilogue::relu(lc.bias, mask), ex);
-  const auto before = launches();
+  const launch_count before;
   if (act == activation::relu) {
     if (with_gradient) matmul(dpre, dy, w2, epilogue::relu_backward(mask, db), ex);
     else matmul(dpre, dy, w2, epilogue::relu_backward(mask), ex);
@@ -137,7 +156,9 @@ void check_backward(activation act, bool with_gradient) {
     else matmul(dpre, dy, w2, epilogue::gelu_tanh_backward(pre), ex);
   }
   finish(ex);
-  CHECK(launches() - before == launches_per_matmul);
+  CHECK(before.fused_since() == launches_per_matmul);
+  if (is_cuda && separate && with_gradient) CHECK(before.separate_since() >= 1);
+  if (!with_gradient) CHECK(before.separate_since() == 0);
 
   const double tol = act == activation::relu ? matmul_tolerance<P, P>() : activation_tolerance<P>();
   const auto got = to_host(dpre);
@@ -185,42 +206,126 @@ FUSOR_TEST_CASE("matmul epilogues, forward: bias, relu, gelu_tanh, with and with
 
 FUSOR_TEST_CASE("matmul epilogues, backward: relu and gelu_tanh gradients, with the bias gradient") {
   for (activation act : {activation::relu, activation::gelu})
-    for (bool with_gradient : {false, true}) {
-      check_backward<float>(act, with_gradient);
-      check_backward<bf16>(act, with_gradient);
-    }
+    for (bool with_gradient : {false, true})
+      for (bool separate : {false, true}) {
+        check_backward<float>(act, with_gradient, separate);
+        check_backward<bf16>(act, with_gradient, separate);
+      }
 }
 
-FUSOR_TEST_CASE("matmul epilogues: the bias gradient of a weight-gradient product (of a or of b)") {
-  const auto run = [&]<class P>(P) {
-    // dy [m, n], x [m, k]: dw = dy^T x [n, k] with db = column sums of dy; and dw^T = x^T dy.
-    const auto dy_host = random_host<P>(matrix(m, n), 81);
-    const auto x_host = random_host<P>(matrix(m, k), 82);
-    const auto dy = to_space(dy_host), x = to_space(x_host);
-    space_tensor<P, matrix> dw(n, k), dwt(k, n);
-    space_tensor<P, vector> db_a(n), db_b(n);
-    poison(dw), poison(dwt), poison(db_a), poison(db_b);
-    executor ex{};
-    const auto before = launches();
-    matmul(dw, transpose(dy.view()), x, epilogue::bias_gradient_a(db_a), ex);
-    matmul(dwt, transpose(x.view()), dy, epilogue::bias_gradient_b(db_b), ex);
-    finish(ex);
-    CHECK(launches() - before == 2 * launches_per_matmul);
-    const double tol = matmul_tolerance<P, P>();
-    expect_product(to_host(dw), reference_product(transpose(dy_host.view()), x_host, 1, n, k, m), tol);
-    expect_product(to_host(dwt), reference_product(transpose(x_host.view()), dy_host, 1, k, n, m), tol);
-    const auto got_a = to_host(db_a), got_b = to_host(db_b);
-    checker check;
+namespace {
+// A weight-gradient product with its bias gradient, from dy [rows, n] and
+// x [rows, k]: dw = dy^T x with db = row sums of a = dy^T (bias_gradient_a),
+// and dw^T = x^T dy with db = column sums of b = dy (bias_gradient_b); a and b
+// in form f, c of layout L (row-major: cuBLASLt's BGRADB and BGRADA; column-major:
+// BGRADA and BGRADB), fused or summed apart.
+template <class P, class L>
+void check_weight_gradient(index_t rows, form f, bool separate) {
+  INFO(name(f), ", ", rows, " rows, c ", std::is_same_v<L, row_major> ? "row-major" : "column-major",
+       ", summed apart ", separate);
+  const detail::scoped_separate_bias_gradient hook(separate);
+  const auto dy_host = random_host<P>(matrix(rows, n), 81);
+  const auto x_host = random_host<P>(matrix(rows, k), 82);
+  host_tensor<P, matrix> dyt_host(n, rows);
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t j = 0; j < n; ++j) dyt_host(j, i) = dy_host(i, j);
+  const auto x = to_space(x_host);
+  std::vector<double> sum(std::size_t(n), 0.0), scale(std::size_t(n), 0.0);
+  for (index_t i = 0; i < rows; ++i)
     for (index_t j = 0; j < n; ++j) {
-      double sum = 0, scale = 0;
-      for (index_t i = 0; i < m; ++i) sum += to_double(dy_host(i, j)), scale += std::fabs(to_double(dy_host(i, j)));
-      check(to_double(got_a(j)), sum, scale, tol, "bias_gradient_a", 0, 0, j);
-      check(to_double(got_b(j)), sum, scale, tol, "bias_gradient_b", 0, 0, j);
+      sum[std::size_t(j)] += to_double(dy_host(i, j));
+      scale[std::size_t(j)] += std::fabs(to_double(dy_host(i, j)));
     }
+  // Sums of thousands of terms: a few times the rounding of short ones.
+  const double tol = matmul_tolerance<P, P>() * (rows > 1000 ? 4 : 1);
+  executor ex{};
+  const auto check_db = [&](const auto& db, const char* what) {
+    const auto got = to_host(db);
+    checker check;
+    for (index_t j = 0; j < n; ++j) check(to_double(got(j)), sum[std::size_t(j)], scale[std::size_t(j)], tol, what, 0, 0, j);
     MATMUL_CHECK_ALL(check);
   };
-  run(float{});
-  run(bfloat16{});
+  const auto check_launches = [&](const launch_count& before) {
+    CHECK(before.fused_since() == launches_per_matmul);
+    if (is_cuda && separate) CHECK(before.separate_since() >= 1);
+  };
+  space_tensor<P, matrix, L> dw(n, k), dwt(k, n);
+  space_tensor<P, vector> db_a(n), db_b(n);
+  with_operand(f, dyt_host, [&](const auto& a) {
+    poison(dw), poison(db_a);
+    const launch_count before;
+    matmul(dw, a, x, epilogue::bias_gradient_a(db_a), ex);
+    finish(ex);
+    check_launches(before);
+    expect_product(to_host(dw), reference_product(dyt_host, x_host, 1, n, k, rows), tol);
+    check_db(db_a, "bias_gradient_a");
+  });
+  with_operand(f, dy_host, [&](const auto& b) {
+    poison(dwt), poison(db_b);
+    const launch_count before;
+    matmul(dwt, transpose(x.view()), b, epilogue::bias_gradient_b(db_b), ex);
+    finish(ex);
+    check_launches(before);
+    expect_product(to_host(dwt), reference_product(transpose(x_host.view()), dy_host, 1, k, n, rows), tol);
+    check_db(db_b, "bias_gradient_b");
+  });
+}
+}  // namespace
+
+FUSOR_TEST_CASE("matmul epilogues: the bias gradient of a weight-gradient product (of a or of b), fused and summed apart") {
+  for (index_t rows : {m, index_t(2500)})
+    for (form f : {form::transposed_row_major, form::row_major, form::col_major, form::transposed_col_major})
+      for (bool separate : {false, true}) {
+        check_weight_gradient<float, row_major>(rows, f, separate);
+        check_weight_gradient<bf16, row_major>(rows, f, separate);
+        check_weight_gradient<float, col_major>(rows, f, separate);
+      }
+}
+
+FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every element once (the kernel's plan, on the host)") {
+  struct sums_case {
+    detail::strided_sum_shape shape;
+    int multiprocessors;
+    std::size_t scratch;
+  };
+  const sums_case cases[] = {
+      {{20, 2500, 2500, 1}, 132, 1 << 20},  // summed axis contiguous: a warp per sum, split
+      {{3, 37, 37, 1}, 132, 1 << 20},       // short: one chunk
+      {{20, 2500, 1, 20}, 132, 1 << 20},    // outputs contiguous (a Linear's dy^T): a block column per sum
+      {{8, 2352, 1, 8}, 132, 1 << 20},      // a convolution's dz^T
+      {{20, 2500, 1, 20}, 132, 3 * 20 * 8}, // partial sums limited by the workspace: at most 3 chunks
+      {{20, 2500, 1, 20}, 0, 0},            // no workspace for partial sums: one chunk
+      {{5, 1, 1, 5}, 8, 1 << 20},           // one term each
+      {{1, 100000, 100000, 1}, 16, 1 << 20},
+      {{300, 4099, 4099, 1}, 16, 1 << 20},
+  };
+  for (const sums_case& t : cases) {
+    const auto& s = t.shape;
+    INFO("outputs ", s.outputs, ", length ", s.length, ", strides ", s.output_stride, " ", s.summed_stride);
+    const auto plan = detail::plan_strided_sum(s, sizeof(double), t.multiprocessors, t.scratch);
+    CHECK(plan.splits >= 1);
+    CHECK(plan.chunk * plan.splits >= s.length);
+    CHECK(plan.chunk * (plan.splits - 1) < s.length);  // no empty chunk
+    CHECK(plan.blocks * plan.outputs_per_block >= s.outputs);
+    CHECK(plan.scratch_bytes <= t.scratch);
+    CHECK(plan.scratch_bytes == (plan.splits > 1 ? std::size_t(plan.splits * s.outputs) * sizeof(double) : 0));
+    CHECK(plan.warp_per_output == (s.summed_stride == 1 && s.length > 1));
+    // Integers: every sum exact, so a missed or repeated element shows.
+    const index_t span = (s.outputs - 1) * s.output_stride + (s.length - 1) * s.summed_stride + 1;
+    std::vector<double> x(std::size_t(span), 0.0);
+    std::mt19937 rng(7);
+    for (auto& v : x) v = double(std::int64_t(rng() % 2001) - 1000);
+    index_t wrong = 0;
+    for (index_t o = 0; o < s.outputs; ++o) {
+      double want = 0, got = 0;
+      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
+      for (index_t split = 0; split < plan.splits; ++split)
+        for (int lane = 0; lane < plan.lanes; ++lane)
+          got += detail::strided_partial_sum<double>(x.data(), s, plan, o, split, lane);
+      wrong += got != want;
+    }
+    CHECK(wrong == 0);
+  }
 }
 
 FUSOR_TEST_CASE("matmul epilogues on a batch: a shared weight (one GEMM) and batched weights") {
@@ -259,25 +364,30 @@ FUSOR_TEST_CASE("matmul epilogues on a batch: a shared weight (one GEMM) and bat
   finish(ex);
   check_forward_batch(reference_product(x_host, permute<0, 2, 1>(ws_host.view()), batch, t, n, k));
 
-  // Backward over the flattened batch: db sums over every row of every matrix.
-  poison(c), poison(db);
-  matmul(c, x, transpose(w.view()), epilogue::gelu_tanh_backward(pre, db), ex);
-  finish(ex);
-  const auto z = reference_product(x_host, transpose(w_host.view()), batch, t, n, k);
-  const auto got = to_host(c), pre_values = to_host(pre_storage);
-  const auto got_db = to_host(db);
-  checker check;
-  for (index_t j = 0; j < n; ++j) {
-    double sum = 0, scale = 0;
-    for (index_t b = 0; b < batch; ++b)
-      for (index_t i = 0; i < t; ++i) {
-        const double d = gelu_tanh_derivative_ref(to_double(pre_values(b, i, j)));
-        check(to_double(got(b, i, j)), z.value(b, i, j) * d, z.scale(b, i, j) * std::fabs(d), tol, "c", b, i, j);
-        sum += z.value(b, i, j) * d, scale += z.scale(b, i, j) * std::fabs(d);
-      }
-    check(to_double(got_db(j)), sum, scale, tol, "db", 0, 0, j);
+  // Backward over the flattened batch: db sums over every row of every matrix,
+  // fused and summed apart.
+  for (bool separate : {false, true}) {
+    INFO("summed apart ", separate);
+    const detail::scoped_separate_bias_gradient hook(separate);
+    poison(c), poison(db);
+    matmul(c, x, transpose(w.view()), epilogue::gelu_tanh_backward(pre, db), ex);
+    finish(ex);
+    const auto z = reference_product(x_host, transpose(w_host.view()), batch, t, n, k);
+    const auto got = to_host(c), pre_values = to_host(pre_storage);
+    const auto got_db = to_host(db);
+    checker check;
+    for (index_t j = 0; j < n; ++j) {
+      double sum = 0, scale = 0;
+      for (index_t b = 0; b < batch; ++b)
+        for (index_t i = 0; i < t; ++i) {
+          const double d = gelu_tanh_derivative_ref(to_double(pre_values(b, i, j)));
+          check(to_double(got(b, i, j)), z.value(b, i, j) * d, z.scale(b, i, j) * std::fabs(d), tol, "c", b, i, j);
+          sum += z.value(b, i, j) * d, scale += z.scale(b, i, j) * std::fabs(d);
+        }
+      check(to_double(got_db(j)), sum, scale, tol, "db", 0, 0, j);
+    }
+    MATMUL_CHECK_ALL(check);
   }
-  MATMUL_CHECK_ALL(check);
 }
 
 FUSOR_TEST_CASE("matmul epilogues: any fusor expression of the product, one more pass") {

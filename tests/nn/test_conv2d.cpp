@@ -1,13 +1,17 @@
 // nn::conv2d, nn::max_pool2d and nn::flatten under every executor: forward
 // and backward against plain double loops (the convolution's seven-loop
 // definition), fp32 and bf16, odd sizes; and a small CNN's forward and
-// backward, layer by layer against the same loops.
+// backward, layer by layer against the same loops. On the GPU the bias
+// gradients (the convolution's and the linear layer's) run both ways: fused in
+// cuBLASLt's epilogue, and summed apart by fusor (its fallback where cuBLASLt has
+// no algorithm with the epilogue).
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "support/fusor_test.hpp"
 
+#include <fusor/kernels/matmul_bias_gradient.hpp>
 #include <fusor/nn/conv2d.hpp>
 #include <fusor/nn/flatten.hpp>
 #include <fusor/nn/linear.hpp>
@@ -220,8 +224,11 @@ FUSOR_TEST_CASE("max_pool2d: forward and backward against loops, disjoint and ov
   check.template operator()<3, 2, 2, 7, 8, bf16>(2, 2e-2);
 }
 
-FUSOR_TEST_CASE("a small CNN: forward and backward, every layer against loops") {
-  // conv 1->8 3x3 pad 1, relu, 2x2 pool, flatten, linear 1568 -> 10: the issue's example, smaller.
+namespace {
+// conv 1->8 3x3 pad 1, relu, 2x2 pool, flatten, linear 1568 -> 10: the issue's example, smaller.
+void check_small_cnn(bool separate_bias_gradients) {
+  INFO("bias gradients summed apart: ", separate_bias_gradients);
+  const detail::scoped_separate_bias_gradient hook(separate_bias_gradients);
   using cnn = nn::sequential<nn::features<1, 28, 28>, nn::conv2d<1, 8, 3, 1, 1>, nn::relu, nn::max_pool2d<2>,
                              nn::flatten, nn::linear<8 * 14 * 14, 10>>;
   static_assert(std::is_same_v<cnn::output_features, nn::features<10>>);
@@ -273,4 +280,15 @@ FUSOR_TEST_CASE("a small CNN: forward and backward, every layer against loops") 
   check_close(g[1], db, 1e-4, "CNN conv dbias");
   check_close(g[2], dlinear_w, 1e-4, "CNN linear dweight");
   check_close(g[3], dlinear_b, 1e-4, "CNN linear dbias");
+}
+}  // namespace
+
+FUSOR_TEST_CASE("a small CNN: forward and backward, every layer against loops") { check_small_cnn(false); }
+
+FUSOR_TEST_CASE("conv2d and linear with their bias gradients summed apart (cuBLASLt's fallback) give the same results") {
+  check_small_cnn(true);
+  const detail::scoped_separate_bias_gradient hook;
+  check_conv<fp32, 3, 4, 3, 2, 1, 7, 9>(5, 1e-5, true);
+  check_conv<fp32, 1, 8, 3, 1, 1, 28, 28>(3, 1e-4, true);  // dbias sums 2352 rows: partial sums per chunk
+  check_conv<bf16, 3, 4, 3, 2, 1, 7, 9>(5, 4e-2, true);
 }

@@ -4,15 +4,15 @@
 // The precision policy picks the compute type: fp32 exact (COMPUTE_32F), tf32
 // tensor cores when an operand's policy says so (COMPUTE_32F_FAST_TF32),
 // bf16/fp16 inputs with fp32 accumulation (COMPUTE_32F), fp16 accumulation
-// when asked for (COMPUTE_16F), fp64 (COMPUTE_64F). The algorithm comes from
-// cublasLtMatmulAlgoGetHeuristic, told each pointer's real alignment (so
-// misaligned operands get the kernels that handle them, or a clear error),
-// and is cached with its descriptors per (device, shape, types, layouts,
-// epilogue, alignments). One handle per device, created once. The workspace
-// comes from the stream-ordered pool: 32 MiB allowed on Hopper (compute
-// capability 9.x), 4 MiB elsewhere, allocated at the size the algorithm needs.
-// No host synchronisation. A cuBLASLt matmul counts as one launch in
-// fusor::cuda::launch_counter(); an expression epilogue adds its own pass.
+// when asked for (COMPUTE_16F), fp64 (COMPUTE_64F). Plans (descriptors and the
+// heuristics' algorithm, cached per device and configuration) come from
+// kernels/matmul_cublaslt_plan.hpp, the workspace from the stream's own
+// (kernels/matmul_workspace.hpp). Where cuBLASLt has no algorithm with a
+// bias-gradient epilogue, the product runs without it and the bias gradient is
+// summed by fusor's kernel (kernels/matmul_bias_gradient.hpp; one or two more
+// launches); any other epilogue without an algorithm is a cuda_error naming
+// the problem. No host synchronisation. A cuBLASLt matmul counts as one launch
+// in fusor::cuda::launch_counter(); an expression epilogue adds its own pass.
 // Only translation units compiled by nvcc see this header's content.
 #pragma once
 
@@ -21,31 +21,22 @@
 #if FUSOR_HAS_CUDA
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <utility>
 
-#include "fusor/core/buffer.hpp"
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/core/precision.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/exec/cuda.hpp"
+#include "fusor/kernels/matmul_bias_gradient.hpp"
+#include "fusor/kernels/matmul_cublaslt_plan.hpp"
 #include "fusor/kernels/matmul_epilogue.hpp"
 #include "fusor/kernels/matmul_layout.hpp"
-
-namespace fusor::cuda {
-// Throws cuda_error naming the cuBLAS(Lt) call, file, line and status.
-inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw cuda_error(std::string("fusor: cuBLASLt call ") + call + " failed at " + file + ":" + std::to_string(line) +
-                     ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")");
-}
-}  // namespace fusor::cuda
-#define FUSOR_CUBLAS_CHECK(call) ::fusor::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+#include "fusor/kernels/matmul_workspace.hpp"
 
 namespace fusor::detail {
 
@@ -95,135 +86,11 @@ cublasLtEpilogue_t cublaslt_epilogue(bool swapped) {
   }
 }
 
-// Everything the algorithm and descriptors depend on; pointers only through their alignment.
-struct cublaslt_key {
-  int device = 0, compute = 0, ab_type = 0, cd_type = 0;
-  bool transpose_a = false, transpose_b = false;
-  index_t m = 0, n = 0, k = 0, batch = 0, lda = 0, ldb = 0, ldd = 0, stride_a = 0, stride_b = 0, stride_d = 0;
-  unsigned epilogue = 0;
-  index_t aux_ld = 0, aux_batch_stride = 0;
-  unsigned align_a = 0, align_b = 0, align_d = 0, align_bias = 0, align_aux = 0;
-  auto operator<=>(const cublaslt_key&) const = default;
-};
-
-// Descriptors and algorithm of one cached matmul configuration.
-struct cublaslt_plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  std::size_t workspace = 0;
-  cublaslt_plan() = default;
-  cublaslt_plan(const cublaslt_plan&) = delete;
-  cublaslt_plan& operator=(const cublaslt_plan&) = delete;
-  cublaslt_plan(cublaslt_plan&& o) noexcept
-      : desc(std::exchange(o.desc, nullptr)), a(std::exchange(o.a, nullptr)), b(std::exchange(o.b, nullptr)),
-        d(std::exchange(o.d, nullptr)), algo(o.algo), workspace(o.workspace) {}
-  ~cublaslt_plan() {  // statuses ignored: nothing to do about a failed destroy
-    if (desc) (void)cublasLtMatmulDescDestroy(desc);
-    if (a) (void)cublasLtMatrixLayoutDestroy(a);
-    if (b) (void)cublasLtMatrixLayoutDestroy(b);
-    if (d) (void)cublasLtMatrixLayoutDestroy(d);
-  }
-};
-
-// Handles, workspace limits and plans, behind one lock. Never destroyed: the
-// CUDA runtime may be gone by the time static destructors run.
-struct cublaslt_state {
-  std::mutex mutex;
-  std::map<int, cublasLtHandle_t> handles;
-  std::map<int, std::size_t> workspace_limits;
-  std::map<cublaslt_key, cublaslt_plan> plans;
-};
-inline cublaslt_state& cublaslt() {
-  static cublaslt_state* state = new cublaslt_state;
-  return *state;
-}
-
-// How many configurations are cached (for tests of the cache).
-inline std::size_t cublaslt_cached_plans() {
-  std::lock_guard lock(cublaslt().mutex);
-  return cublaslt().plans.size();
-}
-
-template <class T>
-void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  FUSOR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
-}
-template <class T>
-void set_attribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute, const T& value) {
-  FUSOR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
-}
-
-inline cublasLtMatrixLayout_t make_layout(cudaDataType_t type, index_t rows, index_t cols, index_t ld, index_t batch,
-                                          index_t batch_stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  FUSOR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, std::uint64_t(rows), std::uint64_t(cols), std::int64_t(ld)));
-  if (batch > 1) {
-    set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, std::int32_t(batch));
-    set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, std::int64_t(batch_stride));
-  }
-  return layout;
-}
-
-inline std::string describe(const cublaslt_key& k) {
-  return std::string("m ") + std::to_string(k.m) + ", n " + std::to_string(k.n) + ", k " + std::to_string(k.k) + ", batch " +
-         std::to_string(k.batch) + ", compute type " + std::to_string(k.compute) + ", epilogue " +
-         std::to_string(k.epilogue) + ", pointer alignments (bytes) A " + std::to_string(k.align_a) + " B " +
-         std::to_string(k.align_b) + " D " + std::to_string(k.align_d) + " bias " + std::to_string(k.align_bias) +
-         " aux " + std::to_string(k.align_aux);
-}
-
-// Descriptors for the key, with the bias/aux pointers already set on `desc`
-// by the caller's values (the heuristics read their alignment), and the best
-// algorithm the heuristics offer.
-inline cublaslt_plan make_plan(cublasLtHandle_t handle, const cublaslt_key& key, cublasComputeType_t compute,
-                               cudaDataType_t scale_type, const void* bias, const void* aux, std::size_t workspace_limit) {
-  cublaslt_plan plan;
-  FUSOR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, scale_type));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, std::int32_t(key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, std::int32_t(key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, std::uint32_t(key.epilogue));
-  if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (aux) {
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, std::int64_t(key.aux_ld));
-    if (key.batch > 1)
-      set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, std::int64_t(key.aux_batch_stride));
-  }
-  const auto ab = static_cast<cudaDataType_t>(key.ab_type), cd = static_cast<cudaDataType_t>(key.cd_type);
-  plan.a = key.transpose_a ? make_layout(ab, key.k, key.m, key.lda, key.batch, key.stride_a)
-                           : make_layout(ab, key.m, key.k, key.lda, key.batch, key.stride_a);
-  plan.b = key.transpose_b ? make_layout(ab, key.n, key.k, key.ldb, key.batch, key.stride_b)
-                           : make_layout(ab, key.k, key.n, key.ldb, key.batch, key.stride_b);
-  plan.d = make_layout(cd, key.m, key.n, key.ldd, key.batch, key.stride_d);
-
-  cublasLtMatmulPreference_t preference = nullptr;
-  FUSOR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  struct destroy_preference {
-    cublasLtMatmulPreference_t p;
-    ~destroy_preference() { (void)cublasLtMatmulPreferenceDestroy(p); }
-  } guard{preference};
-  const auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
-    FUSOR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
-  };
-  set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t(workspace_limit));
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, std::uint32_t(key.align_a));
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, std::uint32_t(key.align_b));
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, std::uint32_t(key.align_d));
-  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, std::uint32_t(key.align_d));
-
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
-                                                               preference, 1, &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
-    throw cuda_error(std::string("fusor: cuBLASLt has no algorithm for this matmul (") + describe(key) +
-                     "); tensor-core kernels need 16-byte aligned pointers and leading dimensions, and epilogues "
-                     "have their own rules: copy misaligned operands into fresh tensors");
-  FUSOR_CUBLAS_CHECK(status);
-  plan.algo = result.algo;
-  plan.workspace = result.workspaceSize;
-  return plan;
+// Whether the epilogue writes a bias gradient.
+template <class E>
+constexpr bool has_bias_gradient() {
+  if constexpr (is_fused_epilogue_v<E>) return E::has_gradient;
+  else return false;
 }
 
 inline void require_element_aligned(const char* what, const void* p, std::size_t element_size) {
@@ -232,35 +99,28 @@ inline void require_element_aligned(const char* what, const void* p, std::size_t
                 std::to_string(element_size) + " bytes)");
 }
 
-// The plan for `key` (made and cached on first use), then one cublasLtMatmul
-// on `stream` with this call's pointers; under the registry's lock.
-inline void cublaslt_matmul(const cublaslt_key& key, cublasComputeType_t compute, cudaDataType_t scale_type,
-                            const void* one, const void* zero, const gemm_problem& p, const void* bias,
-                            const void* aux, cudaStream_t stream) {
-  cublaslt_state& state = cublaslt();
-  std::lock_guard lock(state.mutex);
-  auto handle_at = state.handles.find(key.device);
-  if (handle_at == state.handles.end()) {
-    cublasLtHandle_t handle = nullptr;
-    FUSOR_CUBLAS_CHECK(cublasLtCreate(&handle));
-    int major = 0;
-    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, key.device));
-    state.workspace_limits[key.device] = std::size_t(major == 9 ? 32 : 4) << 20;
-    handle_at = state.handles.emplace(key.device, handle).first;
-  }
-  const cublasLtHandle_t handle = handle_at->second;
-  auto plan_at = state.plans.find(key);
-  if (plan_at == state.plans.end())
-    plan_at = state.plans
-                  .emplace(key, make_plan(handle, key, compute, scale_type, bias, aux, state.workspace_limits[key.device]))
-                  .first;
-  cublaslt_plan& plan = plan_at->second;
-  if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (aux) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-  buffer<device_space> workspace(plan.workspace, stream);
-  FUSOR_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, one, p.a.data, plan.a, p.b.data, plan.b, zero, p.d.data, plan.d,
-                                    p.d.data, plan.d, &plan.algo, workspace.data(), plan.workspace, stream));
+// One cublasLtMatmul on `stream` with this call's pointers. The plan's
+// descriptor is shared by every thread: its pointers are set and read under
+// the plan's lock.
+inline void cublaslt_enqueue(const cublaslt_context& context, const void* one, const void* zero, const gemm_problem& p,
+                             const void* bias, const void* aux, void* workspace, cudaStream_t stream) {
+  cublaslt_plan& plan = *context.plan;
+  std::lock_guard lock(plan.mutex);
+  if (plan.uses_bias_pointer) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (plan.uses_aux_pointer) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  FUSOR_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan.desc, one, p.a.data, plan.a, p.b.data, plan.b, zero, p.d.data,
+                                    plan.d, p.d.data, plan.d, &plan.algo, workspace, plan.workspace, stream));
   cuda::launch_counter().fetch_add(1);  // the cuBLASLt call counts as one launch
+}
+
+// The sums of a bias gradient made apart from the GEMM: db[i] = sum_k a[i, k],
+// db[j] = sum_k b[k, j] (as stored), or db[j] = sum over every row of c of
+// c[i, j], read through D = c^T (rows contiguous, a batch flattened: checked).
+template <class E>
+strided_sum_shape bias_gradient_sums(const matrix_strides& a, const matrix_strides& b, const gemm_problem& p) {
+  if constexpr (E::op == epilogue_op::bias_gradient_a) return {a.rows, a.cols, a.row_stride, a.col_stride};
+  else if constexpr (E::op == epilogue_op::bias_gradient_b) return {b.cols, b.rows, b.col_stride, b.row_stride};
+  else return {p.m, p.n, 1, p.d.ld};
 }
 
 template <class CV, class AV, class BV, class E>
@@ -300,6 +160,7 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   constexpr cublasComputeType_t compute =
       cublas_compute_type<typename AV::precision, typename BV::precision, typename CV::precision>();
+  constexpr bool gradient = has_bias_gradient<E>();
   cublaslt_key key;
   key.device = device;
   key.compute = int(compute);
@@ -307,10 +168,13 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
   key.cd_type = int(cuda_data_type<Out>());
   key.transpose_a = p.a.transposed;
   key.transpose_b = p.b.transposed;
+  key.swapped = p.swapped;
   key.m = p.m, key.n = p.n, key.k = p.k, key.batch = p.batch;
   key.lda = p.a.ld, key.ldb = p.b.ld, key.ldd = p.d.ld;
   key.stride_a = p.a.batch_stride, key.stride_b = p.b.batch_stride, key.stride_d = p.d.batch_stride;
   key.epilogue = unsigned(cublaslt_epilogue<E>(p.swapped));
+  key.separate_bias_gradient = gradient && separate_bias_gradient_forced().load(std::memory_order_relaxed);
+  if (key.separate_bias_gradient) bias = nullptr;  // the plan is made without it
   key.aux_ld = aux ? aux_row_stride : 0;
   key.aux_batch_stride = aux && p.batch > 1 ? aux_batch_stride : 0;
   key.align_a = alignment_of(p.a.data), key.align_b = alignment_of(p.b.data), key.align_d = alignment_of(p.d.data);
@@ -322,8 +186,31 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
                                      std::conditional_t<compute == CUBLAS_COMPUTE_16F, float16, float>>;
   const scale_t one = convert<scale_t>(1.0f), zero = convert<scale_t>(0.0f);
 
-  cublaslt_matmul(key, compute, cuda_data_type<scale_t>(), &one, &zero, p, bias, aux, executor.stream);
-
+  const cublaslt_context context = cublaslt_context_for(key, compute, cuda_data_type<scale_t>(), bias, aux);
+  if constexpr (gradient) {
+    if (context.plan->separate_bias_gradient) {
+      // The GEMM, then the sums, on one stream: they share the workspace.
+      using summed = std::conditional_t<E::input_gradient, In, Out>;
+      using accumulator = strided_sum_accumulator_t<summed>;
+      const void* x = E::op == epilogue_op::bias_gradient_a   ? as.data
+                      : E::op == epilogue_op::bias_gradient_b ? bs.data
+                                                              : p.d.data;
+      const strided_sum_shape sums = bias_gradient_sums<E>(as, bs, p);
+      const strided_sum_plan plan =
+          plan_strided_sum(sums, sizeof(accumulator), cuda::multiprocessor_count(), context.workspace_limit);
+      const auto workspace = matmul_workspaces().acquire(
+          device, executor.stream, std::max(context.plan->workspace, plan.scratch_bytes), context.workspace_limit);
+      cublaslt_enqueue(context, &one, &zero, p, nullptr, aux, workspace.data(), executor.stream);
+      launch_strided_sum<accumulator>(ep.gradient.data(), static_cast<const summed*>(x), sums, plan, workspace.data(),
+                                      executor.stream);
+      return;
+    }
+  }
+  {
+    const auto workspace =
+        matmul_workspaces().acquire(device, executor.stream, context.plan->workspace, context.workspace_limit);
+    cublaslt_enqueue(context, &one, &zero, p, bias, aux, workspace.data(), executor.stream);
+  }
   if constexpr (is_expression_epilogue_v<E>) assign(c, ep.function(c), executor);
 }
 

@@ -15,7 +15,9 @@
 //             z = columns weight^T                 [R, Out]
 //             y = z + bias, to NCHW                one pass
 //   backward  dz = dy, to rows; dbias = sums of dy one pass (on the GPU dbias is
-//                                                  the next GEMM's fused epilogue)
+//                                                  the next GEMM's fused epilogue, or
+//                                                  fusor's sums after it where cuBLASLt
+//                                                  has no algorithm with that epilogue)
 //             dweight = dz^T columns               [Out, In K K]
 //             dcolumns = dz weight                 [R, In K K] (into columns' memory)
 //             dx = row2im(dcolumns)                one pass, deterministic

@@ -9,8 +9,9 @@
 // any other elementwise function (nn::elementwise<F>, including a user's) is
 // one more fused pass, and its backward the compile-time derivative.
 // Backward: dy is masked by the activation's derivative in place (one pass,
-// none for identity), then dw = dy^T x with db fused into the same matmul, and
-// dx = dy w. Initialisation as PyTorch: U(+-1/sqrt(in)) for w and b.
+// none for identity), then dw = dy^T x with db fused into the same matmul (on
+// the GPU, summed by one more kernel where cuBLASLt has no algorithm with the
+// bias-gradient epilogue: kernels/matmul_bias_gradient.hpp), and dx = dy w. Initialisation as PyTorch: U(+-1/sqrt(in)) for w and b.
 //
 // Tensor parallelism (nn/sharding.hpp), Megatron's scheme, by the parallel policy:
 //   nn::parallel<nn::column_parallel<W>>: w [Out/W, In], b [Out/W]; takes the whole
