@@ -26,7 +26,8 @@
 #   --epochs N         epochs of the Fashion-MNIST examples (default 10: the
 #                      host's accuracies below are for 10 epochs)
 #
-# Environment for build: FUSOR_GPU_ARCHS (default "80;90"), FUSOR_GPU_BUILD_DIR
+# Environment for build: FUSOR_GPU_ARCHS (default "80-real;90": sm_80 and sm_90
+# machine code, and compute_90 PTX for newer GPUs; "90" builds in half the time), FUSOR_GPU_BUILD_DIR
 # (default build-gpu), FUSOR_GPU_ONLY (a regex: only the targets it matches, for
 # a quick kit), FUSOR_JOBS.
 set -euo pipefail
@@ -56,11 +57,11 @@ kit_build() {
   command -v nvcc >/dev/null || die "nvcc not found: the build half needs the CUDA Toolkit (put its bin/ on PATH)"
   command -v xz >/dev/null || die "xz not found (Debian: apt-get install xz-utils)"
 
-  say "configuring $build for CUDA architectures ${FUSOR_GPU_ARCHS:-80;90}"
+  say "configuring $build for CUDA architectures ${FUSOR_GPU_ARCHS:-80-real;90}"
   # Host code for any x86-64 (the GPU machine's processor is not this one);
   # binaries find the libraries carried beside them through $ORIGIN.
   cmake -S "$FUSOR_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES="${FUSOR_GPU_ARCHS:-80;90}" -DFUSOR_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${FUSOR_GPU_ARCHS:-80-real;90}" -DFUSOR_ENABLE_CUDA=ON \
     -DFUSOR_BENCH_HOST_FLAGS=-O3 '-DCMAKE_BUILD_RPATH=$ORIGIN/../../lib' >/dev/null
 
   local targets
@@ -85,7 +86,7 @@ kit_build() {
       bench_*) folder=bench ;;
       *) folder=examples ;;
     esac
-    cp "$binary" "$kit/stage/bin/$folder/"
+    strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
   done
   copy_libraries "$kit/stage"
   cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$kit/stage/bench/"
@@ -95,7 +96,7 @@ kit_build() {
     echo "fusor GPU kit"
     echo "commit: $(git -C "$FUSOR_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$FUSOR_ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
-    echo "nvcc: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), architectures ${FUSOR_GPU_ARCHS:-80;90}"
+    echo "nvcc: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), architectures ${FUSOR_GPU_ARCHS:-80-real;90}"
     echo "needs on the GPU machine: $(tr '\n' ' ' <"$kit/stage/provided.txt")"
     for item in "${left_out[@]}"; do echo "not in the kit: $item"; done
   } >"$kit/MANIFEST.txt"
@@ -246,7 +247,8 @@ run_logged() {
 # A table row, and the output's tail under "Failures" when it failed.
 record() {
   local phase="$1" name="$2" verdict="$3" note="${4:-}"
-  echo "| $name | $verdict | $SECONDS_TAKEN | $note |" >>"$REPORT.rows"
+  # Rows go straight into the report, so a run cut short keeps what it did.
+  [ "$phase" = bench ] || echo "| $name | $verdict | $SECONDS_TAKEN | $note |" >>"$REPORT"
   if [ "$verdict" != "passed" ]; then
     FAILURES=$((FAILURES + 1))
     { echo "#### $phase: $name ($verdict)"; echo '```'; tail -n 40 "$OUTPUT_FILE"; echo '```'; } >>"$REPORT.failures"
@@ -264,13 +266,11 @@ verdict_of() {
 
 begin_section() {
   { echo; echo "## $1"; echo; [ -n "${2:-}" ] && { echo "$2"; echo; }; echo "| what | result | seconds | note |"; echo "|---|---|---|---|"; } >>"$REPORT"
-  : >"$REPORT.rows"
   : >"$REPORT.failures"
 }
 end_section() {
-  cat "$REPORT.rows" >>"$REPORT"
   if [ -s "$REPORT.failures" ]; then { echo; echo "### Failures"; echo; cat "$REPORT.failures"; } >>"$REPORT"; fi
-  rm -f "$REPORT.rows" "$REPORT.failures"
+  rm -f "$REPORT.failures"
 }
 
 phase_tests() {
@@ -324,7 +324,7 @@ phase_sanitizer() {
 phase_bench() {
   local bin kit="$2"
   { echo; echo "## Benchmarks"; echo; echo "Each CUDA benchmark's own tables (CUDA events, medians; ratios are to the peer measured in the same run)."; } >>"$REPORT"
-  : >"$REPORT.rows"; : >"$REPORT.failures"
+  : >"$REPORT.failures"
   for bin in $1; do
     say "bench $(basename "$bin")"
     run_logged "bench $(basename "$bin")" "$bin"
@@ -343,8 +343,7 @@ phase_bench() {
   else
     echo "PyTorch with CUDA is not on this machine: no PyTorch comparison." >>"$REPORT"
   fi
-  if [ -s "$REPORT.failures" ]; then { echo; echo "### Failures"; echo; cat "$REPORT.failures"; } >>"$REPORT"; fi
-  rm -f "$REPORT.rows" "$REPORT.failures"
+  end_section
 }
 
 phase_examples() {
