@@ -18,6 +18,7 @@ namespace dp_test {
 // gradient of each rank's rows, then over ranks) and the GEMMs' blocking over
 // fewer rows: a few fp32 roundings per step, relative to the parameters.
 inline constexpr double fp32_tolerance = 2e-6;
+inline constexpr double clipped_fp32_tolerance = 2e-5;  // check_clipping: see there
 inline constexpr int steps = 4;
 
 struct configuration {
@@ -68,7 +69,11 @@ void check_clipping(Communicator& c) {
   for (bool zero : {false, true}) {
     INFO("ZeRO-1 ", zero, ", rank ", c.rank(), " of ", c.size());
     const run_result r = train_data_parallel<optim::adamw>(c, t, o, {.bucket_bytes = 1, .shard_optimizer_state = zero}, steps);
-    CHECK(largest_difference(r.parameters, reference.parameters) <= fp32_tolerance);
+    // Every update is scaled by max_norm / norm, a norm summed over ranks (and,
+    // under ZeRO-1, over shards) in another order than one process sums it, and
+    // AdamW's division by sqrt(v) magnifies that rounding where v is small:
+    // 5.1e-6 measured at 3 ranks with ZeRO-1 (AMD EPYC, OpenBLAS's Zen kernels).
+    CHECK(largest_difference(r.parameters, reference.parameters) <= clipped_fp32_tolerance);
     CHECK(close(r.gradient_norm_squared, reference.gradient_norm_squared, 1e-5));
   }
 }
