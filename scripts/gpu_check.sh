@@ -25,6 +25,8 @@
 #   --timeout S        seconds per command (default 900)
 #   --epochs N         epochs of the Fashion-MNIST examples (default 10: the
 #                      host's accuracies below are for 10 epochs)
+# The payload is unpacked into FUSOR_GPU_UNPACK_DIR (default a folder in $TMPDIR),
+# never into the kit.
 #
 # Environment for build: FUSOR_GPU_ARCHS (default "80-real;90": sm_80 and sm_90
 # machine code, and compute_90 PTX for newer GPUs; "90" builds in half the time), FUSOR_GPU_BUILD_DIR
@@ -157,10 +159,10 @@ kit_run() {
 
   unpack "$kit"
   find_provided_libraries "$kit"
-  export LD_LIBRARY_PATH="$kit/unpacked/lib${PROVIDED_PATH:+:$PROVIDED_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$UNPACKED/lib${PROVIDED_PATH:+:$PROVIDED_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
   write_header "$kit"
-  bins() { find "$kit/unpacked/bin/$1" -type f 2>/dev/null | sort | { if [ -n "$only" ]; then grep -E "$only" || true; else cat; fi; }; }
+  bins() { find "$UNPACKED/bin/$1" -type f 2>/dev/null | sort | { if [ -n "$only" ]; then grep -E "$only" || true; else cat; fi; }; }
   case ",$phases," in *,tests,*) phase_tests "$(bins tests)" ;; esac
   case ",$phases," in *,sanitizer,*) phase_sanitizer "$(bins tests)" "$tools" ;; esac
   case ",$phases," in *,bench,*) phase_bench "$(bins bench)" "$kit" ;; esac
@@ -174,16 +176,21 @@ kit_run() {
   [ "$FAILURES" -eq 0 ]
 }
 
+# The payload is unpacked outside the kit (FUSOR_GPU_UNPACK_DIR, default a
+# folder in $TMPDIR named by the payload's checksum), so the kit stays small
+# enough to carry again, and a second run reuses it.
 unpack() {
-  local kit="$1"
-  if [ -f "$kit/unpacked/.done" ] && [ "$kit/unpacked/.done" -nt "$kit/payload.tar.xz" ]; then return; fi
-  rm -rf "$kit/unpacked" && mkdir -p "$kit/unpacked"
+  local kit="$1" sum
+  sum=$(cksum <"$kit/payload.tar.xz" | cut -d' ' -f1)
+  UNPACKED="${FUSOR_GPU_UNPACK_DIR:-${TMPDIR:-/tmp}/fusor-gpu-kit-$sum}"
+  if [ -f "$UNPACKED/.done" ]; then return; fi
+  rm -rf "$UNPACKED" && mkdir -p "$UNPACKED"
   if command -v xz >/dev/null; then
-    xz -dc "$kit/payload.tar.xz" | tar -C "$kit/unpacked" -xf -
+    xz -dc "$kit/payload.tar.xz" | tar -C "$UNPACKED" -xf -
   else
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit/payload.tar.xz" "$kit/unpacked"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit/payload.tar.xz" "$UNPACKED"
   fi
-  touch "$kit/unpacked/.done"
+  touch "$UNPACKED/.done"
 }
 
 # cuBLASLt and NCCL from the machine's CUDA Toolkit, or from the pip packages
@@ -332,10 +339,10 @@ phase_bench() {
     record bench "$(basename "$bin")" "$(verdict_of)"
     rm -f "$OUTPUT_FILE"
   done
-  local mlp="$kit/unpacked/bin/examples/fashion_mnist_mlp_cuda"
+  local mlp="$UNPACKED/bin/examples/fashion_mnist_mlp_cuda"
   if [ -x "$mlp" ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     say "bench train_mlp_gpu.py (fusor vs PyTorch)"
-    run_logged "bench train_mlp_gpu.py" python3 "$kit/unpacked/bench/train_mlp_gpu.py" --fusor-binary "$mlp" \
+    run_logged "bench train_mlp_gpu.py" python3 "$UNPACKED/bench/train_mlp_gpu.py" --fusor-binary "$mlp" \
       --data "$kit/data/fashion-mnist"
     { echo; echo "### MLP training step: fusor vs PyTorch (bench/train_mlp_gpu.py)"; echo; cat "$OUTPUT_FILE"; } >>"$REPORT"
     record bench "train_mlp_gpu.py" "$(verdict_of)"

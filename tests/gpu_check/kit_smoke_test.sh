@@ -19,11 +19,12 @@ payload=$(xz -dc "$work/kit/payload.tar.xz" | tar -tf -)
 grep -q 'bin/examples/quickstart_cuda$' <<<"$payload" || fail "quickstart_cuda is not in the payload"
 grep -q '^commit: ' "$work/kit/MANIFEST.txt" || fail "MANIFEST.txt names no commit"
 
-bash "$work/kit/gpu_check.sh" run --phases examples,tests --report "$work/report/r.md" ||
+FUSOR_GPU_UNPACK_DIR="$work/unpacked" bash "$work/kit/gpu_check.sh" run --phases examples,tests --report "$work/report/r.md" ||
   fail "run reported failures: $(cat "$work/report/r.md")"
 grep -q '| quickstart_cuda | passed |' "$work/report/r.md" || fail "the report has no passing quickstart_cuda row"
 grep -q 'everything passed' "$work/report/r.md" || fail "the report's verdict is missing"
-[ -x "$work/kit/unpacked/bin/examples/quickstart_cuda" ] || fail "run did not unpack the payload"
+[ -x "$work/unpacked/bin/examples/quickstart_cuda" ] || fail "run did not unpack the payload where FUSOR_GPU_UNPACK_DIR says"
+[ ! -e "$work/kit/unpacked" ] || fail "run unpacked into the kit, which must stay small enough to carry"
 # An unknown option is refused with the usage's exit status.
 set +e
 bash "$work/kit/gpu_check.sh" run --no-such-option >/dev/null 2>&1
