@@ -9,9 +9,14 @@
 //   loss.totals() -> {mean loss, accuracy, samples} since reset()       // one wait
 //
 // Labels are int32 class indices; ignore_index (-100) rows count nowhere.
+// A language model's logits [batch, time, vocabulary] (any leading axes) are
+// rows of the last axis, with labels [batch, time]: max_rows counts rows
+// (batch x time), the mean is over every row not ignored, and "accuracy" is
+// the fraction of next tokens predicted.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fusor/core/copy.hpp"
 #include "fusor/core/tensor.hpp"
@@ -35,10 +40,10 @@ class softmax_cross_entropy {
   using per_sample_int = tensor<std::int32_t, dextents<index_t, 1>, row_major, Space>;
 
  public:
-  explicit softmax_cross_entropy(index_t max_batch, cross_entropy_options options = {}, stream_t stream = {})
+  explicit softmax_cross_entropy(index_t max_rows, cross_entropy_options options = {}, stream_t stream = {})
       : options_(options),
-        losses_(dextents<index_t, 1>(max_batch), stream),
-        predictions_(dextents<index_t, 1>(max_batch), stream),
+        losses_(dextents<index_t, 1>(max_rows), stream),
+        predictions_(dextents<index_t, 1>(max_rows), stream),
         batch_loss_(extents<index_t>{}, stream),
         loss_sum_(extents<index_t>{}, stream),
         correct_sum_(extents<index_t>{}, stream),
@@ -49,18 +54,26 @@ class softmax_cross_entropy {
 
   // Per-sample losses, the batch's mean loss (loss()), the running totals, and
   // dlogits = d(mean loss)/d(logits) * options.grad_scale.
+  // dlogits may be logits (in place: the logits are then stored once).
   template <class Logits, class Labels, class Gradient, class Executor>
   void forward_backward(const Logits& logits, const Labels& labels, const Gradient& dlogits, const Executor& ex) {
-    const auto l = losses(logits);
-    cross_entropy(l, dlogits, logits, labels, options_, ex);
-    accumulate(logits, labels, l, ex);
+    const auto rows = as_rows(logits);
+    const auto targets = as_targets(labels, rows);
+    const auto l = losses(rows);
+    // The predictions first: an in-place gradient overwrites the logits.
+    predict(rows, ex);
+    cross_entropy(l, as_rows(dlogits), rows, targets, options_, ex);
+    accumulate(targets, l, ex);
   }
   // The same without the gradient (evaluation).
   template <class Logits, class Labels, class Executor>
   void evaluate(const Logits& logits, const Labels& labels, const Executor& ex) {
-    const auto l = losses(logits);
-    cross_entropy_loss(l, logits, labels, options_, ex);
-    accumulate(logits, labels, l, ex);
+    const auto rows = as_rows(logits);
+    const auto targets = as_targets(labels, rows);
+    const auto l = losses(rows);
+    predict(rows, ex);
+    cross_entropy_loss(l, rows, targets, options_, ex);
+    accumulate(targets, l, ex);
   }
 
   // The last batch's mean loss, a one-element view in Space (for a loss scaler or a log).
@@ -88,20 +101,57 @@ class softmax_cross_entropy {
     for (auto* t : {&loss_sum_, &correct_sum_, &sample_sum_, &batch_loss_})
       copy(t->view(), view<double, extents<index_t>>(const_cast<double*>(&zero)));
   }
+  // [rows, classes]: a 2-D view as it is; more axes (a sequence) are flattened
+  // into rows, which needs a contiguous row-major view.
   template <class Logits>
-  view<double, dextents<index_t, 1>, row_major, Space> losses(const Logits& logits) const {
-    const index_t rows = as_view(logits).extent(0);
+  static auto as_rows(const Logits& logits) {
+    const auto& v = as_view(logits);
+    using V = std::remove_cvref_t<decltype(v)>;
+    static_assert(V::rank >= 2, "fusor::nn::softmax_cross_entropy: logits are [rows, classes] or [batch, ..., classes]");
+    if constexpr (V::rank == 2) {
+      return v;
+    } else {
+      if (!v.is_contiguous() || !std::is_same_v<typename V::layout_type, row_major>)
+        throw shape_error("fusor::nn::softmax_cross_entropy: logits of shape " + shape_string(v.extents()) +
+                          " with more than two axes must be contiguous and row-major");
+      const index_t classes = v.extent(V::rank - 1);
+      return view<typename V::precision, dextents<index_t, 2>, row_major, typename V::space>(
+          v.data(), classes ? v.size() / classes : 0, classes);
+    }
+  }
+  // Labels with one value per row: [rows] as they are (cross_entropy checks
+  // them), or the logits' leading shape, flattened.
+  template <class Labels, class Rows>
+  static auto as_targets(const Labels& labels, const Rows& rows) {
+    const auto& v = as_view(labels);
+    using V = std::remove_cvref_t<decltype(v)>;
+    if constexpr (V::rank == 1) {
+      return v;
+    } else {
+      if (v.size() != rows.extent(0) || !v.is_contiguous() || !std::is_same_v<typename V::layout_type, row_major>)
+        throw shape_error("fusor::nn::softmax_cross_entropy: labels of shape " + shape_string(v.extents()) +
+                          " for logits of " + std::to_string(rows.extent(0)) + " rows (shape " +
+                          shape_string(rows.extents()) + "): one label per row, contiguous and row-major");
+      return view<typename V::precision, dextents<index_t, 1>, row_major, typename V::space>(v.data(), rows.extent(0));
+    }
+  }
+  template <class Rows>
+  view<double, dextents<index_t, 1>, row_major, Space> losses(const Rows& logits) const {
+    const index_t rows = logits.extent(0);
     if (rows > losses_.extent(0))
       throw shape_error("fusor::nn::softmax_cross_entropy: a batch of " + std::to_string(rows) +
                         " rows for a loss built for at most " + std::to_string(losses_.extent(0)));
     return {losses_.data(), rows};
   }
-  template <class Logits, class Labels, class Executor>
-  void accumulate(const Logits& logits, const Labels& labels, const view<double, dextents<index_t, 1>, row_major, Space>& l,
-                  const Executor& ex) {
-    const auto lv = as_view(labels);
-    const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), l.extent(0));
+  template <class Rows, class Executor>
+  void predict(const Rows& logits, const Executor& ex) {
+    const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), logits.extent(0));
     argmax(predicted, logits, 1, ex);
+  }
+  template <class Targets, class Executor>
+  void accumulate(const Targets& lv,
+                  const view<double, dextents<index_t, 1>, row_major, Space>& l, const Executor& ex) {
+    const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), l.extent(0));
     cross_entropy_reduce(batch_loss_.view(), l, lv, options_, ex);
     // Rows with ignore_index count nowhere.
     const auto counted = cast<double>(lv != options_.ignore_index);

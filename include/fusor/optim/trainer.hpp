@@ -64,7 +64,7 @@ class trainer {
       : network_(network),
         options_(options),
         controller_(options.schedule, options.clip, options.scaling, options.stream),
-        loss_(network.max_batch(), {}, options.stream),
+        loss_(network.max_batch() * loss_rows_per_sample, {}, options.stream),
         optimizers_(make_optimizers(network, optimizer_options, options.stream,
                                     std::make_index_sequence<std::tuple_size_v<optimizers_type>>{})) {
     network.for_each_layer([&](const auto& layer) {
@@ -82,7 +82,9 @@ class trainer {
   }
 
   // One step on a batch: images [batch, features...] (any element type the
-  // network converts), labels [batch] int32.
+  // network converts), labels [batch] int32 — or, for a network whose output
+  // is a sequence of logits [batch, time, vocabulary], labels [batch, time]
+  // (the mean loss is over every token not equal to the ignore index).
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     if (norm_reduction_ == nullptr && split_ways_ > 1 && (options_.clip.max_norm > 0.0f || options_.scaling.dynamic))
@@ -158,6 +160,12 @@ class trainer {
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
 
  private:
+  // Rows of logits per sample: 1 for a classifier, `time` for a sequence model.
+  static constexpr index_t loss_rows_per_sample = [] {
+    using out = typename Network::output_features;
+    return out::size / index_t(nn::detail::feature_extent<out::rank - 1>(out{}));
+  }();
+
   template <class OptimizerOptions, std::size_t... I>
   static optimizers_type make_optimizers(Network& network, const OptimizerOptions& o, stream_t stream,
                                          std::index_sequence<I...>) {

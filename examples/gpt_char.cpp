@@ -1,0 +1,353 @@
+// examples/gpt_char.cpp — a character-level GPT trained on Shakespeare's
+// plays, then asked to write some more.
+//
+//   bash scripts/fetch_shakespeare.sh               # once (run_tests.sh does it too)
+//   build/examples/gpt_char                         # the small model, on the host
+//   build/examples/gpt_char_cuda --model nanogpt    # nanoGPT's character model, on a GPU
+//   build/examples/gpt_char --checkpoint gpt.safetensors --resume --steps 3000
+//   build/examples/gpt_char --checkpoint gpt.safetensors --resume --steps 0 --prompt "ROMEO." --generate 500
+//
+// Training: random windows of the first 90% of the text (data/character_corpus.hpp),
+// AdamW with warmup and cosine decay, a progress bar with the loss and
+// tokens/s, the validation loss on the last 10% every --eval-every steps
+// (compared with the unigram baseline: what ignoring context gives), and a
+// checkpoint there when --checkpoint is set; --resume continues from it
+// exactly (batches are a function of the seed and the step). Then text is
+// sampled from a prompt with a temperature and top-k.
+//
+// Models (gpt_model.hpp): small (context 128, 4 blocks of 128 channels in 4
+// heads: 0.8M parameters; sized for the host) and nanogpt (nanoGPT's
+// shakespeare_char: context 256, 6 blocks of 384 channels in 6 heads, 10.7M).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fusor/data/character_corpus.hpp>
+#include <fusor/optim/adamw.hpp>
+#include <fusor/optim/trainer.hpp>
+#include <fusor/optim/training_checkpoint.hpp>
+
+#include "gpt_model.hpp"
+
+namespace {
+namespace fs = fusor;
+namespace nn = fusor::nn;
+using vocabulary = fs::data::ascii_vocabulary;
+
+struct options {
+  std::string model = "small";
+  long steps = 1200;
+  fs::index_t batch = 32;
+  float learning_rate = 2e-3f;
+  float weight_decay = 0.1f;
+  long warmup = 100;
+  long eval_every = 200;
+  long eval_batches = 20;
+  std::uint64_t seed = 1;
+  std::string data;             // default: $FUSOR_DATA_DIR or ~/.cache/fusor, shakespeare.txt
+  std::string device = "auto";  // auto | host | cuda
+  std::string checkpoint;
+  bool resume = false;
+  std::string prompt = "\n";
+  long generate = 300;
+  float temperature = 0.8f;
+  int top_k = 20;
+  double require_below_baseline = 0;  // exit 1 unless validation loss <= baseline - this
+  bool quiet = false;
+};
+
+std::string default_corpus() {
+  if (const char* d = std::getenv("FUSOR_DATA_DIR")) return std::string(d) + "/shakespeare.txt";
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/fusor/shakespeare.txt";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/fusor/shakespeare.txt";
+}
+
+void usage(const char* program, const options& o) {
+  std::printf(
+      "usage: %s [options]\n"
+      "  --model small|nanogpt   model size (default %s)\n"
+      "  --steps N               training steps in all (default %ld; 0: only generate)\n"
+      "  --batch N               windows a step (default %lld)\n"
+      "  --lr X                  peak learning rate (default %g)\n"
+      "  --eval-every N          validation loss (and checkpoint) every N steps (default %ld)\n"
+      "  --eval-batches N        batches a validation (default %ld)\n"
+      "  --checkpoint FILE       save there at every validation; with --resume, continue from it\n"
+      "  --resume\n"
+      "  --prompt TEXT           what generation starts from (default a newline)\n"
+      "  --generate N            characters to write after training (default %ld)\n"
+      "  --temperature X         (default %g)\n"
+      "  --top-k K               sample among the K likeliest (default %d; 0: all)\n"
+      "  --seed N                initialisation, batches and sampling (default %llu)\n"
+      "  --data FILE             the corpus (default %s)\n"
+      "  --device auto|host|cuda (default auto: the GPU in the _cuda build when there is one)\n"
+      "  --require-below-baseline X   exit 1 unless the last validation loss is X below the unigram baseline\n"
+      "  --quiet                 no progress bar\n",
+      program, o.model.c_str(), o.steps, (long long)o.batch, o.learning_rate, o.eval_every, o.eval_batches,
+      o.generate, o.temperature, o.top_k, (unsigned long long)o.seed, default_corpus().c_str());
+}
+
+std::optional<options> parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw fs::error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") { usage(argv[0], o); return std::nullopt; }
+    else if (a == "--model") o.model = value();
+    else if (a == "--steps") o.steps = std::stol(value());
+    else if (a == "--batch") o.batch = std::stol(value());
+    else if (a == "--lr") o.learning_rate = std::stof(value());
+    else if (a == "--eval-every") o.eval_every = std::stol(value());
+    else if (a == "--eval-batches") o.eval_batches = std::stol(value());
+    else if (a == "--checkpoint") o.checkpoint = value();
+    else if (a == "--resume") o.resume = true;
+    else if (a == "--prompt") o.prompt = value();
+    else if (a == "--generate") o.generate = std::stol(value());
+    else if (a == "--temperature") o.temperature = std::stof(value());
+    else if (a == "--top-k") o.top_k = std::stoi(value());
+    else if (a == "--seed") o.seed = std::stoull(value());
+    else if (a == "--data") o.data = value();
+    else if (a == "--device") o.device = value();
+    else if (a == "--require-below-baseline") o.require_below_baseline = std::stod(value());
+    else if (a == "--quiet") o.quiet = true;
+    else throw fs::error("unknown option " + a + " (--help lists them)");
+  }
+  if (o.model != "small" && o.model != "nanogpt") throw fs::error("--model is small or nanogpt, not " + o.model);
+  if (o.device != "auto" && o.device != "host" && o.device != "cuda")
+    throw fs::error("--device is auto, host or cuda, not " + o.device);
+  if (o.resume && o.checkpoint.empty()) throw fs::error("--resume needs --checkpoint FILE");
+  if (o.batch < 1 || o.eval_every < 1 || o.eval_batches < 1 || o.steps < 0)
+    throw fs::error("--batch, --eval-every and --eval-batches must be positive, --steps not negative");
+  if (!(o.temperature > 0)) throw fs::error("--temperature must be positive");
+  if (o.data.empty()) o.data = default_corpus();
+  return o;
+}
+
+void wait([[maybe_unused]] const fs::host_executor& ex) {}
+#if FUSOR_HAS_CUDA
+void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
+#endif
+
+using gpt_small = gpt::config<vocabulary::size, 128, 128, 4, 4>;
+using gpt_nanogpt = gpt::config<vocabulary::size, 256, 384, 6, 6>;
+
+template <class Config, class Precision, class Space, class Executor>
+class run {
+  using network_t = nn::network<gpt::model<Config>, Precision, Space>;
+  using trainer_t = fs::optim::trainer<network_t, fs::optim::adamw>;
+  using ids_host = fs::tensor<std::int32_t, fs::dextents<fs::index_t, 2>, fs::row_major, fs::host_space>;
+  using ids_space = fs::tensor<std::int32_t, fs::dextents<fs::index_t, 2>, fs::row_major, Space>;
+  static constexpr fs::index_t context = Config::context;
+
+ public:
+  run(const options& o, const Executor& ex, fs::stream_t stream, const fs::data::character_corpus& corpus)
+      : o_(o), ex_(ex), corpus_(corpus), net_(o.batch, {.seed = o.seed, .stream = stream}),
+        trainer_(net_,
+                 {.schedule = fs::optim::learning_rate_schedule::warmup_cosine(o.learning_rate, o.warmup,
+                                                                               std::max(o.steps, o.warmup + 1)),
+                  .clip = {.max_norm = 1.0f},
+                  .stream = stream},
+                 fs::optim::adamw_options{.beta2 = 0.99f, .weight_decay = o.weight_decay}),
+        host_inputs_(fs::dextents<fs::index_t, 2>(o.batch, context)),
+        host_targets_(fs::dextents<fs::index_t, 2>(o.batch, context)),
+        inputs_(fs::dextents<fs::index_t, 2>(o.batch, context), stream),
+        targets_(fs::dextents<fs::index_t, 2>(o.batch, context), stream) {
+    trainer_.initialize(ex);
+  }
+
+  // Trains to o.steps; returns the last validation loss (NaN when none was measured).
+  double train() {
+    const fs::data::text_windows training(corpus_.training(), context, o_.seed);
+    long first = 0;
+    if (o_.resume && std::filesystem::exists(o_.checkpoint)) {
+      const auto metadata = fs::optim::load_training_state(o_.checkpoint, trainer_);
+      first = std::stol(metadata.at("step"));
+      std::printf("resumed from %s at step %ld\n", o_.checkpoint.c_str(), first);
+    }
+    double validation_loss = std::nan("");
+    trainer_.loss().reset(ex_);
+    auto start = std::chrono::steady_clock::now();
+    long tokens_since = 0;
+    for (long step = first; step < o_.steps; ++step) {
+      training.fill(host_inputs_.data(), host_targets_.data(), o_.batch, std::uint64_t(step));
+      fs::copy(inputs_.view(), host_inputs_.view());
+      fs::copy(targets_.view(), host_targets_.view());
+      trainer_.step(inputs_, targets_, ex_);
+      tokens_since += o_.batch * context;
+      const bool evaluate_now = (step + 1) % o_.eval_every == 0 || step + 1 == o_.steps;
+      if ((!o_.quiet && (step + 1) % 10 == 0) || evaluate_now) {
+        wait(ex_);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        progress(step + 1, trainer_.loss().totals().mean_loss, double(tokens_since) / seconds);
+      }
+      if (evaluate_now) {
+        validation_loss = validate();
+        std::printf("%sstep %ld  validation loss %.4f  (unigram baseline %.4f)\n", o_.quiet ? "" : "\n", step + 1,
+                    validation_loss, corpus_.unigram_baseline());
+        std::fflush(stdout);
+        if (!o_.checkpoint.empty())
+          fs::optim::save_training_state(o_.checkpoint, trainer_, {{"step", std::to_string(step + 1)}});
+        trainer_.loss().reset(ex_);
+        start = std::chrono::steady_clock::now();
+        tokens_since = 0;
+      }
+    }
+    return validation_loss;
+  }
+
+  // The mean loss on o.eval_batches fixed windows of the validation text.
+  double validate() {
+    const fs::data::text_windows validation(corpus_.validation(), context, o_.seed ^ 0x5eed);
+    trainer_.loss().reset(ex_);
+    for (long b = 0; b < o_.eval_batches; ++b) {
+      validation.fill(host_inputs_.data(), host_targets_.data(), o_.batch, std::uint64_t(b));
+      fs::copy(inputs_.view(), host_inputs_.view());
+      fs::copy(targets_.view(), host_targets_.view());
+      trainer_.evaluate(inputs_, targets_, ex_);
+    }
+    return trainer_.loss().totals().mean_loss;
+  }
+
+  // Writes o.generate characters after the prompt. Each new character runs the
+  // network over the last `context` characters (positions past the text are
+  // padding that causal attention keeps from the positions read).
+  void generate() {
+    if (o_.generate <= 0) return;
+    std::vector<std::int32_t> text;
+    for (const char c : o_.prompt) {
+      const std::int32_t t = vocabulary::encode(static_cast<unsigned char>(c));
+      if (t < 0) throw fs::error("--prompt: character " + std::to_string(int(static_cast<unsigned char>(c))) +
+                                 " is outside the vocabulary (printable ASCII and newline)");
+      text.push_back(t);
+    }
+    if (text.empty()) text.push_back(vocabulary::newline);
+    std::printf("--- %ld characters from the prompt (temperature %g, top-k %d) ---\n%s", o_.generate, o_.temperature,
+                o_.top_k, o_.prompt.c_str());
+    std::mt19937_64 engine(fs::data::mix_bits(o_.seed ^ 0x6e6e));
+    const ids_space one(fs::dextents<fs::index_t, 2>(1, context));
+    ids_host window(fs::dextents<fs::index_t, 2>(1, context));
+    std::vector<float> logits(vocabulary::size);
+    for (long n = 0; n < o_.generate; ++n) {
+      const std::size_t length = std::min<std::size_t>(text.size(), context);
+      std::fill_n(window.data(), context, 0);
+      std::copy(text.end() - std::ptrdiff_t(length), text.end(), window.data());
+      fs::copy(one.view(), window.view());
+      const auto out = net_.forward(one, ex_, nn::evaluation);
+      const auto row = out.data() + (std::ptrdiff_t(length) - 1) * std::ptrdiff_t(vocabulary::size);
+      copy_row(row, logits.data());
+      const std::int32_t next = sample(logits, engine);
+      text.push_back(next);
+      std::putchar(vocabulary::decode(next));
+    }
+    std::printf("\n---\n");
+  }
+
+ private:
+  void progress(long step, double loss, double tokens_per_second) const {
+    if (o_.quiet) return;
+    const int width = 30, filled = int(double(step) / double(std::max(o_.steps, 1L)) * width + 0.5);
+    std::printf("\rstep %ld/%ld [%.*s%.*s]  loss %.4f  %.0f tokens/s   ", step, o_.steps, filled,
+                "##############################", width - filled, "..............................", loss,
+                tokens_per_second);
+    std::fflush(stdout);
+  }
+  template <class Element>
+  static void copy_row(const Element* row, float* out) {
+    using row_view = fs::view<typename network_t::output_precision, fs::dextents<fs::index_t, 1>, fs::row_major, Space>;
+    fs::tensor<typename network_t::output_precision, fs::dextents<fs::index_t, 1>, fs::row_major, fs::host_space> h(
+        fs::dextents<fs::index_t, 1>(vocabulary::size));
+    fs::copy(h.view(), row_view(const_cast<Element*>(row), vocabulary::size));
+    for (std::size_t j = 0; j < vocabulary::size; ++j) out[j] = fs::convert<float>(h.data()[j]);
+  }
+  // Softmax of logits / temperature over the top-k, then one draw.
+  std::int32_t sample(std::vector<float> logits, std::mt19937_64& engine) const {
+    if (o_.top_k > 0 && std::size_t(o_.top_k) < logits.size()) {
+      std::vector<float> sorted = logits;
+      std::nth_element(sorted.begin(), sorted.begin() + (o_.top_k - 1), sorted.end(), std::greater<>());
+      const float kth = sorted[std::size_t(o_.top_k - 1)];
+      for (float& l : logits)
+        if (l < kth) l = -INFINITY;
+    }
+    const float largest = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> weights(logits.size());
+    for (std::size_t j = 0; j < logits.size(); ++j) weights[j] = std::exp(double(logits[j] - largest) / o_.temperature);
+    std::discrete_distribution<std::int32_t> pick(weights.begin(), weights.end());
+    return pick(engine);
+  }
+
+  const options& o_;
+  Executor ex_;
+  const fs::data::character_corpus& corpus_;
+  network_t net_;
+  trainer_t trainer_;
+  ids_host host_inputs_, host_targets_;
+  ids_space inputs_, targets_;
+
+ public:
+  fs::index_t parameter_count() const { return net_.parameter_count(); }
+};
+
+template <class Config, class Precision, class Space, class Executor>
+int train_and_write(const options& o, const Executor& ex, fs::stream_t stream, const std::string& device) {
+  const auto corpus = fs::data::character_corpus::load(o.data);
+  run<Config, Precision, Space, Executor> r(o, ex, stream, corpus);
+  std::printf("fusor GPT (%s: context %zu, %zu blocks, %zu channels, %zu heads), %lld parameters, on %s\n",
+              o.model.c_str(), Config::context, Config::blocks, Config::channels, Config::heads,
+              (long long)r.parameter_count(), device.c_str());
+  std::printf("  %s: %zu characters for training, %zu for validation; batch %lld x %zu tokens, AdamW lr %g\n",
+              o.data.c_str(), corpus.training().size(), corpus.validation().size(), (long long)o.batch,
+              Config::context, o.learning_rate);
+  const double validation_loss = r.train();
+  r.generate();
+  if (o.require_below_baseline > 0) {
+    const double bound = corpus.unigram_baseline() - o.require_below_baseline;
+    std::printf("validation loss %.4f; required at most %.4f (unigram baseline %.4f - %g)\n", validation_loss, bound,
+                corpus.unigram_baseline(), o.require_below_baseline);
+    if (!(validation_loss <= bound)) return 1;
+  }
+  return 0;
+}
+
+template <class Precision, class Space, class Executor>
+int by_model(const options& o, const Executor& ex, fs::stream_t stream, const std::string& device) {
+  if (o.model == "nanogpt") return train_and_write<gpt_nanogpt, Precision, Space>(o, ex, stream, device);
+  return train_and_write<gpt_small, Precision, Space>(o, ex, stream, device);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<options> o = parse(argc, argv);
+    if (!o) return 0;
+#if FUSOR_HAS_CUDA
+    if (o->device != "host" && fs::cuda::available()) {
+      cudaStream_t stream{};
+      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaDeviceProp properties{};
+      FUSOR_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+      const int status = by_model<fs::bf16, fs::device_space>(*o, fs::cuda_executor{stream}, stream,
+                                                              std::string("GPU ") + properties.name + " (bf16)");
+      FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+      return status;
+    }
+    if (o->device == "cuda") throw fs::error("--device cuda, but no CUDA GPU is available");
+#else
+    if (o->device == "cuda") throw fs::error("--device cuda, but this program was built without CUDA (use gpt_char_cuda)");
+#endif
+    return by_model<fs::fp32, fs::host_space>(*o, fs::host_executor{}, fs::stream_t{}, "the host (fp32)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 2;
+  }
+}
