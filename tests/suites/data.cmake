@@ -15,5 +15,6 @@ fusor_add_test_suite(data
     data/test_fashion_mnist.cpp
     data/test_permutation.cpp
     data/test_loader.cpp
+    data/test_character_corpus.cpp
   LIBRARIES fusor::data
 )
