@@ -73,14 +73,15 @@ class CausalAttention(torch.nn.Module):
         return y.transpose(1, 2).contiguous().view(b, t, c)
 
 
-def gpt():
-    c = CHANNELS
-    layers = [torch.nn.Embedding(VOCABULARY, c), PositionEmbedding(CONTEXT, c)]
-    for _ in range(BLOCKS):
-        layers.append(Residual(torch.nn.LayerNorm(c), torch.nn.Linear(c, 3 * c), CausalAttention(HEADS),
+def gpt(vocabulary=VOCABULARY, context=CONTEXT, channels=CHANNELS, heads=HEADS, blocks=BLOCKS):
+    """examples/gpt_model.hpp's gpt::model<gpt::config<vocabulary, context, channels, heads, blocks>>."""
+    c = channels
+    layers = [torch.nn.Embedding(vocabulary, c), PositionEmbedding(context, c)]
+    for _ in range(blocks):
+        layers.append(Residual(torch.nn.LayerNorm(c), torch.nn.Linear(c, 3 * c), CausalAttention(heads),
                                torch.nn.Linear(c, c)))
         layers.append(Residual(torch.nn.LayerNorm(c), LinearGelu(c, 4 * c), torch.nn.Linear(4 * c, c)))
-    layers += [torch.nn.LayerNorm(c), torch.nn.Linear(c, VOCABULARY)]
+    layers += [torch.nn.LayerNorm(c), torch.nn.Linear(c, vocabulary)]
     return torch.nn.Sequential(*layers)
 
 
