@@ -2,14 +2,16 @@
 # initialisation and batches give PyTorch's losses and gradients
 # (tests/train/gpt_pytorch_reference.py runs under FUSOR_PYTHON, which needs
 # Debian's python3-torch and the safetensors package: scripts/common.sh
-# installs both), and a resumed checkpoint repeats the losses exactly.
+# installs both), a resumed checkpoint repeats the losses exactly, and
+# generation with a key/value cache (examples/gpt_decoder.hpp) gives the
+# network's logits.
 if(NOT FUSOR_BLAS_FOUND)
   message(STATUS "fusor: OpenBLAS not found (Debian: libopenblas-dev); skipping the GPT tests")
   return()
 endif()
 
 fusor_add_test_suite(gpt
-  EXECUTOR_TESTS train/test_gpt_pytorch.cpp
+  EXECUTOR_TESTS train/test_gpt_pytorch.cpp train/test_gpt_decoder.cpp
   LIBRARIES fusor::blas
 )
 foreach(target fusor_gpt_tests fusor_gpt_cuda_tests)
