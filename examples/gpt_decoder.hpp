@@ -42,7 +42,7 @@ class decoder {
     net.for_each_parameter([&](const fusor::nn::parameter_slot& slot, const auto& values, const auto&) {
       using element = typename std::remove_cvref_t<decltype(values)>::element_type;
       std::vector<element> host(std::size_t(slot.size));
-      fusor::copy(fusor::flat_view<element, fusor::host_space>(host.data(), slot.size), values);
+      fusor::copy(fusor::nn::flat_view<element, fusor::host_space>(host.data(), slot.size), values);
       auto& out = parameters_[slot.name];
       out.resize(host.size());
       for (std::size_t i = 0; i != host.size(); ++i) out[i] = fusor::convert<float>(host[i]);

@@ -24,7 +24,7 @@ constexpr index_t T = config::context, V = config::vocabulary;
 
 // The network's logits [T, V] for one window (host copy).
 std::vector<float> forward_logits(network_t& net, const std::vector<std::int32_t>& window, executor& ex) {
-  host_tensor<std::int32_t, dextents<index_t, 2>> ids(dextents<index_t, 2>(1, T));
+  host_tensor<std::int32_t, dextents<index_t, 2>> ids{dextents<index_t, 2>(1, T)};
   std::fill_n(ids.data(), T, 0);
   std::copy(window.begin(), window.end(), ids.data());
   const auto on_space = to_space(ids);
