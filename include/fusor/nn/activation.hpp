@@ -10,8 +10,9 @@
 //   using swish = nn::elementwise<scaled_swish>;          // a layer: y = f(x), dx = f'(x) dy
 //   nn::linear<784, 256, swish>                          // or fused after a linear's matmul
 //
-// nn::relu, nn::gelu_tanh, nn::tanh_activation, nn::sigmoid_activation and
-// nn::identity are such layers; linear<> fuses relu and gelu_tanh into its matmul.
+// nn::relu, nn::gelu_tanh, nn::silu (x * sigmoid(x), as PyTorch's nn.SiLU),
+// nn::tanh_activation, nn::sigmoid_activation and nn::identity are such layers;
+// linear<> fuses relu and gelu_tanh into its matmul.
 #pragma once
 
 #include <vector>
@@ -79,6 +80,9 @@ struct tanh {
 struct sigmoid {
   static auto apply(const auto& x) { return fusor::sigmoid(x); }
 };
+struct silu {
+  static auto apply(const auto& x) { return fusor::silu(x); }
+};
 }  // namespace functions
 
 using identity = elementwise<functions::identity>;
@@ -86,6 +90,7 @@ using relu = elementwise<functions::relu>;
 using gelu_tanh = elementwise<functions::gelu_tanh>;
 using tanh_activation = elementwise<functions::tanh>;
 using sigmoid_activation = elementwise<functions::sigmoid>;
+using silu = elementwise<functions::silu>;
 
 template <class T>
 inline constexpr bool is_activation_v = false;

@@ -5,6 +5,11 @@
 //   nn::linear<784, 256, nn::relu>      // w: [256, 784] (PyTorch's layout), b: [256]
 //   nn::linear<256, 10>                 // no activation
 //
+// Per token: features<Lead..., In> in, features<Lead..., Out> out, as
+// PyTorch's Linear on [batch, time, channels]. Every leading feature axis is a
+// row of the one matmul (rows = batch * product of Lead), so a GPT's
+// projections are nn::linear<C, 3 * C> on features<T, C>.
+//
 // Activations: nn::identity, nn::relu and nn::gelu_tanh ride in the epilogue;
 // any other elementwise function (nn::elementwise<F>, including a user's) is
 // one more fused pass, and its backward the compile-time derivative.
@@ -15,11 +20,11 @@
 //
 // Tensor parallelism (nn/sharding.hpp), Megatron's scheme, by the parallel policy:
 //   nn::parallel<nn::column_parallel<W>>: w [Out/W, In], b [Out/W]; takes the whole
-//     features<In>, gives this rank's slice features<Out/W>. Forward needs no
+//     features<..., In>, gives this rank's slice features<..., Out/W>. Forward needs no
 //     communication; backward sums the partial dx over the ranks (one all-reduce,
 //     only when dx is wanted).
 //   nn::parallel<nn::row_parallel<W>>: w [Out, In/W], b [Out] (whole, the same on
-//     every rank); takes the slice features<In/W>, gives the whole features<Out>:
+//     every rank); takes the slice features<..., In/W>, gives the whole features<..., Out>:
 //     the partial products are summed over the ranks (one all-reduce), rank 0
 //     alone adding the bias, and the activation follows the sum. Backward needs
 //     no communication.
@@ -31,6 +36,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusor/core/strided_views.hpp"
@@ -44,6 +50,16 @@
 #include "fusor/nn/sharding.hpp"
 
 namespace fusor::nn {
+
+namespace detail {
+// features<Lead..., Last> with its last extent replaced by N.
+template <class F, std::size_t N, class Lead = std::make_index_sequence<F::rank - 1>>
+struct features_with_last;
+template <class F, std::size_t N, std::size_t... I>
+struct features_with_last<F, N, std::index_sequence<I...>> {
+  using type = features<feature_extent<I>(F{})..., N>;
+};
+}  // namespace detail
 
 template <std::size_t In, std::size_t Out, class Activation = identity, class... Policies>
 struct linear {
@@ -67,11 +83,15 @@ struct linear {
   static constexpr std::size_t local_in = row ? std::max<std::size_t>(In / ways, 1) : In;
   static constexpr std::size_t local_out = column ? std::max<std::size_t>(Out / ways, 1) : Out;
 
+  // Any features whose last extent is this rank's input width; the leading ones pass through.
   template <class F>
-  static constexpr bool accepts = std::is_same_v<F, features<local_in>>;
-  using expected_input = features<local_in>;
+  static constexpr bool accepts = [] {
+    if constexpr (is_features_v<F>) return detail::feature_extent<F::rank - 1>(F{}) == local_in;
+    else return false;
+  }();
+  using expected_input = features<local_in>;  // or any features<..., local_in>
   template <class F>
-  using output = features<local_out>;
+  using output = typename detail::features_with_last<F, local_out>::type;
 
   // "nn::linear<784, 512> (column_parallel<2>)", for errors.
   static std::string name() {
@@ -85,8 +105,10 @@ struct linear {
    public:
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
     using element = storage_t<precision>;
-    using input_features = features<local_in>;
-    using output_features = features<local_out>;
+    using input_features = F;
+    using output_features = output<F>;
+    // Rows of the matmul per sample: the product of the leading feature extents.
+    static constexpr index_t rows_per_sample = F::size / index_t(local_in);
     using weight_view = view<precision, extents<index_t, local_out, local_in>, row_major, Space>;
     using bias_view = view<precision, extents<index_t, local_out>, row_major, Space>;
     static constexpr bool is_relu = std::is_same_v<Activation, relu>;
@@ -119,8 +141,7 @@ struct linear {
     }
     void reserve(index_t max_batch, stream_t stream) {
       if constexpr (keeps_pre_activation)
-        pre_activation_ = tensor<precision, typename output_features::batched_extents, row_major, Space>(
-            typename output_features::batched_extents(max_batch), stream);
+        pre_activation_ = output_rows_tensor(output_rows_extents(max_batch * rows_per_sample), stream);
     }
 
     // Split layers: the group whose ranks hold the other slices (it must outlive
@@ -150,24 +171,27 @@ struct linear {
     void forward(const activation_view<precision, input_features, Space>& x,
                  const activation_view<precision, output_features, Space>& y, const run_mode&, const Executor& ex) {
       if constexpr (sharded) shard_.require_connected(name(), "forward");
+      const index_t rows = x.extent(0) * rows_per_sample;
+      const auto x_rows = input_rows(x.data(), rows);
+      const auto y_rows = output_rows(y.data(), rows);
       const auto w_t = transpose(weight_);
       if constexpr (row) {
         // Partial products summed over the ranks; the bias once (rank 0); then the activation.
-        const auto sum = keeps_pre_activation ? pre_activation(x.extent(0)) : y;
-        if (shard_.shard_index() == 0) matmul(sum, x, w_t, epilogue::bias(bias_), ex);
-        else matmul(sum, x, w_t, epilogue::none{}, ex);
+        const auto sum = keeps_pre_activation ? pre_activation(rows) : y_rows;
+        if (shard_.shard_index() == 0) matmul(sum, x_rows, w_t, epilogue::bias(bias_), ex);
+        else matmul(sum, x_rows, w_t, epilogue::none{}, ex);
         shard_.all_reduce_sum(sum, ex);
-        if constexpr (!plain) assign(y, Activation::function::apply(sum), ex);
+        if constexpr (!plain) assign(y_rows, Activation::function::apply(sum), ex);
       } else if constexpr (plain) {
-        matmul(y, x, w_t, epilogue::bias(bias_), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::bias(bias_), ex);
       } else if constexpr (fused_relu) {
-        matmul(y, x, w_t, epilogue::relu(bias_), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::relu(bias_), ex);
       } else if constexpr (fused_gelu) {
-        matmul(y, x, w_t, epilogue::gelu_tanh(bias_, pre_activation(x.extent(0))), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::gelu_tanh(bias_, pre_activation(rows)), ex);
       } else {
-        const auto pre = pre_activation(x.extent(0));
-        matmul(pre, x, w_t, epilogue::bias(bias_), ex);
-        assign(y, Activation::function::apply(pre), ex);
+        const auto pre = pre_activation(rows);
+        matmul(pre, x_rows, w_t, epilogue::bias(bias_), ex);
+        assign(y_rows, Activation::function::apply(pre), ex);
       }
     }
 
@@ -177,28 +201,38 @@ struct linear {
                   const activation_view<precision, output_features, Space>& dy,
                   const activation_view<precision, input_features, Space>& dx, const Executor& ex) {
       if constexpr (sharded) shard_.require_connected(name(), "backward");
+      const index_t rows = x.extent(0) * rows_per_sample;
+      const auto x_rows = input_rows(x.data(), rows);
+      const auto dy_rows = output_rows(dy.data(), rows);
       // dy becomes the gradient of the pre-activation.
       if constexpr (is_relu) {
-        assign(dy, where(y > 0, dy, 0), ex);
+        assign(dy_rows, where(output_rows(y.data(), rows) > 0, dy_rows, 0), ex);
       } else if constexpr (!plain) {
         const auto derivative_at = derivative(Activation::function::apply(arg<0>), arg<0>);
-        assign(dy, substitute(derivative_at, pre_activation(x.extent(0))) * dy, ex);
+        assign(dy_rows, substitute(derivative_at, pre_activation(rows)) * dy_rows, ex);
       }
       (void)y;
-      matmul(weight_gradient_, transpose(dy), x, epilogue::bias_gradient_a(bias_gradient_), ex);
+      matmul(weight_gradient_, transpose(dy_rows), x_rows, epilogue::bias_gradient_a(bias_gradient_), ex);
       if (dx.data() == nullptr) return;
-      matmul(dx, dy, weight_, epilogue::none{}, ex);
+      const auto dx_rows = input_rows(dx.data(), rows);
+      matmul(dx_rows, dy_rows, weight_, epilogue::none{}, ex);
       // A column slice's dx is its part of the whole input's gradient.
-      if constexpr (column) shard_.all_reduce_sum(dx, ex);
+      if constexpr (column) shard_.all_reduce_sum(dx_rows, ex);
     }
 
    private:
-    activation_view<precision, output_features, Space> pre_activation(index_t batch) const {
-      return {pre_activation_.data(), batch};
-    }
+    // Activations as the matmul sees them: one row per token, [rows, width].
+    using input_rows_view = view<precision, extents<index_t, dynamic, local_in>, row_major, Space>;
+    using output_rows_extents = extents<index_t, dynamic, local_out>;
+    using output_rows_view = view<precision, output_rows_extents, row_major, Space>;
+    using output_rows_tensor = tensor<precision, output_rows_extents, row_major, Space>;
+    static input_rows_view input_rows(element* data, index_t rows) { return {data, rows}; }
+    static output_rows_view output_rows(element* data, index_t rows) { return {data, rows}; }
+    output_rows_view pre_activation(index_t rows) const { return output_rows(pre_activation_.data(), rows); }
+
     weight_view weight_{}, weight_gradient_{};
     bias_view bias_{}, bias_gradient_{};
-    tensor<precision, typename output_features::batched_extents, row_major, Space> pre_activation_;
+    output_rows_tensor pre_activation_;
     shard_connection<Space> shard_;
   };
 };
