@@ -1,4 +1,5 @@
-// fusor/nn/layer.hpp — what a layer is, for sequential<> and for anyone writing one.
+// fusor/nn/layer.hpp — what a layer is, for sequential<> and for anyone writing one
+// (docs/layers.md: the protocol in full, with a user's SwiGLU layer).
 //
 // A layer is a class template whose arguments say what it computes (sizes, an
 // activation) and which policies it takes (nn/policies.hpp). It is a
@@ -12,6 +13,7 @@
 //     template <class In, class NetworkPrecision, class Space>
 //     class instance {
 //       using precision = ...;                                   // its activations' precision
+//       using input_features = In; using output_features = ...;  // what network.hpp reads
 //       static std::vector<parameter_spec> parameters();         // may be empty
 //       void bind(const parameter_binding<storage_t<precision>, Space>&);
 //       void reserve(index_t max_batch, stream_t);               // allocate what forward saves
@@ -80,7 +82,7 @@ using layer_input_precision = typename detail::input_precision_of<Instance>::typ
 template <std::size_t Position, class PreviousLayer, class Layer, class Produced, class Expected, bool Match>
 struct layer_sizes_must_match {
   static_assert(Match,
-                "fusor: nn::sequential: a layer's input does not match the previous layer's output; see "
+                "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; see "
                 "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>");
   static constexpr bool value = Match;
 };
