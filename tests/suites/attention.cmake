@@ -1,0 +1,19 @@
+# Causal self-attention (issue 13): the fused kernels forward and backward
+# against an fp64 softmax under every executor, rotary embeddings, and the
+# nn::causal_attention layer's gradients against central differences (fp64,
+# host; with the projections around it, so with OpenBLAS only).
+set(_attention_host_tests)
+set(_attention_libraries)
+if(FUSOR_BLAS_FOUND)
+  set(_attention_host_tests nn/test_attention_gradients.cpp)
+  set(_attention_libraries fusor::blas)
+else()
+  message(STATUS "fusor: OpenBLAS not found (Debian: libopenblas-dev); skipping the attention layer's gradient tests")
+endif()
+fusor_add_test_suite(attention
+  EXECUTOR_TESTS
+    kernels/test_attention.cpp
+  HOST_TESTS
+    ${_attention_host_tests}
+  LIBRARIES ${_attention_libraries}
+)
