@@ -23,6 +23,11 @@
 //     features<..., In>, gives this rank's slice features<..., Out/W>. Forward needs no
 //     communication; backward sums the partial dx over the ranks (one all-reduce,
 //     only when dx is wanted).
+//   nn::parallel<nn::column_parallel<W, P>>: the output is P equal parts, each split
+//     W ways; this rank's slice is its slice of every part, part after part (a GPT's
+//     qkv projection, nn::linear<C, 3 * C> with P = 3: [its q heads | its k heads |
+//     its v heads], what nn::causal_attention<H / W, D> takes). w [P, Out/(P*W), In]
+//     and b [P, Out/(P*W)] (on more than one rank), the same matmul as P = 1.
 //   nn::parallel<nn::row_parallel<W>>: w [Out, In/W], b [Out] (whole, the same on
 //     every rank); takes the slice features<..., In/W>, gives the whole features<..., Out>:
 //     the partial products are summed over the ranks (one all-reduce), rank 0
@@ -70,15 +75,19 @@ struct linear {
   using policies = layer_policies<row_major, Policies...>;
   using strategy = typename policies::parallel;
   static_assert(std::is_same_v<strategy, no_parallel> || is_tensor_parallel_v<strategy>,
-                "fusor: nn::linear's parallel strategy is nn::column_parallel<Ways> or nn::row_parallel<Ways>");
+                "fusor: nn::linear's parallel strategy is nn::column_parallel<Ways, Parts> or nn::row_parallel<Ways>");
 
   static constexpr bool column = is_column_parallel_v<strategy>;
   static constexpr bool row = is_row_parallel_v<strategy>;
   static constexpr bool sharded = column || row;
   static constexpr int ways = parallel_ways_v<strategy>;
+  static constexpr int parts = parallel_parts_v<strategy>;  // column_parallel<W, P>: P interleaved parts
   // Column-parallel splits the output width, row-parallel the input width.
   static constexpr std::size_t split_width = column ? Out : In;
   static_assert(sizeof(tensor_parallel_degree_must_divide_width<split_width, ways, split_width % ways == 0>) > 0);
+  static_assert(parts == 1 || split_width % ways != 0 ||
+                sizeof(column_parallel_parts_times_ways_must_divide_width<
+                       Out, parts, ways, Out % (std::size_t(parts) * std::size_t(ways)) == 0>) > 0);
   // This rank's widths (at least 1, so a bad degree reports only the error above).
   static constexpr std::size_t local_in = row ? std::max<std::size_t>(In / ways, 1) : In;
   static constexpr std::size_t local_out = column ? std::max<std::size_t>(Out / ways, 1) : Out;
@@ -96,7 +105,9 @@ struct linear {
   // "nn::linear<784, 512> (column_parallel<2>)", for errors.
   static std::string name() {
     std::string n = "nn::linear<" + std::to_string(In) + ", " + std::to_string(Out) + ">";
-    if constexpr (sharded) n += std::string(column ? " (column_parallel<" : " (row_parallel<") + std::to_string(ways) + ">)";
+    if constexpr (sharded)
+      n += std::string(column ? " (column_parallel<" : " (row_parallel<") + std::to_string(ways) +
+           (parts > 1 ? ", " + std::to_string(parts) : std::string()) + ">)";
     return n;
   }
 
@@ -127,8 +138,8 @@ struct linear {
       parameter_spec weight{"weight", {index_t(local_out), index_t(local_in)}, initializer::uniform_fan_in(In)};
       parameter_spec bias{"bias", {index_t(local_out)}, initializer::uniform_fan_in(In)};
       if constexpr (column) {
-        weight.shard = {0, ways};
-        bias.shard = {0, ways};
+        shard_output_rows(weight, {index_t(Out), index_t(In)}, ways, parts);
+        shard_output_rows(bias, {index_t(Out)}, ways, parts);
       }
       if constexpr (row) weight.shard = {1, ways};
       return {weight, bias};

@@ -5,6 +5,7 @@
 //
 //   nn::linear<784, 512, nn::relu, nn::parallel<nn::column_parallel<2>>>  // w: [256, 784]; out: features<256>
 //   nn::linear<512, 10, nn::identity, nn::parallel<nn::row_parallel<2>>>  // w: [10, 256];  in:  features<256>
+//   nn::linear<C, 3 * C, nn::identity, nn::parallel<nn::column_parallel<2, 3>>>  // a GPT's qkv: w [3, C/2, C]
 //
 // The degree is a compile-time constant because activations have static
 // extents. nn does not depend on comm: shard_group is abstract here, and
@@ -15,6 +16,8 @@
 #include <cstddef>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "fusor/core/error.hpp"
 #include "fusor/core/memory.hpp"
@@ -26,10 +29,20 @@ namespace fusor::nn {
 
 // The layer's output features are split `Ways` ways: each rank computes its own
 // slice of them from the whole input (no communication in forward).
-template <int Ways>
+//
+// With Parts > 1 the output is Parts equal parts side by side, each split
+// `Ways` ways, and rank r holds slice r of every part, in order: a GPT's qkv
+// projection nn::linear<C, 3 * C> is column_parallel<W, 3>, so that rank r
+// computes [its q heads | its k heads | its v heads], the input of
+// nn::causal_attention<H / W, D> (Megatron's split of attention by heads). A
+// contiguous split (Parts = 1) would give rank 0 the queries of several heads
+// and nothing else. The output width must be a multiple of Parts * Ways.
+template <int Ways, int Parts = 1>
 struct column_parallel {
-  static_assert(Ways >= 1, "fusor: nn::column_parallel<Ways> needs Ways >= 1");
+  static_assert(Ways >= 1, "fusor: nn::column_parallel<Ways, Parts> needs Ways >= 1");
+  static_assert(Parts >= 1, "fusor: nn::column_parallel<Ways, Parts> needs Parts >= 1");
   static constexpr int ways = Ways;
+  static constexpr int parts = Parts;
 };
 // The layer's input features are split `Ways` ways: each rank multiplies its
 // slice and the partial outputs are summed over the ranks (one all-reduce).
@@ -41,8 +54,8 @@ struct row_parallel {
 
 template <class S>
 inline constexpr bool is_column_parallel_v = false;
-template <int W>
-inline constexpr bool is_column_parallel_v<column_parallel<W>> = true;
+template <int W, int P>
+inline constexpr bool is_column_parallel_v<column_parallel<W, P>> = true;
 template <class S>
 inline constexpr bool is_row_parallel_v = false;
 template <int W>
@@ -53,10 +66,15 @@ inline constexpr bool is_tensor_parallel_v = is_column_parallel_v<S> || is_row_p
 // How many ways a parallel strategy splits a layer (1: not split).
 template <class S>
 inline constexpr int parallel_ways_v = 1;
-template <int W>
-inline constexpr int parallel_ways_v<column_parallel<W>> = W;
+template <int W, int P>
+inline constexpr int parallel_ways_v<column_parallel<W, P>> = W;
 template <int W>
 inline constexpr int parallel_ways_v<row_parallel<W>> = W;
+// Into how many interleaved parts a column-parallel strategy splits the output (1: one contiguous split).
+template <class S>
+inline constexpr int parallel_parts_v = 1;
+template <int W, int P>
+inline constexpr int parallel_parts_v<column_parallel<W, P>> = P;
 
 // The ranks that hold the slices of split layers. all_reduce_sum replaces
 // `data` on every rank by its sum over the ranks. It is ordered after the work
@@ -118,5 +136,34 @@ struct tensor_parallel_degree_must_divide_width {
                 "tensor_parallel_degree_must_divide_width<width, degree, false>");
   static constexpr bool value = Divides;
 };
+// The same for column_parallel<Ways, Parts>: the output width must be Parts
+// equal parts, each divisible by Ways; the failing instantiation names all three.
+template <std::size_t Width, int Parts, int Ways, bool Divides>
+struct column_parallel_parts_times_ways_must_divide_width {
+  static_assert(Divides,
+                "fusor: nn::column_parallel<Ways, Parts> splits each of Parts equal parts of the output Ways ways: "
+                "Parts * Ways must divide the output width; see "
+                "column_parallel_parts_times_ways_must_divide_width<width, parts, ways, false>");
+  static constexpr bool value = Divides;
+};
+
+// The shape of a parameter that column_parallel<Ways, Parts> splits along its
+// first axis (`whole`: the unsplit shape, [Out, ...]). With Parts > 1 on more
+// than one rank the slice is described as [Parts, Out / (Parts * Ways), ...],
+// split along axis 1: network::initialize then draws exactly the unsplit
+// tensor's rows of this rank (row p * Out / Parts + r * Out / (Parts * Ways) + i
+// at [p, i]), the rows lie in memory as the layer uses them (part after part)
+// and the norm counts the parameter as split. Otherwise [Out / Ways, ...] along axis 0.
+inline void shard_output_rows(parameter_spec& spec, std::vector<index_t> whole, int ways, int parts) {
+  whole[0] /= ways;
+  if (parts > 1 && ways > 1) {
+    whole[0] /= parts;
+    whole.insert(whole.begin(), index_t(parts));
+    spec.shard = {1, ways};
+  } else {
+    spec.shard = {0, ways};
+  }
+  spec.shape = std::move(whole);
+}
 
 }  // namespace fusor::nn
