@@ -23,6 +23,7 @@
 #include "fusor/expr/node.hpp"
 #include "fusor/expr/operators.hpp"
 #include "fusor/expr/substitute.hpp"
+#include "fusor/kernels/attention.hpp"
 #include "fusor/kernels/cross_entropy.hpp"
 #include "fusor/kernels/layernorm.hpp"
 #include "fusor/kernels/reduce.hpp"

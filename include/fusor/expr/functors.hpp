@@ -10,6 +10,7 @@
 
 #include "fusor/config.hpp"
 #include "fusor/core/precision.hpp"
+#include "fusor/expr/host_math.hpp"
 
 namespace fusor::ops {
 
@@ -62,11 +63,23 @@ struct cast_to {
   }
 };
 
+namespace detail {
+// tanh: a float on the host is fusor::detail::host_tanh, which a fused loop
+// vectorises (libm's tanhf is a call per element); elsewhere the library's.
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_of(T x) {
+#if !FUSOR_DEVICE_PASS
+  if constexpr (::cuda::std::is_same_v<T, float>) return fusor::detail::host_tanh(x);
+#endif
+  return ::cuda::std::tanh(x);
+}
+}  // namespace detail
+
 // Transcendentals and friends.
 FUSOR_UNARY_FUNCTOR(exp, ::cuda::std::exp(x))
 FUSOR_UNARY_FUNCTOR(log, ::cuda::std::log(x))
 FUSOR_UNARY_FUNCTOR(log1p, ::cuda::std::log1p(x))
-FUSOR_UNARY_FUNCTOR(tanh, ::cuda::std::tanh(x))
+FUSOR_UNARY_FUNCTOR(tanh, detail::tanh_of(x))
 FUSOR_UNARY_FUNCTOR(erf, ::cuda::std::erf(x))
 FUSOR_UNARY_FUNCTOR(sqrt, ::cuda::std::sqrt(x))
 FUSOR_UNARY_FUNCTOR(abs, ::cuda::std::fabs(x))
@@ -78,7 +91,7 @@ FUSOR_UNARY_FUNCTOR(silu, x / (T(1) + ::cuda::std::exp(-x)))
 FUSOR_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
 FUSOR_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
 FUSOR_UNARY_FUNCTOR(gelu_tanh,
-                    T(0.5) * x * (T(1) + ::cuda::std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x))))
+                    T(0.5) * x * (T(1) + detail::tanh_of(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x))))
 FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
 
 struct rsqrt {

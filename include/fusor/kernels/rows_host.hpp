@@ -18,6 +18,7 @@
 #include "fusor/config.hpp"
 #include "fusor/core/extents.hpp"
 #include "fusor/exec/host.hpp"
+#include "fusor/expr/host_math.hpp"
 
 #if FUSOR_HAS_OPENMP
 #include <omp.h>
@@ -51,29 +52,7 @@ void for_each_row(const host_executor& ex, index_t rows, index_t length, index_t
   (void)team;
 }
 
-// exp on the host in a form the compiler vectorises (libm's expf is a call per
-// element): 2^k * p(r) with k = round(x / ln 2) and Cephes' degree-6
-// polynomial for |r| <= ln(2) / 2, within 2 ulp of expf. exp(NaN) = NaN,
-// exp(+inf) = +inf (as does any overflow), exp(-inf) = 0. fp64 uses std::exp.
-FUSOR_FORCE_INLINE float host_exp(float x) {
-  const float clamped = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;  // NaN: -104, replaced below
-  const float k = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  float r = clamped - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^k as two normal powers of two, so k in [-150, 129] over- and underflows as expf does.
-  const int k_int = int(k), half = k_int >> 1;
-  const float scale_a = std::bit_cast<float>((half + 127) << 23);
-  const float scale_b = std::bit_cast<float>((k_int - half + 127) << 23);
-  const float result = p * scale_a * scale_b;
-  return x != x ? x : result;
-}
+// host_exp(float) (expr/host_math.hpp) is the exp the compiler vectorises; fp64 uses std::exp.
 FUSOR_FORCE_INLINE double host_exp(double x) { return std::exp(x); }
 
 // The sum of term(j) over j in [0, n): blocks of 1024 terms summed in
