@@ -84,6 +84,16 @@ std::vector<double> gathered_parameter(Communicator& c, const nn::flat_view<Elem
   return gathered(c, local, local_shape, whole_shape);
 }
 
+// max |got - want| / max |want|, for the log.
+double largest_relative_difference(const std::vector<double>& got, const std::vector<double>& want) {
+  double difference = 0, scale = 0;
+  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    difference = std::max(difference, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return difference / scale;
+}
+
 // The attention blocks' qkv biases ("2.1.bias", "4.1.bias"), and their key part zeroed.
 bool is_qkv_bias(const std::string& name) { return name == "2.1.bias" || name == "4.1.bias"; }
 void key_part_zeroed(std::vector<double>& bias) { std::fill(bias.begin() + C, bias.begin() + 2 * C, 0.0); }
@@ -146,7 +156,9 @@ void check_gpt(Communicator& c) {
   expect_same(c, split_net, whole, 0.0, false, "initial");
 
   const auto ids = random_tokens(41);
-  expect_close(host_values(split_net.forward(ids, ex)), host_values(whole.forward(ids, ex)), 2e-5, "logits", c.rank());
+  const auto logits = host_values(split_net.forward(ids, ex)), want_logits = host_values(whole.forward(ids, ex));
+  expect_close(logits, want_logits, 2e-5, "logits", c.rank());
+  if (c.rank() == 0) MESSAGE(Ways, " ways: logits differ by ", largest_relative_difference(logits, want_logits), " of the largest");
   CHECK(counting.all_reduces == 4);  // one per row-parallel projection
   counting.all_reduces = 0;
 
@@ -173,6 +185,22 @@ void check_gpt(Communicator& c) {
     // The gradients of the step are still in the networks after the update (clipped alike).
     if (s == 0) {
       expect_same(c, split_net, whole, 1e-4, true, "after step 1:", false);
+      if (c.rank() == 0) {
+        // The largest gradient difference over the parameters, relative to each one's largest element.
+        const auto reference = parameters_of(whole);
+        double worst = 0;
+        split_net.for_each_parameter([&](const nn::parameter_slot& slot, auto, auto grads) {
+          const auto& want_record = reference.at(slot.name);
+          worst = std::max(worst, largest_relative_difference(
+                                      gathered_parameter(c, grads, slot.shape, want_record.shape), want_record.gradients));
+        });
+        MESSAGE(Ways, " ways: step-1 loss ", got, " vs ", want, "; gradients differ by at most ", worst,
+                " of their largest element");
+      } else {
+        split_net.for_each_parameter([&](const nn::parameter_slot& slot, auto, auto grads) {
+          (void)gathered_parameter(c, grads, slot.shape, parameters_of(whole).at(slot.name).shape);
+        });
+      }
       // The keys' bias gradient is rounding noise in both networks.
       const auto gradient = parameters_of(whole).at("2.1.bias").gradients;
       double largest = 0, largest_key = 0;

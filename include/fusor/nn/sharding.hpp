@@ -154,6 +154,9 @@ struct column_parallel_parts_times_ways_must_divide_width {
 // tensor's rows of this rank (row p * Out / Parts + r * Out / (Parts * Ways) + i
 // at [p, i]), the rows lie in memory as the layer uses them (part after part)
 // and the norm counts the parameter as split. Otherwise [Out / Ways, ...] along axis 0.
+// (Such a bias is then rank 2: optim::trainer::prune, which prunes every
+// parameter of rank 2 or more, would count it as a weight. A parts field in
+// nn::sharding, nn/parameters.hpp, would keep it rank 1.)
 inline void shard_output_rows(parameter_spec& spec, std::vector<index_t> whole, int ways, int parts) {
   whole[0] /= ways;
   if (parts > 1 && ways > 1) {
