@@ -47,8 +47,8 @@ using vocabulary = fs::data::ascii_vocabulary;
 
 struct options {
   std::string model = "small";
-  long steps = 1200;
-  fs::index_t batch = 32;
+  long steps = 1000;
+  fs::index_t batch = 16;
   float learning_rate = 2e-3f;
   float weight_decay = 0.1f;
   long warmup = 100;
