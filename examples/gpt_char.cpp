@@ -47,7 +47,7 @@ using vocabulary = fs::data::ascii_vocabulary;
 
 struct options {
   std::string model = "small";
-  long steps = 1000;
+  long steps = 800;
   fs::index_t batch = 16;
   float learning_rate = 2e-3f;
   float weight_decay = 0.1f;
