@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -169,6 +168,8 @@ class run {
     trainer_.initialize(ex);
   }
 
+  fs::index_t parameter_count() const { return net_.parameter_count(); }
+
   // Trains to o.steps; returns the last validation loss (NaN when none was measured).
   double train() {
     const fs::data::text_windows training(corpus_.training(), context, o_.seed);
@@ -282,9 +283,6 @@ class run {
   trainer_t trainer_;
   ids_host host_inputs_, host_targets_;
   ids_space inputs_, targets_;
-
- public:
-  fs::index_t parameter_count() const { return net_.parameter_count(); }
 };
 
 template <class Config, class Precision, class Space, class Executor>
