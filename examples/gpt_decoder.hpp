@@ -85,11 +85,11 @@ class decoder {
     }
   }
 
-  // y[Out] = w[Out, In] x[In] + b[Out]
-  static void linear(std::span<float> y, const std::vector<float>& w, const std::vector<float>& b, std::span<const float> x) {
+  // y[Out] = w[Out, In] x[In] + b[Out] (no b: no bias)
+  static void linear(std::span<float> y, const std::vector<float>& w, const std::vector<float>* b, std::span<const float> x) {
     const std::size_t in = x.size();
     for (std::size_t o = 0; o != y.size(); ++o) {
-      float s = b[o];
+      float s = b != nullptr ? (*b)[o] : 0.0f;
       const float* row = w.data() + o * in;
       for (std::size_t i = 0; i != in; ++i) s += row[i] * x[i];
       y[o] = s;
@@ -118,7 +118,7 @@ class decoder {
       const std::size_t a = 2 + 2 * block, m = a + 1;  // network positions of the two residuals
       // Attention: this position's query against every cached key, causal by construction.
       layernorm(normed, x, parameter(layer(a, "0.weight")), parameter(layer(a, "0.bias")));
-      linear(qkv, parameter(layer(a, "1.weight")), parameter(layer(a, "1.bias")), normed);
+      linear(qkv, parameter(layer(a, "1.weight")), &parameter(layer(a, "1.bias")), normed);
       std::copy_n(qkv.begin() + C, C, keys_[block].begin() + std::ptrdiff_t(p * C));
       std::copy_n(qkv.begin() + 2 * C, C, values_[block].begin() + std::ptrdiff_t(p * C));
       const float scale = 1.0f / std::sqrt(float(D));
@@ -141,19 +141,19 @@ class decoder {
           attended[h * D + d] = sum / total;
         }
       }
-      linear(projected, parameter(layer(a, "3.weight")), parameter(layer(a, "3.bias")), attended);
+      linear(projected, parameter(layer(a, "3.weight")), &parameter(layer(a, "3.bias")), attended);
       for (std::size_t c = 0; c != C; ++c) x[c] += projected[c];
       // MLP.
       layernorm(normed, x, parameter(layer(m, "0.weight")), parameter(layer(m, "0.bias")));
-      linear(hidden, parameter(layer(m, "1.weight")), parameter(layer(m, "1.bias")), normed);
+      linear(hidden, parameter(layer(m, "1.weight")), &parameter(layer(m, "1.bias")), normed);
       for (float& v : hidden) v = gelu_tanh(v);
-      linear(projected, parameter(layer(m, "2.weight")), parameter(layer(m, "2.bias")), hidden);
+      linear(projected, parameter(layer(m, "2.weight")), &parameter(layer(m, "2.bias")), hidden);
       for (std::size_t c = 0; c != C; ++c) x[c] += projected[c];
     }
-    const std::size_t final_norm = 2 + 2 * Config::blocks, head = final_norm + 1;
+    const std::size_t final_norm = 2 + 2 * Config::blocks;
     layernorm(normed, x, parameter(layer(final_norm, "weight")), parameter(layer(final_norm, "bias")));
     logits_.resize(V);
-    linear(logits_, parameter(layer(head, "weight")), parameter(layer(head, "bias")), normed);
+    linear(logits_, embedding, nullptr, normed);  // the head is tied to the token embedding
   }
 
   std::map<std::string, std::vector<float>> parameters_;

@@ -1,6 +1,6 @@
 // examples/gpt_model.hpp — a GPT (GPT-2's architecture: pre-norm residual
 // blocks, causal multi-head attention, a GELU MLP of 4x width, learned
-// positions) as one fusor type, shared by examples/gpt_char and the test
+// positions, the output head tied to the token embedding) as one fusor type, shared by examples/gpt_char and the test
 // that trains it beside PyTorch (tests/train/gpt_pytorch_reference.py builds
 // the same modules in the same order, so parameters have the same names).
 //
@@ -14,7 +14,8 @@
 //   3  residual: layernorm, linear + GELU (tanh), linear                  [3.0.*, 3.1.*, 3.2.*]
 //   ... blocks x (attention, MLP) ...
 //   2 + 2 blocks      final layernorm
-//   3 + 2 blocks      output head: linear channels -> vocabulary (logits per position)
+//   3 + 2 blocks      output head: logits = x wte^T per position, no bias, its weight the
+//                     token embedding's table (weight tying, as GPT-2: stored once, as 0.weight)
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,7 @@
 #include <fusor/nn/position_embedding.hpp>
 #include <fusor/nn/residual.hpp>
 #include <fusor/nn/sequential.hpp>
+#include <fusor/nn/tied_linear.hpp>
 
 namespace gpt {
 
@@ -60,7 +62,7 @@ struct model_of<Config, std::index_sequence<I...>> {
                               nn::position_embedding<Config::context, Config::channels>,   //
                               block_layer<Config, I>...,                                   //
                               nn::layernorm<Config::channels>,                             //
-                              nn::linear<Config::channels, Config::vocabulary>>;
+                              nn::tied_linear<Config::channels, Config::vocabulary, 0>>;
 };
 }  // namespace detail
 

@@ -1,7 +1,8 @@
 // Matmul against an fp64 reference: every layout combination of a, b and c
 // (row- and column-major, transposed views), every precision (fp32, tf32, bf16,
 // fp16, fp64, and bf16/fp16 into fp32), odd sizes, batches (shared operands,
-// padded, transposed and sliced batches), views that are not 16-byte aligned,
+// padded, transposed and sliced batches), 4-D batches [B, H, M, N] (folded into
+// one call, or attention's permuted heads), views that are not 16-byte aligned,
 // and one launch per matmul on the GPU. On the GPU also: the plan cache, the
 // workspace kept per stream (repeated matmuls allocate nothing), two host
 // threads on two streams at once, and a matmul captured into a CUDA graph.
@@ -158,6 +159,59 @@ FUSOR_TEST_CASE("batched matmul: padded rows, transposed batches, a sliced batch
     expect_product(to_host(c), reference_product(slice<1>(a_apart_host.view(), 1, m + 1), shared_b_host, batch, m, n, k),
                    tol);
   }
+}
+
+FUSOR_TEST_CASE("4-D matmul [B, H, M, N]: contiguous batches in one call, attention's permuted heads in B calls") {
+  using four = dextents<index_t, 4>;
+  const index_t batch = 2, heads = 3, tokens = 7, head_dim = 5;
+  const double tol = matmul_tolerance<float, float>();
+  executor ex{};
+  {
+    // a [B, H, M, K] and b [B, H, K, N] contiguous: the batch axes fold, one strided-batched call.
+    const index_t m = 4, n = 6, k = 9;
+    const auto a_host = random_host<float>(four(batch, heads, m, k), 41);
+    const auto b_host = random_host<float>(four(batch, heads, k, n), 42);
+    const auto a = to_space(a_host);
+    const auto b = to_space(b_host);
+    space_tensor<float, four> c(batch, heads, m, n);
+    poison(c);
+    const auto before = launches();
+    matmul(c, a, b, ex);
+    finish(ex);
+    CHECK(launches() - before == launches_per_matmul);
+    expect_product(to_host(c), reference_product(a_host, b_host, batch * heads, m, n, k), tol);
+  }
+  {
+    // Attention's scores s = q k^T: q and k stored [B, T, H, D], seen as
+    // [B, H, T, D] and [B, H, D, T]; the heads are D apart, the batches T H D:
+    // no single batch stride, so one call of H per b.
+    const auto q_host = random_host<float>(four(batch, tokens, heads, head_dim), 43);
+    const auto k_host = random_host<float>(four(batch, tokens, heads, head_dim), 44);
+    const auto q = to_space(q_host);
+    const auto k = to_space(k_host);
+    space_tensor<float, four> s(batch, heads, tokens, tokens);
+    poison(s);
+    const auto before = launches();
+    matmul(s, permute<0, 2, 1, 3>(q.view()), permute<0, 2, 3, 1>(k.view()), ex);
+    finish(ex);
+    CHECK(launches() - before == batch * launches_per_matmul);
+    expect_product(to_host(s),
+                   reference_product(permute<0, 2, 1, 3>(q_host.view()), permute<0, 2, 3, 1>(k_host.view()),
+                                     batch * heads, tokens, tokens, head_dim),
+                   tol);
+    // A 2-D b shared by every batch and head: y = q w, w [D, 8].
+    const auto w_host = random_host<float>(matrix(head_dim, 8), 45);
+    const auto w = to_space(w_host);
+    space_tensor<float, four> y(batch, heads, tokens, 8);
+    poison(y);
+    matmul(y, permute<0, 2, 1, 3>(q.view()), w, ex);
+    finish(ex);
+    expect_product(to_host(y), reference_product(permute<0, 2, 1, 3>(q_host.view()), w_host, batch * heads, tokens, 8, head_dim),
+                   tol);
+  }
+  // Batch axes that differ (equal products): a shape_error naming the three shapes.
+  space_tensor<float, four> c(2, 3, 4, 4), a(3, 2, 4, 4), b(2, 3, 4, 4);
+  expect_error<shape_error>([&] { matmul(c, a, b, ex); }, {"batch axes differ", "[2, 3, 4, 4]", "[3, 2, 4, 4]"});
 }
 
 FUSOR_TEST_CASE("matmul: operands whose data is not 16-byte aligned still compute correctly") {

@@ -28,12 +28,14 @@ constexpr int launches_per_matmul = 1;  // one cublasLtMatmul
 constexpr int launches_per_matmul = 0;  // the host executor launches nothing
 #endif
 
-// Element (batch, i, j) of a host view or tensor of rank 2 (batch ignored) or 3, as double.
+// Element (batch, i, j) of a host view or tensor of rank 2 (batch ignored), 3, or
+// 4 ([B, H, ., .]: batch b * H + h), as double.
 template <class V>
 double at(const V& x, index_t batch, index_t i, index_t j) {
   const auto& v = as_view(x);
   using view_t = std::remove_cvref_t<decltype(v)>;
-  if constexpr (view_t::rank == 3) return to_double(v(batch, i, j));
+  if constexpr (view_t::rank == 4) return to_double(v(batch / v.extent(1), batch % v.extent(1), i, j));
+  else if constexpr (view_t::rank == 3) return to_double(v(batch, i, j));
   else return to_double(v(i, j));
 }
 

@@ -1,8 +1,11 @@
 // The per-token layers' backward against central differences, fp64 on the
 // host: nn::linear over features<5, 12> with every activation, nn::rmsnorm
 // (its weight drawn away from 1), nn::silu and nn::position_embedding, alone
-// and in a small GPT-like stack after an nn::embedding.
+// and in a small GPT-like stack after an nn::embedding (with and without an
+// output head tied to the embedding, nn::tied_linear); the ties' errors.
 #include "nn/nn_test.hpp"
+
+#include <algorithm>
 
 #include <fusor/nn/activation.hpp>
 #include <fusor/nn/embedding.hpp>
@@ -10,6 +13,7 @@
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/position_embedding.hpp>
 #include <fusor/nn/rmsnorm.hpp>
+#include <fusor/nn/tied_linear.hpp>
 
 using namespace fusor;
 
@@ -112,4 +116,52 @@ TEST_CASE("a GPT-like stack: token and position embeddings, rmsnorm, an MLP per 
   tensor<std::int32_t, dextents<index_t, 2>> ids(batch, 6);
   for (index_t i = 0; i < ids.size(); ++i) ids.data()[i] = std::int32_t((i * 5 + 2) % 11);
   check_built_network(net, ids, batch, 152, 30);
+}
+
+TEST_CASE("tied_linear: a GPT-like stack whose head reads the embedding's table; the table's gradient sums both uses") {
+  using net_t = nn::network<nn::sequential<nn::features<6>, nn::embedding<11, 8>, nn::position_embedding<6, 8>,
+                                           nn::rmsnorm<8>, nn::linear<8, 16, nn::silu>, nn::linear<16, 8>,
+                                           nn::rmsnorm<8>, nn::tied_linear<8, 11, 0>>,
+                            double, host_space>;
+  const index_t batch = 3;
+  net_t net(batch, {.seed = 161});
+  std::vector<std::string> names;
+  net.for_each_parameter([&](const nn::parameter_slot& slot, auto, auto) { names.push_back(slot.name); });
+  CHECK(std::find(names.begin(), names.end(), "6.weight") == names.end());  // stored once, as 0.weight
+  CHECK(net.parameter_count() == 11 * 8 + 6 * 8 + 8 + (8 * 16 + 16) + (16 * 8 + 8) + 8);
+  tensor<std::int32_t, dextents<index_t, 2>> ids(batch, 6);
+  for (index_t i = 0; i < ids.size(); ++i) ids.data()[i] = std::int32_t((i * 5 + 2) % 11);
+  // Perturbing 0.weight moves the embedding and the head: central differences see both.
+  check_built_network(net, ids, batch, 162, 88);
+
+  // A second backward gives the same gradients (the tied part is added once per backward).
+  std::vector<double> first;
+  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { first.insert(first.end(), g.data(), g.data() + g.size()); });
+  net.forward(ids, host_executor{});
+  net.backward(host_executor{});
+  std::vector<double> second;
+  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { second.insert(second.end(), g.data(), g.data() + g.size()); });
+  CHECK(first == second);
+}
+
+TEST_CASE("tied_linear: a tie to a missing, mismatched, later or other-stage parameter is an error naming it") {
+  // The owner's weight is [11, 8]; a head of [10, 8] does not fit.
+  fusor_test::expect_error<shape_error>(
+      [] { nn::network<nn::sequential<nn::features<6>, nn::embedding<11, 8>, nn::tied_linear<8, 10, 0>>, double> net(2); },
+      {"1.weight", "[10, 8]", "0.weight", "[11, 8]"});
+  // Layer 0 has no weight.
+  fusor_test::expect_error<error>(
+      [] { nn::network<nn::sequential<nn::features<4, 8>, nn::silu, nn::tied_linear<8, 8, 0>>, double> net(2); },
+      {"1.weight", "0.weight", "before it"});
+  // The owner comes after the head.
+  fusor_test::expect_error<error>(
+      [] { nn::network<nn::sequential<nn::features<4, 8>, nn::tied_linear<8, 8, 1>, nn::linear<8, 8>>, double> net(2); },
+      {"0.weight", "1.weight", "before it"});
+  // A pipeline stage that holds the embedding but not the head.
+  fusor_test::expect_error<error>(
+      [] {
+        nn::network<nn::sequential<nn::features<6>, nn::embedding<11, 8>, nn::rmsnorm<8>, nn::tied_linear<8, 11, 0>>, double>
+            net(2, {.layers = {0, 2}});
+      },
+      {"2.weight", "0.weight", "pipeline stage"});
 }

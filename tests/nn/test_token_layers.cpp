@@ -1,7 +1,8 @@
 // The per-token layers of a GPT under every executor: nn::linear over
 // features<Lead..., In> (every activation, nn::silu among them), nn::rmsnorm,
-// nn::silu alone and nn::position_embedding; forward and backward against
-// double loops over the values the network stores, fp32, bf16 and fp16.
+// nn::silu alone, nn::position_embedding and an output head tied to the token
+// embedding (nn::tied_linear); forward and backward against double loops over
+// the values the network stores, fp32, bf16 and fp16.
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -11,10 +12,12 @@
 #include "support/fusor_test.hpp"
 
 #include <fusor/nn/activation.hpp>
+#include <fusor/nn/embedding.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/network.hpp>
 #include <fusor/nn/position_embedding.hpp>
 #include <fusor/nn/rmsnorm.hpp>
+#include <fusor/nn/tied_linear.hpp>
 
 using namespace fusor;
 using namespace fusor_test;
@@ -231,6 +234,63 @@ void check_position_embedding(double tolerance) {
   CHECK(r.dx == r.dy);
   check_close(r.gradients[0], dtable, tolerance, "position_embedding dweight");
 }
+
+// An nn::embedding<11, 8> whose table the head nn::tied_linear<8, 11, 0> reads:
+// logits[t] = table table[id[t]]; the table's one gradient sums the head's
+// dy^T x and the embedding's scatter of the head's dx (ids repeat, so rows add).
+template <class P>
+void check_tied_head(double tolerance) {
+  constexpr index_t vocabulary = 11, channels = 8, tokens = 5, batch = 3, rows = tokens * batch;
+  using net_t = nn::network<nn::sequential<nn::features<5>, nn::embedding<11, 8>, nn::tied_linear<8, 11, 0>>, P, space>;
+  executor ex{};
+  net_t net(batch, {.seed = 41});
+  values table;
+  int parameters = 0;
+  net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto) {
+    ++parameters;
+    CHECK(slot.name == "0.weight");
+    host_tensor<typename decltype(v)::precision, typename decltype(v)::extents_type> h(v.extents());
+    fill_random(h, 42, -1.5, 1.5);
+    copy(v, h);
+    table = to_values(h);
+  });
+  CHECK(parameters == 1);
+  CHECK(net.parameter_count() == vocabulary * channels);
+  host_tensor<std::int32_t, dextents<index_t, 2>> ids(batch, tokens);
+  for (index_t i = 0; i < rows; ++i) ids.data()[i] = std::int32_t((i * 7 + 3) % vocabulary);
+  const auto ids_space = to_space(ids);
+  const values y = to_values(net.forward(ids_space, ex));
+  const auto dy_view = net.output_gradient();
+  host_tensor<P, typename decltype(dy_view)::extents_type> dy_host(dy_view.extents());
+  fill_random(dy_host, 43, -1.5, 1.5);
+  copy(dy_view, dy_host);
+  const values dy = to_values(dy_host);
+  net.backward(ex);
+  finish(ex);
+  values dtable;
+  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { dtable = to_values(g); });
+
+  values want_y(std::size_t(rows * vocabulary)), want_dtable(table.size(), 0.0);
+  for (index_t t = 0; t < rows; ++t) {
+    const index_t id = ids.data()[t];
+    for (index_t v = 0; v < vocabulary; ++v) {
+      double logit = 0;
+      for (index_t c = 0; c < channels; ++c) {
+        logit += table[std::size_t(id * channels + c)] * table[std::size_t(v * channels + c)];
+        want_dtable[std::size_t(v * channels + c)] += dy[std::size_t(t * vocabulary + v)] * table[std::size_t(id * channels + c)];
+      }
+      want_y[std::size_t(t * vocabulary + v)] = logit;
+    }
+    for (index_t c = 0; c < channels; ++c) {
+      double dx = 0;
+      for (index_t v = 0; v < vocabulary; ++v)
+        dx += dy[std::size_t(t * vocabulary + v)] * table[std::size_t(v * channels + c)];
+      want_dtable[std::size_t(id * channels + c)] += stored<P>(dx);  // the embedding's dy, as stored
+    }
+  }
+  check_close(y, want_y, tolerance, "tied head forward");
+  check_close(dtable, want_dtable, tolerance, "tied table gradient");
+}
 }  // namespace
 
 FUSOR_TEST_CASE("linear over features<Tokens, In>: forward and backward per token, every activation, fp32 and bf16") {
@@ -292,4 +352,9 @@ FUSOR_TEST_CASE("rmsnorm: its weight starts at 1, named weight") {
     CHECK(to_values(v) == values(10, 1.0));
   });
   CHECK(parameters == 1);
+}
+
+FUSOR_TEST_CASE("tied_linear: an output head that reads the embedding's table; one gradient sums both uses") {
+  check_tied_head<fp32>(2e-5);
+  check_tied_head<bf16>(5e-2);
 }

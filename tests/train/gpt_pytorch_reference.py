@@ -81,7 +81,11 @@ def gpt(vocabulary=VOCABULARY, context=CONTEXT, channels=CHANNELS, heads=HEADS, 
         layers.append(Residual(torch.nn.LayerNorm(c), torch.nn.Linear(c, 3 * c), CausalAttention(heads),
                                torch.nn.Linear(c, c)))
         layers.append(Residual(torch.nn.LayerNorm(c), LinearGelu(c, 4 * c), torch.nn.Linear(4 * c, c)))
-    layers += [torch.nn.LayerNorm(c), torch.nn.Linear(c, vocabulary)]
+    # The head is tied to the token embedding (GPT-2's weight tying): its weight
+    # is layer 0's, so named_parameters() and the optimizer see it once, as 0.weight.
+    head = torch.nn.Linear(c, vocabulary, bias=False)
+    head.weight = layers[0].weight
+    layers += [torch.nn.LayerNorm(c), head]
     return torch.nn.Sequential(*layers)
 
 

@@ -3,6 +3,11 @@
 // tensors) and batches of them (3-D, leading batch axis, any batch stride; a
 // 2-D operand is shared by every batch). OpenBLAS runs it under the host
 // executor, cuBLASLt under the CUDA executor (one call, the epilogue fused).
+// 4-D operands [B, H, M, N] (attention's batch and heads) are a batch of B * H:
+// one strided-batched call where every 4-D operand's two batch axes fold into
+// one stride (stride(0) == H * stride(1), as in contiguous memory), else one
+// strided-batched call of H per b (permuted views such as q [B, T, H, D] seen
+// as [B, H, T, D]). 4-D products take no epilogue.
 //
 //   matmul(y, x, transpose(w));                                        // y = x w^T, host
 //   matmul(y, x, transpose(w), epilogue::gelu_tanh(b, pre), executor);  // Linear + bias + GELU
@@ -17,6 +22,8 @@
 // Programs that call matmul link the CMake target fusor::blas.
 #pragma once
 
+#include <array>
+#include <string>
 #include <type_traits>
 
 #include "fusor/config.hpp"
@@ -71,26 +78,129 @@ constexpr bool check_matmul_types() {
 }
 }  // namespace detail
 
+namespace detail {
+// ---- 4-D operands: a batch of B x H matrices --------------------------------------
+template <class CE, class OE>
+constexpr bool static_batch_axes_agree() {
+  if constexpr (OE::rank() == 2) return true;
+  else return static_equal(OE::static_extent(0), CE::static_extent(0)) && static_equal(OE::static_extent(1), CE::static_extent(1));
+}
+
+// c [B, H, M, N] = a [B, H, M, K] (or [M, K]) times b [B, H, K, N] (or [K, N]).
+template <class CV, class AV, class BV>
+void check_4d_matmul_shapes(const CV& c, const AV& a, const BV& b) {
+  const auto fail = [&](const char* what) {
+    throw shape_error(std::string("fusor: matmul's ") + what + ": c " + shape_string(c.extents()) + " = a " +
+                      shape_string(a.extents()) + " times b " + shape_string(b.extents()));
+  };
+  constexpr std::size_t ar = AV::rank, br = BV::rank;
+  if (a.extent(ar - 1) != b.extent(br - 2)) fail("inner dimensions differ");
+  if (c.extent(2) != a.extent(ar - 2) || c.extent(3) != b.extent(br - 1)) fail("shapes do not agree");
+  if constexpr (ar == 4)
+    if (a.extent(0) != c.extent(0) || a.extent(1) != c.extent(1)) fail("batch axes differ");
+  if constexpr (br == 4)
+    if (b.extent(0) != c.extent(0) || b.extent(1) != c.extent(1)) fail("batch axes differ");
+}
+
+// Whether a 4-D view's two batch axes are one strided batch; a 2-D view always is.
+template <class V>
+bool batch_axes_fold(const V& v) {
+  if constexpr (V::rank == 2) return true;
+  else return v.extent(0) == 1 || v.extent(1) == 1 || v.stride(0) == v.extent(1) * v.stride(1);
+}
+
+// Extents E from every axis's size (the static ones must agree; they are dropped).
+template <class E>
+E extents_from(const std::array<index_t, E::rank()>& sizes) {
+  ::cuda::std::array<index_t, E::rank_dynamic()> dynamic_sizes{};
+  for (std::size_t r = 0, d = 0; r != E::rank(); ++r)
+    if (E::static_extent(r) == dynamic) dynamic_sizes[d++] = sizes[r];
+  return E(dynamic_sizes);
+}
+template <class V, class E>
+auto strided_3d(typename V::element_type* data, const std::array<index_t, 3>& sizes,
+                const std::array<index_t, 3>& strides) {
+  using mapping = typename strided::template mapping<E>;
+  return view<typename V::precision, E, strided, typename V::space>(
+      data, mapping(extents_from<E>(sizes), ::cuda::std::array<index_t, 3>{strides[0], strides[1], strides[2]}));
+}
+
+// A 4-D view as 3-D [B * H, M, N] (its batch axes fold), or a 2-D view as it is.
+template <class V>
+auto fold_batch_axes(const V& v) {
+  if constexpr (V::rank == 2) {
+    return v;
+  } else {
+    using E = typename V::extents_type;
+    using out_extents = extents<index_t, dynamic, E::static_extent(2), E::static_extent(3)>;
+    const index_t batch_stride = v.extent(1) == 1 ? v.stride(0) : v.stride(1);
+    return strided_3d<V, out_extents>(v.data(), {v.extent(0) * v.extent(1), v.extent(2), v.extent(3)},
+                                      {batch_stride, index_t(v.stride(2)), index_t(v.stride(3))});
+  }
+}
+
+// Item i of a 4-D view's first axis, [H, M, N]; a 2-D view as it is.
+template <class V>
+auto outer_item(const V& v, index_t i) {
+  if constexpr (V::rank == 2) {
+    return v;
+  } else {
+    using E = typename V::extents_type;
+    using out_extents = extents<index_t, E::static_extent(1), E::static_extent(2), E::static_extent(3)>;
+    return strided_3d<V, out_extents>(v.data() + i * v.stride(0), {v.extent(1), v.extent(2), v.extent(3)},
+                                      {index_t(v.stride(1)), index_t(v.stride(2)), index_t(v.stride(3))});
+  }
+}
+}  // namespace detail
+
+namespace detail {
+// c = a b for matrices and 3-D batches of them: views, checked, then run.
+template <class CV, class AV, class BV, class Epilogue, class Executor>
+void matmul_matrices(const CV& cv, const AV& av, const BV& bv, const Epilogue& ep, const Executor& executor) {
+  static_assert((CV::rank == 2 || CV::rank == 3) && (AV::rank == 2 || AV::rank == 3) && (BV::rank == 2 || BV::rank == 3),
+                "fusor: matmul's operands are matrices (2-D) or batches of them (3-D, batch axis first; 4-D [B, H, "
+                "., .] with a 4-D c)");
+  static_assert(CV::rank == 3 || (AV::rank == 2 && BV::rank == 2),
+                "fusor: a batched matmul (3-D a or b) needs a 3-D c");
+  static_assert(check_static_matmul_shapes<typename CV::extents_type, typename AV::extents_type,
+                                           typename BV::extents_type>());
+  static_assert(check_matmul_types<typename AV::precision, typename BV::precision, typename CV::precision>());
+  static_assert(check_epilogue_types<Epilogue, CV>());
+  check_matmul_shapes(strides_of(cv), strides_of(av), strides_of(bv), CV::rank == 3, AV::rank == 3, BV::rank == 3);
+  run_matmul(executor, cv, av, bv, ep);
+}
+
+// c [B, H, M, N] = a b: one strided batch of B * H where the batch axes fold, else B of H.
+template <class CV, class AV, class BV, class Executor>
+void matmul_4d(const CV& cv, const AV& av, const BV& bv, const Executor& executor) {
+  static_assert((AV::rank == 2 || AV::rank == 4) && (BV::rank == 2 || BV::rank == 4),
+                "fusor: a 4-D matmul's a and b are 4-D [B, H, ., .] or 2-D (shared by every batch)");
+  static_assert(static_batch_axes_agree<typename CV::extents_type, typename AV::extents_type>() &&
+                    static_batch_axes_agree<typename CV::extents_type, typename BV::extents_type>(),
+                "fusor: a 4-D matmul's batch axes [B, H] differ between c and a or b");
+  check_4d_matmul_shapes(cv, av, bv);
+  if (batch_axes_fold(cv) && batch_axes_fold(av) && batch_axes_fold(bv)) {
+    matmul_matrices(fold_batch_axes(cv), fold_batch_axes(av), fold_batch_axes(bv), epilogue::none{}, executor);
+    return;
+  }
+  for (index_t i = 0; i < cv.extent(0); ++i)
+    matmul_matrices(outer_item(cv, i), outer_item(av, i), outer_item(bv, i), epilogue::none{}, executor);
+}
+}  // namespace detail
+
 template <class C, class A, class B, class Epilogue = epilogue::none, class Executor = host_executor>
   requires detail::matmul_epilogue<Epilogue>
 void matmul(const C& c, const A& a, const B& b, const Epilogue& ep = {}, const Executor& executor = {}) {
   const auto cv = detail::matmul_operand(c);
   const auto av = detail::matmul_operand(a);
   const auto bv = detail::matmul_operand(b);
-  using CV = decltype(cv);
-  using AV = decltype(av);
-  using BV = decltype(bv);
-  static_assert((CV::rank == 2 || CV::rank == 3) && (AV::rank == 2 || AV::rank == 3) && (BV::rank == 2 || BV::rank == 3),
-                "fusor: matmul's operands are matrices (2-D) or batches of them (3-D, batch axis first)");
-  static_assert(CV::rank == 3 || (AV::rank == 2 && BV::rank == 2),
-                "fusor: a batched matmul (3-D a or b) needs a 3-D c");
-  static_assert(detail::check_static_matmul_shapes<typename CV::extents_type, typename AV::extents_type,
-                                                   typename BV::extents_type>());
-  static_assert(detail::check_matmul_types<typename AV::precision, typename BV::precision, typename CV::precision>());
-  static_assert(detail::check_epilogue_types<Epilogue, CV>());
-  detail::check_matmul_shapes(detail::strides_of(cv), detail::strides_of(av), detail::strides_of(bv), CV::rank == 3,
-                              AV::rank == 3, BV::rank == 3);
-  detail::run_matmul(executor, cv, av, bv, ep);
+  if constexpr (decltype(cv)::rank == 4) {
+    static_assert(std::is_same_v<Epilogue, epilogue::none>,
+                  "fusor: a 4-D matmul takes no epilogue (view it as 3-D [B * H, M, N] for one)");
+    detail::matmul_4d(cv, av, bv, executor);
+  } else {
+    detail::matmul_matrices(cv, av, bv, ep, executor);
+  }
 }
 
 template <class C, class A, class B, class Executor>

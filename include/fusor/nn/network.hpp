@@ -279,7 +279,8 @@ class network {
   const groups_type& groups() const { return groups_; }
   template <class Element>
   parameter_group<Element, Space>& group() { return std::get<parameter_group<Element, Space>>(groups_); }
-  // fn(name, values, gradients) for every parameter, in layer order: flat views.
+  // fn(name, values, gradients) for every parameter, in layer order: flat views
+  // (a tied parameter is its owner, met once under the owner's name).
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
     for_each_group([&](const auto& group) {
@@ -290,7 +291,7 @@ class network {
   index_t parameter_count() const {
     index_t n = 0;
     for (std::size_t id = 0; id != specs_.size(); ++id)
-      if (holds(spec_layers_[id])) n += specs_[id].size();
+      if (holds(spec_layers_[id]) && specs_[id].tied_to.empty()) n += specs_[id].size();  // a tied weight once
     return n;
   }
 
@@ -363,7 +364,11 @@ class network {
       auto& group = std::get<parameter_group<element, Space>>(groups_);
       for (parameter_spec spec : layer::parameters()) {
         const std::string name = std::to_string(I) + "." + spec.name;
-        if (holds(I)) group.add(name, spec.shape);
+        if (!spec.tied_to.empty()) check_tie(name, spec, I);
+        if (holds(I)) {
+          if (spec.tied_to.empty()) group.add(name, spec.shape);
+          else group.add_tied(name, spec.shape, spec.tied_to);
+        }
         slot_ids_.add(name, specs_.size());
         specs_.push_back(std::move(spec));
         spec_layers_.push_back(I);
@@ -374,21 +379,76 @@ class network {
     } else {
       for_each_group([&](auto& group) {
         using group_type = std::remove_cvref_t<decltype(group)>;
-        group.share(std::get<group_type>(shared->groups_));
+        group.share(std::get<group_type>(shared->groups_), stream_);
       });
     }
     for_each_index([&]<std::size_t I>() {
       if (!holds(I)) return;
       using layer = layer_type<I>;
       using element = storage_t<typename layer::precision>;
-      auto& group = std::get<parameter_group<element, Space>>(groups_);
+      const auto& group = std::get<parameter_group<element, Space>>(groups_);
+      // In the order of the layer's specs: a tied parameter reads its owner's values.
       parameter_binding<element, Space> binding;
-      for (const parameter_slot& slot : group.slots())
-        if (slot.name.starts_with(std::to_string(I) + ".")) {
+      const std::string prefix = std::to_string(I) + ".";
+      for (const tied_slot& tied : group.tied_slots())
+        if (tied.slot.name.starts_with(prefix)) tied_parameters_.push_back(tied.slot.name);
+      for (std::size_t id = 0; id != specs_.size(); ++id) {
+        if (spec_layers_[id] != I) continue;
+        const std::string name = prefix + specs_[id].name;
+        if (specs_[id].tied_to.empty()) {
+          const parameter_slot& slot = *group.find(name);
           binding.values.push_back(group.value(slot));
           binding.gradients.push_back(group.gradient(slot));
+        } else {
+          const tied_slot& tied = find_tied(group, name);
+          binding.values.push_back(group.value(*group.find(tied.owner)));
+          binding.gradients.push_back(group.tied_gradient(tied));
         }
+      }
       std::get<I>(layers_).bind(binding);
+    });
+  }
+
+  // A tied parameter's owner comes earlier (its backward runs after the tied
+  // layer's, and then adds the tied gradient in), in the same network (not
+  // another pipeline stage), and neither is sharded.
+  void check_tie(const std::string& name, const parameter_spec& spec, std::size_t layer) const {
+    std::size_t owner = 0;
+    try {
+      owner = slot_ids_[spec.tied_to];
+    } catch (const error&) {
+      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
+                  ", which is not a parameter of a layer before it");
+    }
+    if (!specs_[owner].tied_to.empty())
+      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to + ", itself tied to " +
+                  specs_[owner].tied_to + "; tie both to " + specs_[owner].tied_to);
+    if (holds(layer) != holds(spec_layers_[owner]))
+      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
+                  " in another pipeline stage; tied layers must be in the same stage");
+    if (spec.shard.ways > 1 || specs_[owner].shard.ways > 1)
+      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
+                  "; tied parameters cannot be sharded (tensor parallelism)");
+  }
+  template <class Group>
+  static const tied_slot& find_tied(const Group& group, const std::string& name) {
+    for (const tied_slot& t : group.tied_slots())
+      if (t.slot.name == name) return t;
+    throw error("fusor::nn::network: no tied parameter named " + name);
+  }
+
+  // After layer I's backward: the gradients of parameters tied to its
+  // parameters are added into them (owner += tied), before anyone reads them.
+  template <std::size_t I, class Executor>
+  void add_tied_gradients(const Executor& ex) {
+    if (tied_parameters_.empty()) return;
+    const std::string prefix = std::to_string(I) + ".";
+    for_each_group([&](const auto& group) {
+      for (const tied_slot& tied : group.tied_slots())
+        if (tied.owner.starts_with(prefix)) {
+          const auto owner = group.gradient(*group.find(tied.owner));
+          assign(owner, owner + group.tied_gradient(tied), ex);
+        }
     });
   }
 
@@ -442,6 +502,7 @@ class network {
     else dx = input_gradient_;
     if (holds(I)) {
       std::get<I>(layers_).backward(layer_input<I>(), output<I>(), output_gradient_of<I>(), dx, ex);
+      add_tied_gradients<I>(ex);
       layer_done(I);
     }
     if constexpr (I > 0) backward_from<I - 1>(ex, layer_done);
@@ -470,6 +531,7 @@ class network {
   std::vector<parameter_spec> specs_;
   std::vector<std::size_t> spec_layers_;  // the layer of each spec
   slot_index slot_ids_;
+  std::vector<std::string> tied_parameters_;  // the tied parameters this network holds (none: nothing to add)
   input_view input_{};
   input_view input_gradient_{};
   tensor<input_precision, typename input_features::batched_extents, row_major, Space> input_buffer_;

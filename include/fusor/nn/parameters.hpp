@@ -7,6 +7,12 @@
 // each starting on a 32-element boundary (16-byte aligned for vector loads and
 // cuBLASLt). Padding elements are zero and their gradients stay zero, so an
 // optimizer may sweep the whole buffer.
+//
+// Weight tying: a parameter whose spec says `tied_to = "0.weight"` is that
+// parameter. It has no slot in the buffers (an optimizer, a gradient norm, a
+// checkpoint and an all-reduce see the weight once); the layer reads the
+// owner's values and writes its gradient into a buffer of its own, which the
+// network adds into the owner's gradient after the owner's backward.
 #pragma once
 
 #include <array>
@@ -57,6 +63,7 @@ struct parameter_spec {
   std::vector<index_t> shape;     // logical, row-major in memory (this rank's slice when sharded)
   initializer init;
   sharding shard = {};
+  std::string tied_to = {};       // weight tying: the network name of the parameter this one is
   index_t size() const {
     index_t n = 1;
     for (index_t e : shape) n *= e;
@@ -70,6 +77,13 @@ struct parameter_slot {
   std::vector<index_t> shape;
   index_t offset = 0;
   index_t size = 0;
+};
+
+// A parameter tied to another (its owner, in the same group): where its own
+// gradient lies in the group's tied-gradient buffer.
+struct tied_slot {
+  parameter_slot slot;  // offset into tied_gradients()
+  std::string owner;    // the owner's name ("0.weight")
 };
 
 // What a layer is handed: its parameters' values and gradients, in order of
@@ -106,8 +120,30 @@ class parameter_group {
     size_ += (size + parameter_alignment - 1) / parameter_alignment * parameter_alignment;
     return slots_.back();
   }
+  // Reserves a gradient for a parameter tied to `owner` (added before, same size).
+  const tied_slot& add_tied(std::string name, std::vector<index_t> shape, const std::string& owner) {
+    const parameter_slot* o = find(owner);
+    if (o == nullptr)
+      throw error("fusor::nn: parameter " + name + " is tied to " + owner +
+                  ", which is not a parameter of the same element type earlier in the network");
+    index_t size = 1;
+    for (index_t e : shape) size *= e;
+    if (shape != o->shape)
+      throw shape_error("fusor::nn: parameter " + name + " of shape " + shape_text(shape) + " is tied to " + owner +
+                        " of shape " + shape_text(o->shape));
+    tied_.push_back({{std::move(name), std::move(shape), tied_size_, size}, owner});
+    tied_size_ += (size + parameter_alignment - 1) / parameter_alignment * parameter_alignment;
+    return tied_.back();
+  }
+  const parameter_slot* find(const std::string& name) const {
+    for (const parameter_slot& s : slots_)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
+
   // Allocates both buffers, zeroed (padding included).
   void allocate(stream_t stream) {
+    allocate_tied(stream);
     owned_values_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
     owned_gradients_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(size_), stream);
     std::vector<Element> zeros(static_cast<std::size_t>(size_), Element(0.0f));
@@ -118,13 +154,15 @@ class parameter_group {
   }
   // Uses `owner`'s buffers instead of allocating (same slots required): several
   // networks over one set of parameters, e.g. a pipeline stage's micro-batches in
-  // flight. `owner` must outlive this group.
-  void share(const parameter_group& owner) {
+  // flight. `owner` must outlive this group. Tied gradients stay this group's own
+  // (allocated on `stream`): each network writes them in its own backward.
+  void share(const parameter_group& owner, stream_t stream) {
     if (owner.size_ != size_ || owner.slots_.size() != slots_.size())
       throw error("fusor::nn: parameters shared between networks of different layers (" + std::to_string(size_) +
                   " and " + std::to_string(owner.size_) + " elements)");
     values_ = owner.values_;
     gradients_ = owner.gradients_;
+    allocate_tied(stream);
   }
 
   index_t size() const { return size_; }
@@ -133,12 +171,29 @@ class parameter_group {
   flat_view<Element, Space> gradients() const { return gradients_; }
   flat_view<Element, Space> value(const parameter_slot& s) const { return {values_.data() + s.offset, s.size}; }
   flat_view<Element, Space> gradient(const parameter_slot& s) const { return {gradients_.data() + s.offset, s.size}; }
+  // Tied parameters: their own gradients, which the network adds into their owners'.
+  const std::vector<tied_slot>& tied_slots() const { return tied_; }
+  flat_view<Element, Space> tied_gradient(const tied_slot& t) const { return {tied_gradients_.data() + t.slot.offset, t.slot.size}; }
 
  private:
+  static std::string shape_text(const std::vector<index_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i != shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+  void allocate_tied(stream_t stream) {
+    if (tied_size_ == 0) return;
+    tied_gradients_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(tied_size_), stream);
+    std::vector<Element> zeros(static_cast<std::size_t>(tied_size_), Element(0.0f));
+    copy(tied_gradients_.view(), view<Element, flat_extents>(zeros.data(), tied_size_));
+  }
+
   std::vector<parameter_slot> slots_;
-  index_t size_ = 0;
+  std::vector<tied_slot> tied_;
+  index_t size_ = 0, tied_size_ = 0;
   tensor<Element, flat_extents, row_major, Space> owned_values_;
   tensor<Element, flat_extents, row_major, Space> owned_gradients_;
+  tensor<Element, flat_extents, row_major, Space> tied_gradients_;
   flat_view<Element, Space> values_{};
   flat_view<Element, Space> gradients_{};
 };
