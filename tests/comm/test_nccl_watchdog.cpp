@@ -149,16 +149,16 @@ TEST_CASE("nccl_watchdog: check() polls once") {
   CHECK(aborts == 1);
 }
 
-TEST_CASE("nccl_poll_pause: yields first, then grows from 50 us to at most 2 ms") {
-  using fusor::comm::nccl_poll_pause;
-  for (std::size_t poll = 0; poll < 64; ++poll) CHECK(nccl_poll_pause(poll) == 0ns);
-  CHECK(nccl_poll_pause(64) == 50us);
-  CHECK(nccl_poll_pause(65) == 100us);
+TEST_CASE("poll_pause: yields first, then grows from 50 us to at most 2 ms") {
+  using fusor::comm::poll_pause;
+  for (std::size_t poll = 0; poll < 64; ++poll) CHECK(poll_pause(poll) == 0ns);
+  CHECK(poll_pause(64) == 50us);
+  CHECK(poll_pause(65) == 100us);
   for (std::size_t poll = 1; poll < 10000; ++poll) {
-    CHECK(nccl_poll_pause(poll) >= nccl_poll_pause(poll - 1));
-    CHECK(nccl_poll_pause(poll) <= 2ms);
+    CHECK(poll_pause(poll) >= poll_pause(poll - 1));
+    CHECK(poll_pause(poll) <= 2ms);
   }
-  CHECK(nccl_poll_pause(1000) == 2ms);
+  CHECK(poll_pause(1000) == 2ms);
 }
 
 TEST_CASE("nccl timeout: the option, else FUSOR_NCCL_TIMEOUT_S, else 10 minutes; bad values named") {

@@ -21,41 +21,28 @@
 // (the communicator returns errors instead of MPI's default of aborting).
 // Every collective is non-blocking (MPI_I...) and returns an mpi_request. avg is
 // a sum followed, in wait(), by a division by size(). bf16/fp16: see mpi_types.hpp.
+// Waits never hang forever, and diverging ranks can be caught before they hang
+// (mpi_options: a timeout, and the collective check): see comm/mpi_watchdog.hpp.
 #pragma once
 
 #include <fusor/comm/communicator.hpp>
+#include <fusor/comm/mpi_error.hpp>
 #include <fusor/comm/mpi_types.hpp>
+#include <fusor/comm/mpi_watchdog.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace fusor::comm {
-
-struct mpi_error : error {
-  using error::error;
-};
-
-namespace detail {
-inline int world_rank() {
-  int initialized = 0, finalized = 0, rank = -1;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-inline void mpi_check(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char message[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, message, &length) != MPI_SUCCESS) length = 0;
-  throw mpi_error(std::string("fusor::comm::mpi: ") + call + " failed on rank " + std::to_string(world_rank()) +
-                  ": " + std::string(message, static_cast<std::size_t>(length)));
-}
-}  // namespace detail
 
 // Starts MPI (unless already started) and ends it; destroyed while an exception
 // unwinds the stack, it aborts every rank instead.
@@ -93,29 +80,40 @@ class mpi_environment {
   int exceptions_at_start_ = std::uncaught_exceptions();
 };
 
-// A collective or message in flight. wait() finishes it (and an avg's division);
-// destroyed unwaited, it waits, so buffers are never left in MPI's hands.
+// A collective or message in flight. wait() finishes it (and an avg's division)
+// under the communicator's timeout; destroyed unwaited, it waits, so buffers
+// are never left in MPI's hands (a timeout there ends the job: a destructor
+// cannot throw).
 class [[nodiscard]] mpi_request {
  public:
-  mpi_request(MPI_Request r, const char* call, std::function<void()> after = {})
-      : request_(r), call_(call), after_(std::move(after)) {}
+  mpi_request(MPI_Request r, std::string call, const mpi_watch* watch, std::int64_t sequence,
+              std::function<void()> after = {})
+      : request_(r), call_(std::move(call)), watch_(watch), sequence_(sequence), after_(std::move(after)) {}
   mpi_request(mpi_request&& o) noexcept
-      : request_(std::exchange(o.request_, MPI_REQUEST_NULL)), call_(o.call_), after_(std::move(o.after_)) {
+      : request_(std::exchange(o.request_, MPI_REQUEST_NULL)), call_(std::move(o.call_)), watch_(o.watch_),
+        sequence_(o.sequence_), after_(std::move(o.after_)) {
     o.after_ = {};
   }
   mpi_request& operator=(mpi_request&&) = delete;
   ~mpi_request() {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (request_ == MPI_REQUEST_NULL) return;
+    try {
+      wait_watched(request_, *watch_, call_, sequence_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fusor: rank %d: %s\n", detail::world_rank(), e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
   }
   void wait() {
     if (request_ == MPI_REQUEST_NULL && !after_) return;
-    detail::mpi_check(MPI_Wait(&request_, MPI_STATUS_IGNORE), call_);
+    if (request_ != MPI_REQUEST_NULL) wait_watched(request_, *watch_, call_, sequence_);
     finish();
   }
   bool test() {
     if (request_ == MPI_REQUEST_NULL && !after_) return true;
     int done = 0;
-    detail::mpi_check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), call_);
+    detail::mpi_check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), call_.c_str());
     if (done) finish();
     return done != 0;
   }
@@ -126,7 +124,9 @@ class [[nodiscard]] mpi_request {
     if (after) after();
   }
   MPI_Request request_;
-  const char* call_;
+  std::string call_;  // as messages name it: "all_reduce #3 (1024 x float, sum)"
+  const mpi_watch* watch_;
+  std::int64_t sequence_;  // 0 for a message
   std::function<void()> after_;
 };
 
@@ -134,7 +134,7 @@ class [[nodiscard]] mpi_request {
 // default), so fusor's messages never match the program's own.
 class mpi {
  public:
-  explicit mpi(MPI_Comm parent = MPI_COMM_WORLD) {
+  explicit mpi(MPI_Comm parent = MPI_COMM_WORLD, mpi_options options = {}) {
     detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
     detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -145,6 +145,11 @@ class mpi {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
     ops_.create();
+    watch_ = std::make_unique<mpi_watch>();
+    watch_->timeout = resolve_mpi_timeout(options.timeout, std::getenv(mpi_timeout_variable));
+    watch_->check_collectives = resolve_mpi_check(options.check_collectives, std::getenv(mpi_check_variable));
+    watch_->rank = rank_;
+    watch_->board.open(comm_);
   }
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
@@ -154,6 +159,7 @@ class mpi {
     // While an exception unwinds, the job is about to be aborted: freeing the
     // communicator (collective in MPI's terms) could wait for the other ranks.
     if (finalized || std::uncaught_exceptions() > 0) return;
+    watch_->board.free();
     ops_.free();
     MPI_Comm_free(&comm_);
   }
@@ -162,6 +168,11 @@ class mpi {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   MPI_Comm native() const { return comm_; }
+  // How long a wait may take, whether collectives are checked, and how many
+  // collectives this communicator has started (the last one's number).
+  seconds_d timeout() const { return watch_->timeout; }
+  bool checks_collectives() const { return watch_->check_collectives; }
+  std::int64_t collectives_started() const { return sequence_; }
 
   template <class S, class R>
   mpi_request all_reduce(const S& send, const R& recv, reduction_op op) const {
@@ -169,7 +180,8 @@ class mpi {
     const auto r = checked(recv, "recv");
     same_type(s, r);
     detail::require_same_size(s.size, r.size, "all_reduce", "send", "recv");
-    return reduction(s.data == r.data ? MPI_IN_PLACE : s.data, r, op, "MPI_Iallreduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+    const mpi_call call = begin(mpi_call::all_reduce, s, op);
+    return reduction(s.data == r.data ? MPI_IN_PLACE : s.data, r, op, call, "MPI_Iallreduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
       return MPI_Iallreduce(sb, r.data, count(r.size), type_of(r), o, comm_, q);
     });
   }
@@ -183,7 +195,8 @@ class mpi {
     const auto r = checked(recv, "recv");
     same_type(s, r);
     detail::require_chunks(s.size, r.size, size_, "reduce_scatter", "send", "recv");
-    return reduction(s.data, r, op, "MPI_Ireduce_scatter_block", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+    const mpi_call call = begin(mpi_call::reduce_scatter, s, op);
+    return reduction(s.data, r, op, call, "MPI_Ireduce_scatter_block", [&](auto* sb, MPI_Op o, MPI_Request* q) {
       return MPI_Ireduce_scatter_block(sb, r.data, count(r.size), type_of(r), o, comm_, q);
     });
   }
@@ -195,12 +208,13 @@ class mpi {
     detail::require_divisible(b.size, size_, "reduce_scatter");
     using T = element_of<decltype(b)>;
     const index_t chunk = b.size / size_;
+    const mpi_call call = begin(mpi_call::reduce_scatter, b, op);
     MPI_Request q;
     detail::mpi_check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, b.data, count(chunk), type_of(b),
                                                 ops_.template get<T>(op == reduction_op::max), comm_, &q),
                       "MPI_Ireduce_scatter_block");
     // MPI leaves the result at the start of the buffer: move it to this rank's chunk.
-    return {q, "MPI_Ireduce_scatter_block", [data = b.data, chunk, rank = rank_, ranks = size_, op] {
+    return {q, describe(call), watch_.get(), call.sequence, [data = b.data, chunk, rank = rank_, ranks = size_, op] {
               T* mine = data + chunk * rank;
               if (rank != 0) std::copy(data, data + chunk, mine);
               if (op == reduction_op::avg)
@@ -213,29 +227,32 @@ class mpi {
     const auto r = checked(recv, "recv");
     same_type(s, r);
     detail::require_chunks(r.size, s.size, size_, "all_gather", "recv", "send");
+    const mpi_call call = begin(mpi_call::all_gather, s);
     MPI_Request q;
     detail::mpi_check(MPI_Iallgather(s.data, count(s.size), type_of(s), r.data, count(s.size), type_of(r), comm_, &q),
                       "MPI_Iallgather");
-    return {q, "MPI_Iallgather"};
+    return {q, describe(call), watch_.get(), call.sequence};
   }
   // In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
   template <class V>
   mpi_request all_gather(const V& inout) const {
     const auto r = checked(inout, "all_gather's buffer");
     detail::require_divisible(r.size, size_, "all_gather");
+    const mpi_call call = begin(mpi_call::all_gather, r);
     MPI_Request q;
     detail::mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data, count(r.size / size_), type_of(r),
                                      comm_, &q),
                       "MPI_Iallgather");
-    return {q, "MPI_Iallgather"};
+    return {q, describe(call), watch_.get(), call.sequence};
   }
   template <class V>
   mpi_request broadcast(const V& inout, int root) const {
     detail::require_rank(root, size_, "broadcast", "root");
     const auto b = checked(inout, "broadcast's buffer");
+    const mpi_call call = begin(mpi_call::broadcast, b, std::nullopt, root);
     MPI_Request q;
     detail::mpi_check(MPI_Ibcast(b.data, count(b.size), type_of(b), root, comm_, &q), "MPI_Ibcast");
-    return {q, "MPI_Ibcast"};
+    return {q, describe(call), watch_.get(), call.sequence};
   }
   // recv is written on root only (other ranks' recv is not touched).
   template <class S, class R>
@@ -246,9 +263,10 @@ class mpi {
     same_type(s, r);
     detail::require_same_size(s.size, r.size, "reduce", "send", "recv");
     const bool here = rank_ == root;
+    const mpi_call call = begin(mpi_call::reduce, s, op, root);
     return reduction(
         here && s.data == r.data ? MPI_IN_PLACE : s.data, r, here ? op : (op == reduction_op::avg ? reduction_op::sum : op),
-        "MPI_Ireduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
+        call, "MPI_Ireduce", [&](auto* sb, MPI_Op o, MPI_Request* q) {
           return MPI_Ireduce(sb, r.data, count(r.size), type_of(r), o, root, comm_, q);
         });
   }
@@ -258,7 +276,7 @@ class mpi {
     const auto d = checked(data, "send's buffer");
     MPI_Request q;
     detail::mpi_check(MPI_Isend(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Isend");
-    return {q, "MPI_Isend"};
+    return {q, message_name("send to", d, peer, tag), watch_.get(), 0};
   }
   template <class V>
   mpi_request recv(const V& data, int peer, int tag) const {
@@ -266,7 +284,7 @@ class mpi {
     const auto d = checked(data, "recv's buffer");
     MPI_Request q;
     detail::mpi_check(MPI_Irecv(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Irecv");
-    return {q, "MPI_Irecv"};
+    return {q, message_name("recv from", d, peer, tag), watch_.get(), 0};
   }
 
   // Non-blocking calls need no grouping: keep each request until it is waited for.
@@ -295,20 +313,48 @@ class mpi {
   // Starts a reduction with MPI's (or fusor's 16-bit) operation; avg divides the
   // result by size() once it has arrived.
   template <class R, class Start>
-  mpi_request reduction(const void* send, const R& r, reduction_op op, const char* call, Start start) const {
+  mpi_request reduction(const void* send, const R& r, reduction_op op, const mpi_call& call, const char* mpi_name,
+                        Start start) const {
     using T = element_of<R>;
     const MPI_Op mpi_op = ops_.template get<T>(op == reduction_op::max);
     MPI_Request q;
-    detail::mpi_check(start(const_cast<void*>(send), mpi_op, &q), call);
-    if (op != reduction_op::avg) return {q, call};
-    return {q, call, [data = r.data, n = r.size, ranks = size_] {
+    detail::mpi_check(start(const_cast<void*>(send), mpi_op, &q), mpi_name);
+    if (op != reduction_op::avg) return {q, describe(call), watch_.get(), call.sequence};
+    return {q, describe(call), watch_.get(), call.sequence, [data = r.data, n = r.size, ranks = size_] {
               for (index_t i = 0; i < n; ++i) data[i] = convert<T>(convert<double>(data[i]) / ranks);
             }};
+  }
+
+  // Numbers the next collective, publishes that this rank has entered it, and
+  // checks it against the other ranks' (when asked).
+  template <class F>
+  mpi_call begin(std::int64_t what, const F& buffer, std::optional<reduction_op> op = std::nullopt, int root = -1) const {
+    const mpi_call call{what, buffer.size, detail::element_code<element_of<F>>(), op ? std::int64_t(*op) : -1, root,
+                        ++sequence_};
+    watch_->board.enter(call.sequence);
+    if (watch_->check_collectives) check_collective(call);
+    return call;
+  }
+  void check_collective(const mpi_call& call) const {
+    std::vector<mpi_call> calls(static_cast<std::size_t>(size_));
+    MPI_Request q;
+    detail::mpi_check(MPI_Iallgather(&call, sizeof(mpi_call), MPI_BYTE, calls.data(), sizeof(mpi_call), MPI_BYTE, comm_, &q),
+                      "MPI_Iallgather");
+    wait_watched(q, *watch_, "the collective check before " + describe(call), call.sequence);
+    const std::string mismatch = mismatch_message(calls);
+    if (!mismatch.empty()) throw mpi_mismatch_error(mismatch + " (seen on rank " + std::to_string(rank_) + ")");
+  }
+  template <class F>
+  static std::string message_name(const char* what, const F& buffer, int peer, int tag) {
+    return std::string(what) + " rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ", " +
+           std::to_string(buffer.size) + " x " + detail::element_name(detail::element_code<element_of<F>>()) + ")";
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   detail::half_ops ops_;
+  std::unique_ptr<mpi_watch> watch_;     // requests point at it
+  mutable std::int64_t sequence_ = 0;    // the last collective's number
 };
 
 static_assert(communicator<mpi>);

@@ -13,22 +13,18 @@
 // environment variable FUSOR_NCCL_TIMEOUT_S (seconds, > 0, decimals allowed),
 // else 10 minutes.
 //
-// Plain C++ (no CUDA, no NCCL), so the policy is tested on the host with a fake
-// clock (tests/comm/test_nccl_watchdog.cpp); comm/nccl_request.hpp gives it
+// Plain C++ (no CUDA, no NCCL; polling and pauses are comm/poll.hpp's), so the
+// policy is tested on the host with a fake clock
+// (tests/comm/test_nccl_watchdog.cpp); comm/nccl_request.hpp gives it
 // cudaEventQuery + ncclCommGetAsyncError as the query and ncclCommAbort as the abort.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstddef>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <thread>
-#include <utility>
 
+#include "fusor/comm/poll.hpp"
 #include "fusor/core/error.hpp"
 
 namespace fusor::comm {
@@ -38,8 +34,6 @@ struct nccl_error : error {
   using error::error;
 };
 
-using seconds_d = std::chrono::duration<double>;
-
 inline constexpr seconds_d default_nccl_timeout{600.0};
 inline constexpr const char* nccl_timeout_variable = "FUSOR_NCCL_TIMEOUT_S";
 
@@ -47,19 +41,7 @@ inline constexpr const char* nccl_timeout_variable = "FUSOR_NCCL_TIMEOUT_S";
 // FUSOR_NCCL_TIMEOUT_S, null when unset), else default_nccl_timeout. A value
 // that is not a finite number of seconds above 0 is an error naming it.
 inline seconds_d resolve_nccl_timeout(std::optional<seconds_d> option, const char* environment) {
-  if (option) {
-    if (!(option->count() > 0) || !std::isfinite(option->count()))
-      throw error("fusor::comm::nccl: the timeout option is " + std::to_string(option->count()) +
-                  " s; it must be a finite number of seconds above 0");
-    return *option;
-  }
-  if (environment == nullptr || *environment == '\0') return default_nccl_timeout;
-  char* end = nullptr;
-  const double seconds = std::strtod(environment, &end);
-  if (end == environment || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0))
-    throw error(std::string("fusor::comm::nccl: ") + nccl_timeout_variable + "=\"" + environment +
-                "\" is not a number of seconds above 0 (for example 600, or 0.5)");
-  return seconds_d(seconds);
+  return resolve_timeout(option, environment, default_nccl_timeout, nccl_timeout_variable, "fusor::comm::nccl");
 }
 inline seconds_d nccl_timeout_from_environment(std::optional<seconds_d> option = {}) {
   return resolve_nccl_timeout(option, std::getenv(nccl_timeout_variable));
@@ -77,14 +59,6 @@ inline std::string describe(const nccl_operation& op) {
          (op.peer < 0 ? std::string(", all ranks") : ", peer " + std::to_string(op.peer));
 }
 
-// "12.3 s", to a tenth of a second (a timeout of 0.25 s shows as 0.25 s).
-inline std::string seconds_text(seconds_d s) {
-  char text[48];
-  const double v = s.count();
-  std::snprintf(text, sizeof text, v < 1.0 ? "%.3g s" : "%.1f s", v);
-  return text;
-}
-
 // The message of a wait that failed (`reason` not empty) or timed out (`reason` empty).
 inline std::string nccl_wait_message(const nccl_operation& op, seconds_d waited, seconds_d timeout,
                                      const std::string& reason) {
@@ -97,39 +71,6 @@ inline std::string nccl_wait_message(const nccl_operation& op, seconds_d waited,
     message += ": failed after waiting " + seconds_text(waited) + ": " + reason;
   return message + "; the communicator was aborted (ncclCommAbort)";
 }
-
-// What one poll found.
-struct poll_status {
-  enum class state { pending, done, failed };
-  state value = state::pending;
-  std::string reason;  // when failed: what failed
-
-  static poll_status pending() { return {}; }
-  static poll_status done() { return {state::done, {}}; }
-  static poll_status failed(std::string why) { return {state::failed, std::move(why)}; }
-};
-
-// The pause before poll number `poll` (from 0): none (a yield) for the first
-// polls, which catch short waits at once, then 50 us doubling up to 2 ms, so a
-// long wait costs little CPU and ends at most 2 ms after its work did.
-inline std::chrono::nanoseconds nccl_poll_pause(std::size_t poll) {
-  using namespace std::chrono_literals;
-  constexpr std::size_t yields = 64;
-  if (poll < yields) return 0ns;
-  const std::size_t doublings = std::min<std::size_t>(poll - yields, 6);
-  return std::min<std::chrono::nanoseconds>(50us * (std::size_t{1} << doublings), 2ms);
-}
-
-// The real clock and pause; tests pass fakes.
-struct steady_now {
-  std::chrono::nanoseconds operator()() const { return std::chrono::steady_clock::now().time_since_epoch(); }
-};
-struct thread_pause {
-  void operator()(std::chrono::nanoseconds pause) const {
-    if (pause.count() == 0) std::this_thread::yield();
-    else std::this_thread::sleep_for(pause);
-  }
-};
 
 // Waits for one operation under a timeout. `query()` returns a poll_status;
 // `abort(message)` is called once, before nccl_error(message) is thrown, when
@@ -151,7 +92,7 @@ class nccl_watchdog {
       const seconds_d waited = now_() - start;
       if (status.value == poll_status::state::failed) fail(op, waited, status.reason, abort);
       if (waited >= timeout_) fail(op, waited, {}, abort);
-      pause_(nccl_poll_pause(poll));
+      pause_(poll_pause(poll));
     }
   }
   // One poll, no waiting (a request's test()): whether it is done; a failure
