@@ -162,7 +162,7 @@ TEST_CASE("comm::nccl: an error NCCL reports is named with the call, its size, t
                              {"ncclRecv (16 x float32) on rank 0, peer 0", "invalid usage"});
     if (c.aborted())
       expect_error<nccl_error>([&] { (void)c.all_reduce(buffer, reduction_op::sum); },
-                               {"ncclAllReduce (16 x float32, sum) on rank 0, all ranks", "aborted earlier"});
+                               {"ncclAllReduce #1 (16 x float32, sum) on rank 0, all ranks", "aborted earlier"});
   }
   FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }
@@ -191,7 +191,7 @@ TEST_CASE("comm::nccl: timeout from FUSOR_NCCL_TIMEOUT_S, the device chosen, fin
     request.wait();
     check_equal(inout, x, "all_reduce, then finalize");
     expect_error<nccl_error>([&] { (void)c.all_reduce(inout, reduction_op::sum); },
-                             {"ncclAllReduce (1000 x float32, sum) on rank 0", "finalized"});
+                             {"ncclAllReduce #2 (1000 x float32, sum) on rank 0", "finalized"});
   }
   ::unsetenv("FUSOR_NCCL_TIMEOUT_S");
   auto c = fusor::comm::nccl::over(fusor::comm::single{}, stream, {.quiet = true});

@@ -129,7 +129,7 @@ class nccl {
   }
   nccl(nccl&& o) noexcept
       : state_(std::move(o.state_)), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), device_(o.device_),
-        stream_(o.stream_) {}
+        collectives_(o.collectives_), stream_(o.stream_) {}
   nccl(const nccl&) = delete;
   nccl& operator=(const nccl&) = delete;
   // Normally finalize(), a failure printed on stderr. While an exception
@@ -339,11 +339,15 @@ class nccl {
     return detail::nccl_datatype<element_of<F>>();
   }
   static std::size_t n(index_t count) { return static_cast<std::size_t>(count); }
-  // "ncclAllReduce (4099 x bfloat16, sum)", with this rank and the peer, for messages.
+  // "ncclAllReduce #17 (4099 x bfloat16, sum)", with this rank and the peer, for
+  // messages; collectives are numbered 1, 2, ... (the same on every rank that
+  // issues the same calls), sends and receives not.
   template <class F>
   nccl_operation operation(const char* call, const F&, index_t count, std::optional<reduction_op> op = {},
                            int peer = -1) const {
-    std::string text = std::string(call) + " (" + std::to_string(count) + " x " + detail::nccl_type_name<element_of<F>>();
+    std::string text = call;
+    if (peer < 0) text += " #" + std::to_string(++collectives_);
+    text += " (" + std::to_string(count) + " x " + detail::nccl_type_name<element_of<F>>();
     if (op) text += std::string(", ") + name(*op);
     return {text + ")", rank_, peer};
   }
@@ -385,6 +389,7 @@ class nccl {
 
   std::shared_ptr<detail::nccl_state> state_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, device_ = 0;
+  mutable std::int64_t collectives_ = 0;  // the last collective's number
   cudaStream_t stream_ = nullptr;
 };
 
