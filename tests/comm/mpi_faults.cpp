@@ -5,6 +5,8 @@
 //             the others time out (FUSOR_MPI_TIMEOUT_S) naming all_reduce #2 and
 //             the last rank as the one that did not arrive
 //   exit      the last rank exits (status 0, without MPI_Finalize) before #2
+//   split     in a communicator split from the world (ranks 2 and 3), rank 3
+//             sleeps before its all_reduce #1: rank 2 names rank 1 (world rank 3)
 //   other     rank 1 calls all_gather where the others call all_reduce, and
 //   size      rank 1 all-reduces 512 elements where the others reduce 1024:
 //             the collective check (FUSOR_MPI_CHECK_COLLECTIVES=1) names both
@@ -27,6 +29,13 @@ int run(fusor::comm::mpi& c, const std::string& fault) {
   if (fault == "sleep" && last)
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   if (fault == "exit" && last) std::_Exit(0);
+  if (fault == "split") {
+    fusor::comm::mpi pair = c.split(c.rank() / 2, c.rank());
+    if (c.rank() == 3)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    pair.all_reduce(flat(x.data(), 1024), fusor::comm::reduction_op::sum).wait();
+    return 0;
+  }
   if (fault == "other" && c.rank() == 1) {
     std::vector<float> all(1024 * std::size_t(c.size()));
     c.all_gather(flat(x.data(), 1024), flat(all.data(), fusor::index_t(all.size()))).wait();
@@ -40,8 +49,8 @@ int run(fusor::comm::mpi& c, const std::string& fault) {
 
 int main(int argc, char** argv) {
   const std::string fault = argc > 1 ? argv[1] : "";
-  if (fault != "sleep" && fault != "exit" && fault != "other" && fault != "size") {
-    std::fprintf(stderr, "usage: %s sleep|exit|other|size (under mpirun)\n", argv[0]);
+  if (fault != "sleep" && fault != "exit" && fault != "split" && fault != "other" && fault != "size") {
+    std::fprintf(stderr, "usage: %s sleep|exit|split|other|size (under mpirun)\n", argv[0]);
     return 2;
   }
   return fusor::comm::run_ranks(argc, argv, [&](fusor::comm::mpi& c) { return run(c, fault); });

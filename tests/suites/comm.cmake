@@ -46,7 +46,8 @@ add_test(NAME comm_mpi_abort_environment
 
 # Hangs and diverging ranks (issue 14): with a 2 s timeout, a rank that sleeps
 # before all_reduce #2 is named by every other rank within the timeout plus 10 s
-# (with and without the collective check); a rank that exits early ends the job;
+# (with and without the collective check), and in a split communicator by its
+# world rank; a rank that exits early ends the job;
 # the collective check names a different call, and a different size, on both sides.
 add_test(NAME comm_mpi_hang_sleep
          COMMAND sh ${expect_job_failure} 12 "all_reduce #2 .*ranks that did not arrive: 3 \\(last entered #1\\)"
@@ -54,6 +55,9 @@ add_test(NAME comm_mpi_hang_sleep
 add_test(NAME comm_mpi_hang_sleep_checked
          COMMAND sh ${expect_job_failure} 12 "check before all_reduce #2 .*ranks that did not arrive: 3 "
                  ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> sleep)
+add_test(NAME comm_mpi_hang_split
+         COMMAND sh ${expect_job_failure} 12 "all_reduce #1 .* on rank 0 \\(world rank 2\\).*did not arrive: 1 \\(world rank 3\\) \\(last entered #0\\)"
+                 ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> split)
 add_test(NAME comm_mpi_hang_exit
          COMMAND sh ${expect_job_failure} 12 "process rank 3 with PID"
                  ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> exit)
@@ -64,6 +68,6 @@ add_test(NAME comm_mpi_mismatch_size
          COMMAND sh ${expect_job_failure} 12 "rank 0 calls all_reduce #2 \\(1024 x float, sum\\), rank 1 calls all_reduce #2 \\(512 x float, sum\\)"
                  ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> size)
 set_tests_properties(comm_mpi_abort_run_ranks comm_mpi_abort_environment PROPERTIES TIMEOUT 120)
-set_tests_properties(comm_mpi_hang_sleep comm_mpi_hang_exit PROPERTIES TIMEOUT 60 ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=2")
+set_tests_properties(comm_mpi_hang_sleep comm_mpi_hang_split comm_mpi_hang_exit PROPERTIES TIMEOUT 60 ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=2")
 set_tests_properties(comm_mpi_hang_sleep_checked comm_mpi_mismatch_call comm_mpi_mismatch_size PROPERTIES TIMEOUT 60
                      ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=2;FUSOR_MPI_CHECK_COLLECTIVES=1")

@@ -19,6 +19,8 @@
 //   c.reduce(send, recv, op, root);                       // recv (root only) = op over ranks of send
 //   c.send(view, peer, tag); c.recv(view, peer, tag);     // point to point
 //   { auto g = c.group(); c.send(a, next, 0); c.recv(b, previous, 0); }  // issued together
+//   auto part = c.split(color, key);                      // the ranks of one color, ordered by key
+//                                                         //   (mpi, single; parallel/mesh.hpp uses it)
 //
 // Sizes that do not agree throw fusor::shape_error naming both; a bad rank or root
 // throws fusor::error.

@@ -134,32 +134,21 @@ class [[nodiscard]] mpi_request {
 // default), so fusor's messages never match the program's own.
 class mpi {
  public:
-  explicit mpi(MPI_Comm parent = MPI_COMM_WORLD, mpi_options options = {}) {
-    detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
-    detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    MPI_Comm local;
-    detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
-                      "MPI_Comm_split_type");
-    MPI_Comm_rank(local, &local_rank_);
-    MPI_Comm_free(&local);
-    ops_.create();
-    watch_ = std::make_unique<mpi_watch>();
-    watch_->timeout = resolve_mpi_timeout(options.timeout, std::getenv(mpi_timeout_variable));
-    watch_->check_collectives = resolve_mpi_check(options.check_collectives, std::getenv(mpi_check_variable));
-    watch_->rank = rank_;
-    watch_->board.open(comm_);
-  }
+  explicit mpi(MPI_Comm parent = MPI_COMM_WORLD, mpi_options options = {}) : mpi(parent, options, nullptr) {}
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
+  // Moved: the new one owns the MPI communicator; requests still in flight keep working.
+  mpi(mpi&& o) noexcept
+      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_),
+        ops_(std::exchange(o.ops_, {})), watch_(std::move(o.watch_)), sequence_(o.sequence_) {}
+  mpi& operator=(mpi&&) = delete;
   ~mpi() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     // While an exception unwinds, the job is about to be aborted: freeing the
     // communicator (collective in MPI's terms) could wait for the other ranks.
-    if (finalized || std::uncaught_exceptions() > 0) return;
-    watch_->board.free();
+    if (comm_ == MPI_COMM_NULL || finalized || std::uncaught_exceptions() > 0) return;
+    watch_->board.close();
     ops_.free();
     MPI_Comm_free(&comm_);
   }
@@ -168,6 +157,16 @@ class mpi {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
   MPI_Comm native() const { return comm_; }
+  // The ranks of this communicator with the same `color`, ordered by `key` (then
+  // by rank): MPI_Comm_split. Collective: every rank calls it. Same options; it
+  // must be destroyed before this communicator (its progress board is a slot of this one's).
+  mpi split(int color, int key) const {
+    MPI_Comm part = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+    mpi result(part, {.timeout = watch_->timeout, .check_collectives = watch_->check_collectives}, this);
+    MPI_Comm_free(&part);
+    return result;
+  }
   // How long a wait may take, whether collectives are checked, and how many
   // collectives this communicator has started (the last one's number).
   seconds_d timeout() const { return watch_->timeout; }
@@ -323,6 +322,29 @@ class mpi {
     return {q, describe(call), watch_.get(), call.sequence, [data = r.data, n = r.size, ranks = size_] {
               for (index_t i = 0; i < n; ++i) data[i] = convert<T>(convert<double>(data[i]) / ranks);
             }};
+  }
+
+  // Over `parent` (a duplicate of it); `split_from`: the communicator this one was split from, else null.
+  mpi(MPI_Comm parent, const mpi_options& options, const mpi* split_from) {
+    detail::mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+    detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    MPI_Comm local;
+    detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+                      "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_free(&local);
+    ops_.create();
+    watch_ = std::make_unique<mpi_watch>();
+    watch_->timeout = resolve_mpi_timeout(options.timeout, std::getenv(mpi_timeout_variable));
+    watch_->check_collectives = resolve_mpi_check(options.check_collectives, std::getenv(mpi_check_variable));
+    watch_->rank = rank_;
+    MPI_Comm_rank(MPI_COMM_WORLD, &watch_->world_rank);
+    int same = MPI_UNEQUAL;
+    MPI_Comm_compare(parent, MPI_COMM_WORLD, &same);
+    if (split_from != nullptr) watch_->board.open_split(split_from->watch_->board, split_from->comm_, comm_);
+    else if (same == MPI_IDENT || same == MPI_CONGRUENT) watch_->board.open_root(comm_);
   }
 
   // Numbers the next collective, publishes that this rank has entered it, and

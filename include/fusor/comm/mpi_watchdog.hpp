@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -128,13 +129,20 @@ inline std::string mismatch_message(const std::vector<mpi_call>& calls) {
 }
 
 // The ranks that did not arrive at collective `sequence`, from the board's
-// entries (-1: the rank did not answer); empty when every rank arrived.
-inline std::string missing_ranks(const std::vector<std::int64_t>& entered, std::int64_t sequence) {
+// entries (-1: the rank did not answer); world_ranks[r], where given and
+// different, is named beside rank r of a split communicator.
+inline std::string missing_ranks(const std::vector<std::int64_t>& entered, std::int64_t sequence,
+                                 const std::vector<int>& world_ranks = {}) {
+  const auto name = [&](std::size_t r) {
+    std::string n = std::to_string(r);
+    if (r < world_ranks.size() && world_ranks[r] != int(r)) n += " (world rank " + std::to_string(world_ranks[r]) + ")";
+    return n;
+  };
   std::string late, silent;
   for (std::size_t r = 0; r < entered.size(); ++r) {
-    if (entered[r] < 0) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    if (entered[r] < 0) silent += (silent.empty() ? "" : ", ") + name(r);
     else if (entered[r] < sequence)
-      late += (late.empty() ? "" : ", ") + std::to_string(r) + " (last entered #" + std::to_string(entered[r]) + ")";
+      late += (late.empty() ? "" : ", ") + name(r) + " (last entered #" + std::to_string(entered[r]) + ")";
   }
   std::string s;
   if (!late.empty()) s = "ranks that did not arrive: " + late;
@@ -142,81 +150,146 @@ inline std::string missing_ranks(const std::vector<std::int64_t>& entered, std::
   return s.empty() ? "every rank arrived (the collective itself is stuck)" : s;
 }
 
-// The progress board: one int64 a rank, in an MPI window. The owner stores the
-// number of each collective it enters into its own entry (a local store, no
-// message); a rank whose wait timed out reads every entry (MPI_Rget), giving
-// each read a few seconds.
+// The progress board. One MPI window over the world (made by the first
+// communicator over all of MPI_COMM_WORLD) holds `slots` int64 a rank: slot 0
+// for that communicator, one more for each communicator split from it (the
+// members of a split agree on its slot, the lowest unused on all of them). A
+// rank stores the number of each collective it enters into its own entry of
+// its communicator's slot (a local store, no message); a rank whose wait timed
+// out reads its peers' entries (MPI_Rget), giving the reads a few seconds.
+// One window rather than one per communicator: OpenMPI 4.1 fails to make
+// windows over disjoint groups split from one communicator (their shared-memory
+// files collide). A communicator over another parent than the world, or past
+// the slots, has no board: a timeout then cannot name the missing ranks.
 class mpi_progress_board {
  public:
+  static constexpr int slots = 64;
+
   mpi_progress_board() = default;
   mpi_progress_board(const mpi_progress_board&) = delete;
   mpi_progress_board& operator=(const mpi_progress_board&) = delete;
-  // Collective (MPI_Win_allocate): every rank of `comm` at once.
-  void open(MPI_Comm comm) {
-    MPI_Comm_size(comm, &size_);
-    detail::mpi_check(MPI_Win_allocate(sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, comm, &entry_, &window_),
-              "MPI_Win_allocate");
-    *entry_ = 0;
-    detail::mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
+
+  // The board of a communicator over all of MPI_COMM_WORLD (collective over it):
+  // a window of its own, slot 0.
+  void open_root(MPI_Comm comm) {
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    if (MPI_Win_allocate(slots * sizeof(std::int64_t), sizeof(std::int64_t), MPI_INFO_NULL, comm, &entries_, &window_) !=
+        MPI_SUCCESS) {
+      window_ = MPI_WIN_NULL;  // no board; MPI said why on stderr
+      return;
+    }
+    for (int s = 0; s < slots; ++s) entries_[s] = 0;
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);
+    owner_ = true;
+    used_ = std::make_shared<std::uint64_t>(1);  // slot 0
+    window_ranks_.resize(std::size_t(size));
+    for (int r = 0; r < size; ++r) window_ranks_[std::size_t(r)] = r;
   }
-  // Collective (MPI_Win_free): call while every rank is still in step.
-  void free() {
+  // The board of `child`, split from the communicator `parent` whose board this
+  // is (collective over parent: one all-reduce of the slots in use).
+  void open_split(const mpi_progress_board& parent, MPI_Comm parent_comm, MPI_Comm child) {
+    if (parent.window_ == MPI_WIN_NULL) return;
+    std::uint64_t used = *parent.used_;
+    MPI_Allreduce(MPI_IN_PLACE, &used, 1, MPI_UINT64_T, MPI_BOR, parent_comm);
+    int slot = 0;
+    while (slot < slots && (used >> slot & 1u)) ++slot;
+    if (slot == slots) return;  // every slot taken on some member: no board
+    *parent.used_ |= std::uint64_t(1) << slot;
+    window_ = parent.window_;
+    entries_ = parent.entries_;
+    used_ = parent.used_;
+    slot_ = slot;
+    // Member i of child is rank window_ranks_[i] of the window.
+    MPI_Group parent_group, child_group;
+    MPI_Comm_group(parent_comm, &parent_group);
+    MPI_Comm_group(child, &child_group);
+    int size = 0;
+    MPI_Group_size(child_group, &size);
+    const std::size_t n = static_cast<std::size_t>(size);
+    std::vector<int> members(n), in_parent(n);
+    for (int r = 0; r < size; ++r) members[std::size_t(r)] = r;
+    MPI_Group_translate_ranks(child_group, size, members.data(), parent_group, in_parent.data());
+    MPI_Group_free(&parent_group);
+    MPI_Group_free(&child_group);
+    window_ranks_.resize(n);
+    for (std::size_t r = 0; r < n; ++r) window_ranks_[r] = parent.window_ranks_[std::size_t(in_parent[r])];
+    entries_[slot_] = 0;
+  }
+  // The root's board: collective (MPI_Win_free) while every rank is in step;
+  // the communicators split from it must be gone. A split's board frees its slot.
+  void close() {
     if (window_ == MPI_WIN_NULL) return;
-    MPI_Win_unlock_all(window_);
-    MPI_Win_free(&window_);
+    if (owner_) {
+      MPI_Win_unlock_all(window_);
+      MPI_Win_free(&window_);
+    } else {
+      *used_ &= ~(std::uint64_t(1) << slot_);
+    }
+    window_ = MPI_WIN_NULL;
   }
+
+  bool open() const { return window_ != MPI_WIN_NULL; }
+  // The window rank of each member (for messages: the world rank).
+  const std::vector<int>& window_ranks() const { return window_ranks_; }
 
   void enter(std::int64_t sequence) {
     if (window_ == MPI_WIN_NULL) return;
-    *static_cast<volatile std::int64_t*>(entry_) = sequence;
+    static_cast<volatile std::int64_t*>(entries_)[slot_] = sequence;
     MPI_Win_sync(window_);
   }
-  // Every rank's entry; -1 for a rank that did not answer within `patience`.
+  // Every member's entry; -1 for a member that did not answer within `patience`.
   std::vector<std::int64_t> read(seconds_d patience) const {
-    std::vector<std::int64_t> entered(static_cast<std::size_t>(size_), -1);
+    const std::size_t n = window_ranks_.size();
+    std::vector<std::int64_t> entered(n, -1);
     if (window_ == MPI_WIN_NULL) return entered;
-    std::vector<MPI_Request> reads(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
-    for (int r = 0; r < size_; ++r)
-      if (MPI_Rget(&entered[std::size_t(r)], 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, window_, &reads[std::size_t(r)]) !=
+    std::vector<MPI_Request> reads(n, MPI_REQUEST_NULL);
+    for (std::size_t r = 0; r < n; ++r)
+      if (MPI_Rget(&entered[r], 1, MPI_INT64_T, window_ranks_[r], slot_, 1, MPI_INT64_T, window_, &reads[r]) !=
           MPI_SUCCESS)
-        reads[std::size_t(r)] = MPI_REQUEST_NULL;
-    std::vector<bool> answered(static_cast<std::size_t>(size_), false);
+        reads[r] = MPI_REQUEST_NULL;
+    std::vector<bool> answered(n, false);
     const auto start = steady_now{}();
     for (std::size_t poll = 0; seconds_d(steady_now{}() - start) < patience; ++poll) {
       bool all = true;
-      for (int r = 0; r < size_; ++r) {
-        if (answered[std::size_t(r)] || reads[std::size_t(r)] == MPI_REQUEST_NULL) continue;
+      for (std::size_t r = 0; r < n; ++r) {
+        if (answered[r] || reads[r] == MPI_REQUEST_NULL) continue;
         int done = 0;
-        MPI_Test(&reads[std::size_t(r)], &done, MPI_STATUS_IGNORE);
-        answered[std::size_t(r)] = done != 0;
+        MPI_Test(&reads[r], &done, MPI_STATUS_IGNORE);
+        answered[r] = done != 0;
         all = all && done;
       }
       if (all) break;
       thread_pause{}(poll_pause(poll));
     }
-    for (int r = 0; r < size_; ++r)
-      if (!answered[std::size_t(r)]) entered[std::size_t(r)] = -1;  // a read still in flight is abandoned
+    for (std::size_t r = 0; r < n; ++r)
+      if (!answered[r]) entered[r] = -1;  // a read still in flight is abandoned
     return entered;
   }
 
  private:
-  int size_ = 1;
-  std::int64_t* entry_ = nullptr;
   MPI_Win window_ = MPI_WIN_NULL;
+  std::int64_t* entries_ = nullptr;          // this rank's slots in the window
+  int slot_ = 0;
+  bool owner_ = false;                       // the root: frees the window
+  std::shared_ptr<std::uint64_t> used_;      // the slots in use on this rank, shared with the root
+  std::vector<int> window_ranks_;
 };
 
 // What a communicator's waits share: the timeout, the board, and the rank.
 struct mpi_watch {
   seconds_d timeout = default_mpi_timeout;
   bool check_collectives = false;
-  int rank = 0;
+  int rank = 0, world_rank = 0;  // this rank in the communicator, and in MPI_COMM_WORLD
   mpi_progress_board board;
 };
 
 // The message of a wait that timed out.
 inline std::string mpi_timeout_message(const std::string& call, int rank, seconds_d waited, const mpi_watch& watch,
                                        const std::string& missing) {
-  return "fusor::comm::mpi: " + call + " on rank " + std::to_string(rank) + ": not complete after waiting " +
+  std::string who = "rank " + std::to_string(rank);
+  if (watch.world_rank != rank) who += " (world rank " + std::to_string(watch.world_rank) + ")";
+  return "fusor::comm::mpi: " + call + " on " + who + ": not complete after waiting " +
          seconds_text(waited) + " (the timeout is " + seconds_text(watch.timeout) + "; set it with " +
          mpi_timeout_variable + " or mpi_options::timeout)" + (missing.empty() ? std::string() : "; " + missing) +
          "; the job must end (MPI_Abort): the collective cannot be cancelled";
@@ -233,7 +306,12 @@ inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std
     if (done) return;
     const seconds_d waited = steady_now{}() - start;
     if (waited >= watch.timeout) {
-      const std::string missing = sequence > 0 ? missing_ranks(watch.board.read(seconds_d(2.0)), sequence) : "";
+      std::string missing;
+      if (sequence > 0)
+        missing = watch.board.open()
+                      ? missing_ranks(watch.board.read(seconds_d(2.0)), sequence, watch.board.window_ranks())
+                      : "the ranks that did not arrive are unknown (no progress board: a communicator over another "
+                        "parent than MPI_COMM_WORLD)";
       request = MPI_REQUEST_NULL;  // abandoned: MPI keeps it until the job ends
       throw mpi_timeout_error(mpi_timeout_message(call, watch.rank, waited, watch, missing));
     }
