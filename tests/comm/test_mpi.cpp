@@ -3,6 +3,7 @@
 // megabyte messages; int32/int64/double sums and maxima exact; point-to-point
 // round a ring; shape errors; a failed MPI
 // call names the call, the rank and MPI's message; a request can be tested until done.
+#include <fusor/comm/launch.hpp>
 #include <fusor/comm/mpi.hpp>
 
 #include "comm/collective_checks.hpp"
@@ -17,6 +18,13 @@ TEST_CASE("comm::mpi: ranks") {
   CHECK(c.rank() >= 0);
   CHECK(c.rank() < c.size());
   CHECK(c.local_rank() == c.rank());  // one machine
+  // What mpirun told this process, before MPI started, agrees.
+  const fusor::comm::launch_info launched = fusor::comm::launch_from_environment();
+  CHECK(launched.found);
+  CHECK(launched.launcher == "OpenMPI");
+  CHECK(launched.rank == c.rank());
+  CHECK(launched.size == c.size());
+  CHECK(launched.local_rank == c.local_rank());
 }
 
 TEST_CASE("comm::mpi: collectives") {

@@ -4,8 +4,9 @@
 # throws and every rank must end (MPI_Abort) instead of hanging. The NCCL
 # communicator runs its one-GPU test where CUDA, NCCL and a GPU are.
 # The NCCL communicator's host-side policies (waiting under a timeout, choosing
-# the device) are plain C++ and run here too.
-fusor_add_test_suite(comm HOST_TESTS comm/test_single.cpp comm/test_nccl_watchdog.cpp comm/test_device_choice.cpp)
+# the device) and the launchers' variables (comm/launch.hpp) are plain C++ and run here too.
+fusor_add_test_suite(comm HOST_TESTS comm/test_single.cpp comm/test_nccl_watchdog.cpp comm/test_device_choice.cpp
+                           comm/test_launch.cpp)
 
 # The NCCL communicator (nvcc, device memory): one rank over one GPU; compiled
 # wherever CUDA and NCCL are found, run (not skipped) only where a GPU is.
