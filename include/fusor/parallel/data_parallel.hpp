@@ -22,6 +22,15 @@
 // gradient norm for clipping and the Inf/NaN skip is summed over ranks).
 // Under CUDA (comm::nccl) collectives run on the communicator's stream, ordered
 // against the compute stream by events (parallel/stream_order.hpp); the host never waits.
+//
+// With tensor parallelism (a mesh's data x tensor ranks, parallel/mesh.hpp):
+// split the network over the tensor group first, then train it data-parallel
+// over the data group, and let the tensor group make the gradient norm global:
+//   parallel::tensor_parallel tp(net, grid.tensor());
+//   parallel::data_parallel<...> train(net, grid.data(), ...);
+//   train.reduce_gradient_norm_with(tp);   // needed for clipping and the fp16 loss scale
+// Not yet: ZeRO-1 with a split network and clipping (the shards' norm is not
+// the tensor group's to share).
 #pragma once
 
 #include <algorithm>
@@ -35,10 +44,12 @@
 
 #include "fusor/comm/communicator.hpp"
 #include "fusor/core/copy.hpp"
+#include "fusor/core/error.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/optim/gradient_norm_reduction.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
@@ -106,6 +117,7 @@ class data_parallel {
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     refuse_graph_capture(ex, "fusor::parallel::data_parallel::step");
+    check_norm_reduction();
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
     const index_t local = micro_batch(x.extent(0), y.extent(0));
@@ -143,6 +155,9 @@ class data_parallel {
       requests_.push_back(communicator_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum));
       finish_requests(start, ex, false);
     }
+    // A split network: the tensor group makes the norm of the (reduced) gradients global.
+    if (norm_reduction_ != nullptr)
+      norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     controller_.prepare_update(ex);
     for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
     if (parallel_.shard_optimizer_state) gather_parameters(start, ex);
@@ -212,6 +227,11 @@ class data_parallel {
   Communicator& communicator() { return communicator_; }
   const data_parallel_options& options() const { return parallel_; }
   std::uint64_t steps_taken() const { return steps_; }  // calls of step() (skipped ones too)
+
+  // Makes the squared gradient norm global over the ranks that split the
+  // network (parallel::tensor_parallel), before clipping and the Inf/NaN skip
+  // read it, every step from now on. `reduction` must outlive the steps.
+  void reduce_gradient_norm_with(optim::gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
 
  private:
   static data_parallel_options checked(const data_parallel_options& o) {
@@ -343,6 +363,29 @@ class data_parallel {
   std::array<std::size_t, group_count> next_bucket_{};
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
+  optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
+
+  // The most ways a layer of the network is split (tensor parallelism).
+  int split_ways() const {
+    int ways = 1;
+    network_.for_each_layer([&](const auto& layer) {
+      if constexpr (requires { std::remove_cvref_t<decltype(layer)>::shard_ways; })
+        ways = std::max(ways, int(std::remove_cvref_t<decltype(layer)>::shard_ways));
+    });
+    return ways;
+  }
+  void check_norm_reduction() const {
+    const bool by_norm = options_.clip.max_norm > 0.0f || options_.scaling.dynamic;
+    if (!by_norm || split_ways() == 1) return;
+    if (norm_reduction_ == nullptr)
+      throw error("fusor::parallel::data_parallel: the network's layers are split " + std::to_string(split_ways()) +
+                  " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of every "
+                  "rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel before "
+                  "the first step");
+    if (parallel_.shard_optimizer_state)
+      throw error("fusor::parallel::data_parallel: ZeRO-1 (shard_optimizer_state) with a tensor-parallel network "
+                  "and clipping or dynamic loss scaling is not supported yet; turn one of them off");
+  }
   std::uint64_t forwards_ = 0;  // training forwards (micro-batches): dropout's host-side step
 };
 
