@@ -24,6 +24,13 @@
 // squared norm). Dropout draws each micro-batch's masks by its rows' place in
 // the global batch (run_mode::first_sample), as one process would.
 //
+// Data parallelism across pipelines (a mesh's data x pipeline ranks,
+// parallel/mesh.hpp): a pipeline over the mesh's pipeline group per replica,
+// each stepping on its own rows, and average_gradients_over(grid.data()): the
+// accumulated gradients are averaged over the replicas before the update (one
+// all-reduce per parameter group), so every replica applies the update of the
+// global batch. Not yet: tensor parallelism inside a stage.
+//
 // With a communicator whose calls are ordered on a CUDA stream (nccl) the
 // executor must run on that stream; the host never waits for a message, so the
 // measured idle time (host time blocked on a peer) is 0 there.
@@ -128,6 +135,12 @@ class pipeline {
   }
   pipeline(const pipeline&) = delete;
   pipeline& operator=(const pipeline&) = delete;
+
+  // Data parallelism across pipelines: before each update the gradients are
+  // averaged over `data` (the ranks holding this stage in the other replicas,
+  // each stepping on its own rows). Set it before the first step; `data` must
+  // outlive the steps.
+  void average_gradients_over(Communicator& data) { data_ = &data; }
 
   // Master weights and moments from the stage's current parameters (as trainer::initialize).
   template <class Executor>
@@ -335,6 +348,13 @@ class pipeline {
       if (options_.micro_batches > 1) fn(sum.view());
       else fn(group.gradients());
     };
+    if (data_ != nullptr && data_->size() > 1)  // the replicas' mean: the global batch's gradient
+      for_each_group([&](auto& group, auto&, accumulator& sum) {
+        with_gradients(group, sum, [&](const auto& g) {
+          auto request = data_->all_reduce(g, comm::reduction_op::avg);
+          messages_.wait(request);
+        });
+      });
     controller_.begin_step(ex);
     for_each_group([&](auto& group, auto&, accumulator& sum) {
       with_gradients(group, sum, [&](const auto& g) { controller_.accumulate_gradient_norm(g, ex); });
@@ -352,6 +372,7 @@ class pipeline {
   }
 
   Communicator& comm_;
+  Communicator* data_ = nullptr;  // average_gradients_over
   pipeline_options options_;
   int stage_, stages_;
   index_t global_batch_, micro_batch_;
