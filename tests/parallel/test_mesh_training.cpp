@@ -8,9 +8,13 @@
 // likewise: a pipeline (1F1B, 2 micro-batches) over the mesh's pipeline group per
 // replica, the gradients averaged over its data group, against one process, at
 // every data x pipeline split (8 ranks: 8x1, 4x2, 2x4, 1x8, on an 8-layer MLP).
+// And all three: pipelines whose stages are split over the tensor group, at
+// every data x tensor x pipeline split with more than one tensor and pipeline
+// rank (8 ranks: 2x2x2, 1x2x4, 1x4x2; 4 ranks: 1x2x2).
 // The clip is low enough to act at every step, so a norm that is not global shows.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +169,57 @@ TEST_CASE("mesh: data x pipeline parallel training equals one process, at every 
     }
   }
   CHECK(want.back() < want.front() - 0.05);
+}
+
+namespace {
+// Data x tensor x pipeline: each replica's pipeline on its rows, every stage's
+// layers split over the tensor group.
+template <int Ways>
+std::vector<double> mesh_3d_losses(fusor::comm::mpi& world, int stages) {
+  parallel::mesh grid(world, {.data = world.size() / (Ways * stages), .tensor = Ways, .pipeline = stages});
+  using split_mlp = mlp<column<Ways>, row<Ways>>;
+  using pipeline_t = parallel::pipeline<split_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi>;
+  using tensor_parallel_t = parallel::tensor_parallel<typename pipeline_t::network_type, fusor::comm::mpi>;
+  const index_t rows = global_batch / grid.shape().data, first = grid.at().data * rows;
+  pipeline_t train(grid.pipeline(), rows, {.seed = 5}, options, fusor::optim::adamw_options{}, {.micro_batches = 2});
+  std::vector<std::unique_ptr<tensor_parallel_t>> tp;
+  train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<tensor_parallel_t>(net, grid.tensor())); });
+  train.reduce_gradient_norm_with(*tp.front());
+  train.average_gradients_over(grid.data());
+  train.initialize(host_executor{});
+  const auto x_all = random_tensor<fp32, input_extents, host_space>(input_extents(global_batch), 100);
+  const auto labels_all = random_labels<host_space>(global_batch, 32, 200);
+  tensor<fp32, input_extents, row_major, host_space> x{input_extents(rows)};
+  tensor<std::int32_t, flat, row_major, host_space> labels{flat(rows)};
+  std::copy_n(x_all.data() + first * 64, rows * 64, x.data());
+  std::copy_n(labels_all.data() + first, rows, labels.data());
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    train.reset_totals(host_executor{});
+    train.step(x, labels, host_executor{});
+    double loss = train.totals().mean_loss;
+    grid.data().all_reduce(view<double, flat>(&loss, 1), fusor::comm::reduction_op::avg).wait();
+    losses.push_back(loss);
+  }
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("mesh: data x tensor x pipeline training equals one process") {
+  auto& world = comm_test::world();
+  const std::vector<double> want = single_process_losses();
+  for (int ways : {2, 4})
+    for (int stages : {2, 4}) {
+      if (world.size() % (ways * stages) != 0) continue;
+      INFO("data ", world.size() / (ways * stages), " x tensor ", ways, " x pipeline ", stages, ", world rank ",
+           world.rank());
+      const std::vector<double> got = ways == 2 ? mesh_3d_losses<2>(world, stages) : mesh_3d_losses<4>(world, stages);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t s = 0; s < want.size(); ++s) {
+        INFO("step ", s + 1, ": ", got[s], " against ", want[s]);
+        CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
+      }
+    }
 }
 
 TEST_CASE("mesh: a split network trained data-parallel with clipping needs the tensor group's norm") {

@@ -29,7 +29,14 @@
 // each stepping on its own rows, and average_gradients_over(grid.data()): the
 // accumulated gradients are averaged over the replicas before the update (one
 // all-reduce per parameter group), so every replica applies the update of the
-// global batch. Not yet: tensor parallelism inside a stage.
+// global batch. Tensor parallelism inside a stage: a network split over the
+// mesh's tensor group (nn::column_parallel / row_parallel layers), every
+// context connected to it, and the tensor group making the norm global:
+//   std::vector<std::unique_ptr<parallel::tensor_parallel<...>>> tp;
+//   train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<...>(net, grid.tensor())); });
+//   train.reduce_gradient_norm_with(*tp.front());
+// (then the accumulated gradients are written back into the network's buffers
+// before the norm: exact in fp32, rounded once to the parameters' type otherwise).
 //
 // With a communicator whose calls are ordered on a CUDA stream (nccl) the
 // executor must run on that stream; the host never waits for a message, so the
@@ -53,6 +60,7 @@
 #include "fusor/exec/assign.hpp"
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/optim/gradient_norm_reduction.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
@@ -141,6 +149,18 @@ class pipeline {
   // each stepping on its own rows). Set it before the first step; `data` must
   // outlive the steps.
   void average_gradients_over(Communicator& data) { data_ = &data; }
+
+  // Tensor parallelism inside the stage: `reduction` (the parallel::tensor_parallel
+  // of context 0) makes each stage's squared gradient norm global over the tensor
+  // group before the stages' norms are summed. `reduction` must outlive the steps.
+  void reduce_gradient_norm_with(optim::gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
+  // fn(network&) for every context (set of activations in flight) of this stage,
+  // context 0 first; they share its parameters (to connect split layers).
+  template <class Fn>
+  void for_each_context(Fn&& fn) {
+    fn(network_);
+    for (auto& c : extra_contexts_) fn(*c);
+  }
 
   // Master weights and moments from the stage's current parameters (as trainer::initialize).
   template <class Executor>
@@ -344,9 +364,14 @@ class pipeline {
   // The norm of every stage's gradients, then each group's optimizer (trainer::step's order).
   template <class Executor>
   void update(const Executor& ex) {
+    // A norm reduction (tensor parallelism) reads the network's gradient buffers:
+    // the accumulated sums go back there first.
+    const bool in_network = options_.micro_batches == 1 || norm_reduction_ != nullptr;
+    if (options_.micro_batches > 1 && norm_reduction_ != nullptr)
+      for_each_group([&](auto& group, auto&, accumulator& sum) { assign(group.gradients(), sum.view(), ex); });
     auto with_gradients = [&](auto& group, accumulator& sum, auto&& fn) {
-      if (options_.micro_batches > 1) fn(sum.view());
-      else fn(group.gradients());
+      if (in_network) fn(group.gradients());
+      else fn(sum.view());
     };
     if (data_ != nullptr && data_->size() > 1)  // the replicas' mean: the global batch's gradient
       for_each_group([&](auto& group, auto&, accumulator& sum) {
@@ -359,6 +384,8 @@ class pipeline {
     for_each_group([&](auto& group, auto&, accumulator& sum) {
       with_gradients(group, sum, [&](const auto& g) { controller_.accumulate_gradient_norm(g, ex); });
     });
+    if (norm_reduction_ != nullptr)  // this stage's norm over the tensor group
+      norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     if (stages_ > 1) {
       auto request = comm_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum);
       messages_.wait(request);
@@ -373,6 +400,7 @@ class pipeline {
 
   Communicator& comm_;
   Communicator* data_ = nullptr;  // average_gradients_over
+  optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
   pipeline_options options_;
   int stage_, stages_;
   index_t global_batch_, micro_batch_;
