@@ -59,6 +59,11 @@ struct nccl_options {
   std::optional<seconds_d> timeout{};
   // No line on stderr saying which device this rank uses (as FUSOR_QUIET=1).
   bool quiet = false;
+  // The local rank that chooses the device in over(host): unset, the host
+  // communicator's. Give the world's for a communicator over part of the ranks
+  // (a mesh's data group holds ranks 0 and 2 of a machine: their local ranks in
+  // the group are 0 and 1, their devices must be 0 and 2).
+  std::optional<int> local_rank{};
 };
 
 // Sets this process's CUDA device for local rank `local_rank`: choose_device,
@@ -125,7 +130,7 @@ class nccl {
     }
     view<std::uint8_t, dextents<index_t, 1>> bytes(reinterpret_cast<std::uint8_t*>(id.internal), index_t{sizeof(id.internal)});
     host.broadcast(bytes, 0).wait();
-    return nccl(id, host.rank(), host.size(), host.local_rank(), stream, options);
+    return nccl(id, host.rank(), host.size(), options.local_rank.value_or(host.local_rank()), stream, options);
   }
   nccl(nccl&& o) noexcept
       : state_(std::move(o.state_)), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), device_(o.device_),
