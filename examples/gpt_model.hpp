@@ -48,6 +48,9 @@ using attention_block =
 template <std::size_t C>
 using mlp_block = nn::residual<nn::layernorm<C>, nn::linear<C, 4 * C, nn::gelu_tanh>, nn::linear<4 * C, C>>;
 
+// GPT-2's tables start with deviation 0.02 (the head reads the token table).
+using table_init = nn::init_std<2, 100>;
+
 namespace detail {
 // Layer 2 + i of the blocks: attention for even i, MLP for odd.
 template <class Config, std::size_t I>
@@ -58,8 +61,8 @@ struct model_of;
 template <class Config, std::size_t... I>
 struct model_of<Config, std::index_sequence<I...>> {
   using type = nn::sequential<nn::features<Config::context>,                               //
-                              nn::embedding<Config::vocabulary, Config::channels>,          //
-                              nn::position_embedding<Config::context, Config::channels>,   //
+                              nn::embedding<Config::vocabulary, Config::channels, table_init>,         //
+                              nn::position_embedding<Config::context, Config::channels, table_init>,  //
                               block_layer<Config, I>...,                                   //
                               nn::layernorm<Config::channels>,                             //
                               nn::tied_linear<Config::channels, Config::vocabulary, 0>>;

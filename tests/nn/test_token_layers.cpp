@@ -358,3 +358,26 @@ FUSOR_TEST_CASE("tied_linear: an output head that reads the embedding's table; o
   check_tied_head<fp32>(2e-5);
   check_tied_head<bf16>(5e-2);
 }
+
+FUSOR_TEST_CASE("init_std<2, 100>: an embedding's and a position table's deviation 0.02 (GPT-2's)") {
+  nn::network<nn::sequential<nn::features<16>, nn::embedding<50, 32, nn::init_std<2, 100>>,
+                             nn::position_embedding<16, 32, nn::init_std<2, 100>>>,
+              fp32, space>
+      net(2, {.seed = 4});
+  int parameters = 0;
+  net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto) {
+    ++parameters;
+    INFO(slot.name);
+    const values table = to_values(v);
+    double sum = 0, squares = 0;
+    for (double e : table) {
+      CHECK(std::fabs(e) <= 0.02 * std::sqrt(3.0) * (1 + 1e-6));
+      sum += e;
+      squares += e * e;
+    }
+    const double n = double(table.size()), variance = squares / n;
+    CHECK(std::fabs(sum / n) < 5 * 0.02 / std::sqrt(n));
+    CHECK(std::fabs(variance / 0.0004 - 1) < 5 * std::sqrt(0.8 / n));
+  });
+  CHECK(parameters == 2);
+}

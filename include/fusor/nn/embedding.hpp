@@ -9,7 +9,10 @@
 // layer this is takes int32 ids, or converts another type once); the layer
 // has no input gradient, and network::backward(ex, dx) with a dx is an error.
 // Weight [Vocabulary, Dimension], initialised U(-sqrt(3), sqrt(3)): mean 0 and
-// variance 1 as PyTorch's N(0, 1), from fusor's uniform counter-based draws.
+// variance 1 as PyTorch's N(0, 1), from fusor's uniform counter-based draws;
+// nn::init_std<N, D> scales it to deviation N / D (GPT-2: nn::init_std<2, 100>,
+// which a head tied to the table needs: logits of deviation 1 per channel would
+// start the loss far above log(vocabulary)).
 // Kept for backward: nothing (the ids are the network's input, still valid).
 // Backward: dweight = 0, then row id[t] += dy[t] for every token t. On the
 // host the rows are split among threads and each adds its tokens in order:
@@ -159,7 +162,7 @@ struct embedding {
     using table_view = view<precision, extents<index_t, Vocabulary, Dimension>, row_major, Space>;
 
     static std::vector<parameter_spec> parameters() {
-      return {{"weight", {index_t(Vocabulary), index_t(Dimension)}, initializer::uniform_fan_in(1, std::sqrt(3.0))}};
+      return {{"weight", {index_t(Vocabulary), index_t(Dimension)}, initializer::uniform_fan_in(1, std::sqrt(3.0) * policies::init_std)}};
     }
     void bind(const parameter_binding<element, Space>& p) {
       weight_ = shaped<precision, extents<index_t, Vocabulary, Dimension>>(p.values[0]);

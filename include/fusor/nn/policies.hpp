@@ -8,6 +8,7 @@
 // Policies are small tag types; a layer reads them with layer_policies<...>.
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 
 namespace fusor::nn {
@@ -25,6 +26,16 @@ struct precision {
 template <class L>
 struct layout {
   using type = L;
+};
+
+// The standard deviation a table starts with (nn::embedding,
+// nn::position_embedding), Numerator / Denominator: GPT-2 draws its token and
+// position tables with 0.02 (nn::init_std<2, 100>); default 1, as PyTorch's
+// nn.Embedding. The draw is uniform with that deviation.
+template <std::size_t Numerator, std::size_t Denominator>
+struct init_std {
+  static_assert(Numerator > 0 && Denominator > 0, "fusor::nn::init_std<N, D> is N / D, both positive");
+  static constexpr double value = double(Numerator) / double(Denominator);
 };
 
 // The parallel strategy slot: no_parallel by default; the parallelism part
@@ -50,17 +61,32 @@ struct find_policy<Tag, Default, First, Rest...> {
   using type = std::conditional_t<is_tag_v<Tag, First>, First, typename find_policy<Tag, Default, Rest...>::type>;
 };
 template <class T>
-inline constexpr bool is_policy_v = is_tag_v<precision, T> || is_tag_v<layout, T> || is_tag_v<parallel, T>;
+inline constexpr bool is_init_std_v = false;
+template <std::size_t N, std::size_t D>
+inline constexpr bool is_init_std_v<init_std<N, D>> = true;
+template <class T>
+inline constexpr bool is_policy_v = is_tag_v<precision, T> || is_tag_v<layout, T> || is_tag_v<parallel, T> || is_init_std_v<T>;
+
+template <class Default, class... Policies>
+struct find_init_std {
+  using type = Default;
+};
+template <class Default, class First, class... Rest>
+struct find_init_std<Default, First, Rest...> {
+  using type = std::conditional_t<is_init_std_v<First>, First, typename find_init_std<Default, Rest...>::type>;
+};
 }  // namespace detail
 
 // The policies of one layer, defaults filled in.
 template <class DefaultLayout, class... Policies>
 struct layer_policies {
   static_assert((detail::is_policy_v<Policies> && ...),
-                "fusor::nn: a layer's policies are nn::precision<P>, nn::layout<L> and nn::parallel<S>");
+                "fusor::nn: a layer's policies are nn::precision<P>, nn::layout<L>, nn::parallel<S> and (tables) "
+                "nn::init_std<N, D>");
   using precision = typename detail::find_policy<nn::precision, nn::precision<inherit>, Policies...>::type::type;
   using layout = typename detail::find_policy<nn::layout, nn::layout<DefaultLayout>, Policies...>::type::type;
   using parallel = typename detail::find_policy<nn::parallel, nn::parallel<no_parallel>, Policies...>::type::type;
+  static constexpr double init_std = detail::find_init_std<nn::init_std<1, 1>, Policies...>::type::value;
 };
 
 // A layer's precision once the network's is known.

@@ -8,7 +8,8 @@
 //                  ...>
 //
 // Parameter: weight [Positions, Channels], initialised as nn::embedding's
-// table (U(-sqrt(3), sqrt(3)): mean 0, variance 1, as PyTorch's nn.Embedding).
+// table (U(-sqrt(3), sqrt(3)): mean 0, variance 1, as PyTorch's nn.Embedding;
+// nn::init_std<N, D> for deviation N / D).
 // Forward is one fused pass (the table broadcast over the batch). Backward:
 // dx = dy, and dweight = the sum of dy over the batch, by kernels/reduce.hpp
 // along the batch axis: deterministic, in fp32 for bf16/fp16, rounded once.
@@ -50,7 +51,7 @@ struct position_embedding {
     using table_view = view<precision, extents<index_t, Positions, Channels>, row_major, Space>;
 
     static std::vector<parameter_spec> parameters() {
-      return {{"weight", {index_t(Positions), index_t(Channels)}, initializer::uniform_fan_in(1, std::sqrt(3.0))}};
+      return {{"weight", {index_t(Positions), index_t(Channels)}, initializer::uniform_fan_in(1, std::sqrt(3.0) * policies::init_std)}};
     }
     void bind(const parameter_binding<element, Space>& p) {
       weight_ = shaped<precision, extents<index_t, Positions, Channels>>(p.values[0]);
