@@ -177,6 +177,46 @@ def pipeline():
            "activations", "GPipe m=32", "1F1B"], rows)
 
 
+def three_d():
+    """GPT-3 175B on 1024 GPUs: a data x tensor x pipeline mesh, and ZeRO-3 alone."""
+    layers, hidden, seq = 96, 12288, 2048
+    params = 12 * layers * hidden**2            # 174B (embeddings aside)
+    batch = 1536                                # sequences per step (GPT-3's 3.2M tokens)
+    gpus = 1024
+    print("### GPT-3 175B on 1024 GPUs: where a step's time goes\n")
+    rows = []
+    for t, p in ((8, 16), (8, 8), (4, 32)):
+        d = gpus // (t * p)
+        m = batch // d                          # micro-batches of 1 sequence per replica
+        compute = layer_compute(layers / p, hidden, seq, 1, t)
+        act = seq * hidden * 2                  # one sequence's activations, bf16
+        tp = 4 * (layers / p) * (all_reduce_bandwidth_time(act, t, NVLINK_BUSBW) + ring_latency(t))
+        pp = 2 * (act / t / NIC_BW + ALPHA_INTER)  # each tensor rank sends its slice (sequence-parallel style)
+        micro = compute + tp + pp
+        dp_bytes = 2 * params / (t * p)         # this rank's bf16 gradients
+        dp = all_reduce_bandwidth_time(dp_bytes, d, NIC_BW) + ring_latency(d, alpha_intra=ALPHA_INTER)
+        step = (m + p - 1) * micro + dp
+        useful = m * compute
+        rows.append([f"{d} x {t} x {p}", m, duration(step), f"{useful / step:.0%}",
+                     f"{(p - 1) * micro / step:.1%}", f"{m * tp / step:.1%}", f"{m * pp / step:.1%}",
+                     f"{dp / step:.1%}", f"{16 * params / (t * p) / GB:.0f} GB"])
+    table(["data x tensor x pipeline", "micro-batches", "step", "compute", "bubble", "TP comm", "PP p2p",
+           "DP all-reduce", "state per GPU (no ZeRO)"], rows)
+
+    tokens_per_gpu = batch * seq / gpus
+    compute = 6 * params * tokens_per_gpu / ACHIEVED_FLOPS
+    moved = 3 * 2 * params * (gpus - 1) / gpus  # all-gather forward, again backward, reduce-scatter, bf16
+    comm = moved / (GPUS_PER_NODE * NIC_BW)      # the node's NICs shared by its 8 GPUs' rings
+    latency = 3 * layers * ring_latency(gpus)
+    print(f"ZeRO-3 alone (1024-way data parallel, parameters gathered per layer, bf16): "
+          f"compute {duration(compute)} per step ({tokens_per_gpu:.0f} tokens a GPU); "
+          f"{size(moved)} moved per GPU, {duration(comm)} at {GPUS_PER_NODE * NIC_BW / GB:.0f} GB/s, "
+          f"plus {duration(latency)} of ring latency ({3 * layers} collectives); "
+          f"state {16 * params / gpus / GB:.1f} GB a GPU. Hidden behind compute only if each layer's gather "
+          f"({size(2 * params / layers)}) is prefetched one layer ahead and the ring's latency is replaced by a "
+          f"tree's ({duration(3 * layers * tree_latency(gpus))}).\n")
+
+
 def small_model():
     params = MODELS["MLP 784-512-256-10"][0]
     t8, _ = dp_step_comm(4 * params, 8, "ring")
@@ -195,4 +235,5 @@ if __name__ == "__main__":
     zero_memory()
     tensor_parallel()
     pipeline()
+    three_d()
     small_model()
