@@ -35,6 +35,15 @@ constexpr int steps = 5;
 const fusor::optim::trainer_options options{.schedule = fusor::optim::learning_rate_schedule::constant(1e-2f),
                                             .clip = {.max_norm = 0.05f}};
 
+// Each step's loss within 1e-5 relative of the single process's.
+void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) {
+    INFO("step ", s + 1, ": ", got[s], " against ", want[s]);
+    CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
+  }
+}
+
 // The losses of `steps` steps on one process: the whole network, the whole batch.
 std::vector<double> single_process_losses() {
   using whole_t = nn::network<mlp<unsplit, unsplit>, fp32, host_space>;
@@ -96,11 +105,7 @@ TEST_CASE("mesh: data x tensor parallel training equals one process, at every sp
       case 4: got = mesh_losses<4>(world); break;
       default: got = mesh_losses<8>(world); break;
     }
-    REQUIRE(got.size() == want.size());
-    for (std::size_t s = 0; s < want.size(); ++s) {
-      INFO("step ", s + 1, ": ", got[s], " against ", want[s]);
-      CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
-    }
+    expect_same_losses(got, want);
     CHECK(want.back() < want.front() - 0.05);  // it learns (the same batch at every step)
   }
 }
@@ -129,19 +134,21 @@ std::vector<double> deep_single_process_losses() {
   return losses;
 }
 
-// Each replica's pipeline on its rows; the loss averaged over the replicas.
-std::vector<double> data_pipeline_losses(fusor::comm::mpi& world, int stages) {
-  parallel::mesh grid(world, {.data = world.size() / stages, .tensor = 1, .pipeline = stages});
-  const index_t rows = pipeline_batch / grid.shape().data, first = grid.at().data * rows;
-  parallel::pipeline<deep_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi> train(
-      grid.pipeline(), rows, {.seed = 9}, options, fusor::optim::adamw_options{}, {.micro_batches = 2});
-  train.average_gradients_over(grid.data());
-  train.initialize(host_executor{});
-  const auto x_all = random_tensor<fp32, deep_input, host_space>(deep_input(pipeline_batch), 300);
-  const auto labels_all = random_labels<host_space>(pipeline_batch, 5, 400);
-  tensor<fp32, deep_input, row_major, host_space> x{deep_input(rows)};
+// `steps` steps of a replica's pipeline on its rows of the global batch
+// (inputs of `features` drawn from `x_seed`, labels of `classes` from
+// `labels_seed`, as the single-process reference draws them); each step's
+// loss averaged over the replicas.
+template <class Pipeline, class Grid>
+std::vector<double> replica_losses(Pipeline& train, Grid& grid, index_t batch, std::uint32_t x_seed, int classes,
+                                   std::uint32_t labels_seed) {
+  using input = typename Pipeline::network_type::input_features::batched_extents;
+  constexpr index_t features = Pipeline::network_type::input_features::size;
+  const index_t rows = batch / grid.shape().data, first = grid.at().data * rows;
+  const auto x_all = random_tensor<fp32, input, host_space>(input(batch), x_seed);
+  const auto labels_all = random_labels<host_space>(batch, classes, labels_seed);
+  tensor<fp32, input, row_major, host_space> x{input(rows)};
   tensor<std::int32_t, flat, row_major, host_space> labels{flat(rows)};
-  std::copy_n(x_all.data() + first * 12, rows * 12, x.data());
+  std::copy_n(x_all.data() + first * features, rows * features, x.data());
   std::copy_n(labels_all.data() + first, rows, labels.data());
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
@@ -153,6 +160,17 @@ std::vector<double> data_pipeline_losses(fusor::comm::mpi& world, int stages) {
   }
   return losses;
 }
+
+// Each replica's pipeline on its rows; the loss averaged over the replicas.
+std::vector<double> data_pipeline_losses(fusor::comm::mpi& world, int stages) {
+  parallel::mesh grid(world, {.data = world.size() / stages, .tensor = 1, .pipeline = stages});
+  parallel::pipeline<deep_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi> train(
+      grid.pipeline(), pipeline_batch / grid.shape().data, {.seed = 9}, options, fusor::optim::adamw_options{},
+      {.micro_batches = 2});
+  train.average_gradients_over(grid.data());
+  train.initialize(host_executor{});
+  return replica_losses(train, grid, pipeline_batch, 300, 5, 400);
+}
 }  // namespace
 
 TEST_CASE("mesh: data x pipeline parallel training equals one process, at every split of the world") {
@@ -162,11 +180,7 @@ TEST_CASE("mesh: data x pipeline parallel training equals one process, at every 
     if (world.size() % stages != 0) continue;
     INFO("data ", world.size() / stages, " x pipeline ", stages, ", world rank ", world.rank());
     const std::vector<double> got = data_pipeline_losses(world, stages);
-    REQUIRE(got.size() == want.size());
-    for (std::size_t s = 0; s < want.size(); ++s) {
-      INFO("step ", s + 1, ": ", got[s], " against ", want[s]);
-      CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
-    }
+    expect_same_losses(got, want);
   }
   CHECK(want.back() < want.front() - 0.05);
 }
@@ -180,28 +194,14 @@ std::vector<double> mesh_3d_losses(fusor::comm::mpi& world, int stages) {
   using split_mlp = mlp<column<Ways>, row<Ways>>;
   using pipeline_t = parallel::pipeline<split_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi>;
   using tensor_parallel_t = parallel::tensor_parallel<typename pipeline_t::network_type, fusor::comm::mpi>;
-  const index_t rows = global_batch / grid.shape().data, first = grid.at().data * rows;
-  pipeline_t train(grid.pipeline(), rows, {.seed = 5}, options, fusor::optim::adamw_options{}, {.micro_batches = 2});
+  pipeline_t train(grid.pipeline(), global_batch / grid.shape().data, {.seed = 5}, options,
+                   fusor::optim::adamw_options{}, {.micro_batches = 2});
   std::vector<std::unique_ptr<tensor_parallel_t>> tp;
   train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<tensor_parallel_t>(net, grid.tensor())); });
   train.reduce_gradient_norm_with(*tp.front());
   train.average_gradients_over(grid.data());
   train.initialize(host_executor{});
-  const auto x_all = random_tensor<fp32, input_extents, host_space>(input_extents(global_batch), 100);
-  const auto labels_all = random_labels<host_space>(global_batch, 32, 200);
-  tensor<fp32, input_extents, row_major, host_space> x{input_extents(rows)};
-  tensor<std::int32_t, flat, row_major, host_space> labels{flat(rows)};
-  std::copy_n(x_all.data() + first * 64, rows * 64, x.data());
-  std::copy_n(labels_all.data() + first, rows, labels.data());
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    train.reset_totals(host_executor{});
-    train.step(x, labels, host_executor{});
-    double loss = train.totals().mean_loss;
-    grid.data().all_reduce(view<double, flat>(&loss, 1), fusor::comm::reduction_op::avg).wait();
-    losses.push_back(loss);
-  }
-  return losses;
+  return replica_losses(train, grid, global_batch, 100, 32, 200);
 }
 }  // namespace
 
@@ -214,11 +214,7 @@ TEST_CASE("mesh: data x tensor x pipeline training equals one process") {
       INFO("data ", world.size() / (ways * stages), " x tensor ", ways, " x pipeline ", stages, ", world rank ",
            world.rank());
       const std::vector<double> got = ways == 2 ? mesh_3d_losses<2>(world, stages) : mesh_3d_losses<4>(world, stages);
-      REQUIRE(got.size() == want.size());
-      for (std::size_t s = 0; s < want.size(); ++s) {
-        INFO("step ", s + 1, ": ", got[s], " against ", want[s]);
-        CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
-      }
+      expect_same_losses(got, want);
     }
 }
 

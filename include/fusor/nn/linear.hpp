@@ -64,6 +64,12 @@ template <class F, std::size_t N, std::size_t... I>
 struct features_with_last<F, N, std::index_sequence<I...>> {
   using type = features<feature_extent<I>(F{})..., N>;
 };
+// Whether F is features<..., N>: what a per-token layer of input width N takes.
+template <class F, std::size_t N>
+inline constexpr bool last_feature_is = [] {
+  if constexpr (is_features_v<F>) return feature_extent<F::rank - 1>(F{}) == N;
+  else return false;
+}();
 }  // namespace detail
 
 template <std::size_t In, std::size_t Out, class Activation = identity, class... Policies>
@@ -94,10 +100,7 @@ struct linear {
 
   // Any features whose last extent is this rank's input width; the leading ones pass through.
   template <class F>
-  static constexpr bool accepts = [] {
-    if constexpr (is_features_v<F>) return detail::feature_extent<F::rank - 1>(F{}) == local_in;
-    else return false;
-  }();
+  static constexpr bool accepts = detail::last_feature_is<F, local_in>;
   using expected_input = features<local_in>;  // or any features<..., local_in>
   template <class F>
   using output = typename detail::features_with_last<F, local_out>::type;

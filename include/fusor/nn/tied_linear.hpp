@@ -35,10 +35,7 @@ struct tied_linear {
                 "fusor::nn::tied_linear cannot be split for tensor parallelism");
 
   template <class F>
-  static constexpr bool accepts = [] {
-    if constexpr (is_features_v<F>) return detail::feature_extent<F::rank - 1>(F{}) == In;
-    else return false;
-  }();
+  static constexpr bool accepts = detail::last_feature_is<F, In>;
   using expected_input = features<In>;  // or any features<..., In>
   template <class F>
   using output = typename detail::features_with_last<F, Out>::type;

@@ -365,20 +365,25 @@ class data_parallel {
   std::uint64_t steps_ = 0;
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
 
-  // The most ways a layer of the network is split (tensor parallelism).
-  int split_ways() const {
+  // The most ways a layer of the network is split (tensor parallelism): a
+  // property of its type, so a fold over the layer types.
+  static constexpr int split_ways = [] {
     int ways = 1;
-    network_.for_each_layer([&](const auto& layer) {
-      if constexpr (requires { std::remove_cvref_t<decltype(layer)>::shard_ways; })
-        ways = std::max(ways, int(std::remove_cvref_t<decltype(layer)>::shard_ways));
-    });
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((ways = std::max(ways, [] {
+          if constexpr (requires { Network::template layer_type<I>::shard_ways; })
+            return int(Network::template layer_type<I>::shard_ways);
+          else return 1;
+        }())),
+       ...);
+    }(std::make_index_sequence<Network::depth>{});
     return ways;
-  }
+  }();
   void check_norm_reduction() const {
     const bool by_norm = options_.clip.max_norm > 0.0f || options_.scaling.dynamic;
-    if (!by_norm || split_ways() == 1) return;
+    if (!by_norm || split_ways == 1) return;
     if (norm_reduction_ == nullptr)
-      throw error("fusor::parallel::data_parallel: the network's layers are split " + std::to_string(split_ways()) +
+      throw error("fusor::parallel::data_parallel: the network's layers are split " + std::to_string(split_ways) +
                   " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of every "
                   "rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel before "
                   "the first step");
