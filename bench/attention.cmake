@@ -9,3 +9,12 @@ if(benchmark_FOUND)
 else()
   message(STATUS "fusor: Google Benchmark not found (Debian: libbenchmark-dev); skipping bench_attention_host")
 endif()
+
+# The same attention on the GPU (bf16, GPT shapes), beside PyTorch's on the same card:
+#   build/bench/bench_attention_cuda        (exits 77 without a GPU)
+#   python3 bench/attention_torch_gpu.py    (scripts/gpu_check.sh runs both)
+if(FUSOR_ENABLE_CUDA)
+  add_executable(bench_attention_cuda ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cu)
+  target_link_libraries(bench_attention_cuda PRIVATE fusor::fusor)
+  target_compile_options(bench_attention_cuda PRIVATE -O3)
+endif()

@@ -91,8 +91,13 @@ kit_build() {
     strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
   done
   copy_libraries "$kit/stage"
-  cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$kit/stage/bench/"
+  mkdir -p "$kit/stage/tests" && cp "$FUSOR_ROOT/tests/train/gpt_pytorch_reference.py" "$kit/stage/tests/"
+  cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$FUSOR_ROOT/bench/rowwise_torch_gpu.py" \
+    "$FUSOR_ROOT/bench/attention_torch_gpu.py" "$kit/stage/bench/"
   cp /usr/share/datasets/fashion-mnist/*.gz "$kit/data/fashion-mnist/"
+  # gpt_char's corpus travels in the payload (xz makes its 5 MB about 1.5).
+  fusor_fetch_shakespeare
+  mkdir -p "$kit/stage/data" && cp "$FUSOR_DATA_DIR/shakespeare.txt" "$kit/stage/data/"
   cp "${BASH_SOURCE[0]}" "$kit/gpu_check.sh"
   {
     echo "fusor GPU kit"
@@ -162,6 +167,7 @@ kit_run() {
   export LD_LIBRARY_PATH="$UNPACKED/lib${PROVIDED_PATH:+:$PROVIDED_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
   write_header "$kit"
+  prepare_test_machine "$kit"
   bins() { find "$UNPACKED/bin/$1" -type f 2>/dev/null | sort | { if [ -n "$only" ]; then grep -E "$only" || true; else cat; fi; }; }
   case ",$phases," in *,tests,*) phase_tests "$(bins tests)" ;; esac
   case ",$phases," in *,sanitizer,*) phase_sanitizer "$(bins tests)" "$tools" ;; esac
@@ -280,6 +286,22 @@ end_section() {
   rm -f "$REPORT.failures"
 }
 
+# What the tests expect of the machine they run on, made so from the kit: the
+# Fashion-MNIST files where Debian's dataset-fashion-mnist puts them, and the
+# GPT test's PyTorch side run by the python3 that holds PyTorch, from the kit.
+prepare_test_machine() {
+  local kit="$1" debian=/usr/share/datasets/fashion-mnist
+  if [ ! -d "$debian" ]; then
+    if mkdir -p "$debian" 2>/dev/null && cp "$kit/data/fashion-mnist/"*.gz "$debian/"; then
+      echo "Fashion-MNIST: copied from the kit to $debian (where the tests read it)." >>"$REPORT"
+    else
+      echo "Fashion-MNIST: $debian is missing and cannot be made here: the tests that read it fail." >>"$REPORT"
+    fi
+  fi
+  FUSOR_TEST_PYTHON=$(command -v python3 || echo python3)
+  export FUSOR_TEST_PYTHON FUSOR_TEST_GPT_SCRIPT="$UNPACKED/tests/gpt_pytorch_reference.py"
+}
+
 phase_tests() {
   local bin summary
   begin_section "CUDA tests" "Every CUDA test binary (doctest), as ctest runs it."
@@ -340,13 +362,27 @@ phase_bench() {
     rm -f "$OUTPUT_FILE"
   done
   local mlp="$UNPACKED/bin/examples/fashion_mnist_mlp_cuda"
-  if [ -x "$mlp" ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  if [ -n "$only" ]; then
+    echo "PyTorch comparisons left out (--only $only)." >>"$REPORT"
+  elif [ -x "$mlp" ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     say "bench train_mlp_gpu.py (fusor vs PyTorch)"
     run_logged "bench train_mlp_gpu.py" python3 "$UNPACKED/bench/train_mlp_gpu.py" --fusor-binary "$mlp" \
       --data "$kit/data/fashion-mnist"
     { echo; echo "### MLP training step: fusor vs PyTorch (bench/train_mlp_gpu.py)"; echo; cat "$OUTPUT_FILE"; } >>"$REPORT"
     record bench "train_mlp_gpu.py" "$(verdict_of)"
     rm -f "$OUTPUT_FILE"
+    local script title
+    for script in rowwise_torch_gpu attention_torch_gpu; do
+      case "$script" in
+        rowwise_torch_gpu) title="Row-wise kernels in PyTorch on the same GPU" ;;
+        attention_torch_gpu) title="Causal attention in PyTorch on the same GPU" ;;
+      esac
+      say "bench $script.py"
+      run_logged "bench $script.py" python3 "$UNPACKED/bench/$script.py"
+      { echo; echo "### $title (bench/$script.py)"; echo; cat "$OUTPUT_FILE"; } >>"$REPORT"
+      record bench "$script.py" "$(verdict_of)"
+      rm -f "$OUTPUT_FILE"
+    done
   else
     echo "PyTorch with CUDA is not on this machine: no PyTorch comparison." >>"$REPORT"
   fi
@@ -364,17 +400,30 @@ phase_examples() {
       fashion_mnist_mlp_cuda) required=$HOST_ACCURACY_MLP ;;
       fashion_mnist_cnn_cuda) required=$HOST_ACCURACY_CNN ;;
       quickstart_cuda) ;;
-      *) args=(--data "$kit/data/fashion-mnist" --epochs "$epochs" --quiet) ;;
+      # ctest's check of the character GPT (examples/CMakeLists.txt), on the GPU.
+      gpt_char_cuda) args=(--data "$UNPACKED/data/shakespeare.txt" --steps 150 --eval-every 150 --eval-batches 8
+                           --batch 16 --generate 80 --quiet --require-below-baseline 0.5 --device cuda) ;;
+      *) args=(--data "$kit/data/fashion-mnist" --epochs "$epochs" --quiet --device cuda) ;;
     esac
     if [ -n "$required" ]; then
-      args=(--data "$kit/data/fashion-mnist" --epochs "$epochs" --quiet)
+      # --device cuda: exit 77 (reported as "skipped") rather than a host run.
+      args=(--data "$kit/data/fashion-mnist" --epochs "$epochs" --quiet --device cuda)
       [ "$epochs" -eq 10 ] && args+=(--require-accuracy "$(awk -v a="$required" -v s="$ACCURACY_SLACK" 'BEGIN { printf "%.4f", a - s }')")
     fi
     say "example $name"
     run_logged "example $name" "$bin" "${args[@]}"
-    final=$(grep -E '^final test accuracy|samples/s' "$OUTPUT_FILE" | tail -2 | tr '\n' ' ' || true)
+    final=$(grep -E '^final test accuracy|samples/s|^validation loss|tokens/s' "$OUTPUT_FILE" | tail -2 | tr '\n' ' ' || true)
     record examples "$name" "$(verdict_of)" "$final"
     rm -f "$OUTPUT_FILE"
+    if [ "$name" = gpt_char_cuda ]; then
+      # The nanoGPT-sized model's training speed: the last progress line's tokens/s.
+      say "example $name --model nanogpt (tokens/s)"
+      run_logged "example $name --model nanogpt" "$bin" --data "$UNPACKED/data/shakespeare.txt" --model nanogpt \
+        --steps 60 --eval-every 60 --eval-batches 2 --generate 0 --device cuda
+      final=$(tr '\r' '\n' <"$OUTPUT_FILE" | grep -E 'tokens/s|parameters' | sed -n '1p;$p' | tr '\n' ' ' || true)
+      record examples "$name --model nanogpt, 60 steps" "$(verdict_of)" "$final"
+      rm -f "$OUTPUT_FILE"
+    fi
   done
   end_section
 }

@@ -48,8 +48,9 @@ FUSOR_TEST_CASE("pinned host memory: asynchronous copies and kernels that read i
 FUSOR_TEST_CASE("a failed CUDA call names the call, the file and the line") {
   expect_error<fusor::cuda_error>([] { FUSOR_CUDA_CHECK(cudaSetDevice(1 << 20)); },
                                   {"cudaSetDevice(1 << 20)", "test_tensor.cpp:"});
-  CHECK_THROWS_WITH_AS((space_tensor<float, extents<int, dynamic>>(index_t(1) << 50)),
-                       doctest::Contains("bytes of device memory"), fusor::allocation_error);
+  // More than the device has: refused before it reaches the pool, naming the device's size.
+  expect_error<fusor::allocation_error>([] { space_tensor<float, extents<index_t, dynamic>> t(index_t(1) << 50); },
+                                        {"4503599627370496 bytes of device memory", "the device has"});
 }
 #else
 FUSOR_TEST_CASE("without a GPU, CUDA-only work says so instead of crashing") {
@@ -68,6 +69,21 @@ FUSOR_TEST_CASE("allocation failures name the bytes and the space") {
     CHECK(e.bytes_requested == huge);
     CHECK(std::string(e.what()).find(std::to_string(huge) + " bytes of host memory") != std::string::npos);
   }
+}
+
+FUSOR_TEST_CASE("sizes that do not fit the extents' index type are refused, not wrapped around") {
+  // 2^40 as an int would be 0: an empty tensor where a huge one was asked for.
+  expect_error<fusor::shape_error>([] { space_tensor<float, extents<int, dynamic>> t(index_t(1) << 40); },
+                            {"1099511627776", "index type", "-2147483648 to 2147483647", "fusor::index_t"});
+  expect_error<fusor::shape_error>([] { space_tensor<float, extents<int, dynamic>> t(-3); }, {"-3", "not negative"});
+  // Each size fits, the count (2^32) does not: the mapping would wrap it to 0.
+  expect_error<fusor::shape_error>([] { space_tensor<float, extents<int, dynamic, dynamic>> t(65536, 65536); },
+                            {"[65536, 65536]", "more elements than its index type counts", "2147483647 at most"});
+  // In index_t the same shape is fine as a shape; only its bytes are refused.
+  expect_error<fusor::shape_error>([] { host_tensor<double, extents<index_t, dynamic, dynamic>> t(index_t(1) << 31, index_t(1) << 31); },
+                            {"[2147483648, 2147483648]", "more bytes than memory can address"});
+  const space_tensor<float, extents<int, dynamic, dynamic>> fits(1024, 1024);
+  CHECK(fits.size() == 1024 * 1024);
 }
 
 FUSOR_TEST_CASE("static and dynamic extents mix freely") {
@@ -118,7 +134,7 @@ TEST_CASE("strided views: transpose, permute and slice see the same memory") {
   CHECK(s.extent(0) == 4);
   CHECK(s.extent(1) == 3);
   CHECK(&s(1, 0) == &m(1, 2));
-  expect_error<shape_error>([&] { (void)slice<1>(m.view(), 2, 7); }, {"[2, 7)", "[4, 6]"});
+  expect_error<fusor::shape_error>([&] { (void)slice<1>(m.view(), 2, 7); }, {"[2, 7)", "[4, 6]"});
 }
 
 TEST_CASE("host copies between layouts reorder; copies check shapes") {
@@ -130,7 +146,7 @@ TEST_CASE("host copies between layouts reorder; copies check shapes") {
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 7; ++j) CHECK(col(i, j) == row(i, j));
   host_tensor<float, matrix_extents> other(7, 5);
-  expect_error<shape_error>([&] { copy(other, row); }, {"[5, 7]", "[7, 5]"});
+  expect_error<fusor::shape_error>([&] { copy(other, row); }, {"[5, 7]", "[7, 5]"});
 }
 
 FUSOR_TEST_CASE("moved tensors hand over their memory") {

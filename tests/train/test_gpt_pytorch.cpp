@@ -41,7 +41,12 @@ const std::filesystem::path& reference() {
   static const std::filesystem::path folder = [] {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("fusor_gpt_reference_" + std::string(FUSOR_TEST_EXECUTOR_NAME) + "_" + std::to_string(::getpid()));
-    const std::string command = std::string(FUSOR_TEST_PYTHON) + " " + FUSOR_TEST_GPT_SCRIPT + " " + dir.string();
+    // The environment may name another interpreter and script: on a GPU
+    // machine (scripts/gpu_check.sh) PyTorch is elsewhere, the sources too.
+    const char* python = std::getenv("FUSOR_TEST_PYTHON");
+    const char* script = std::getenv("FUSOR_TEST_GPT_SCRIPT");
+    const std::string command = std::string(python ? python : FUSOR_TEST_PYTHON) + " " +
+                                (script ? script : FUSOR_TEST_GPT_SCRIPT) + " " + dir.string();
     if (std::system(command.c_str()) != 0)
       FAIL("the PyTorch side failed: " << command
                                        << " (it needs Debian's python3-torch and the safetensors package: "

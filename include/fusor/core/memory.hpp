@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #include "fusor/config.hpp"
@@ -73,6 +74,23 @@ inline cudaMemPool_t device_pool() {
   }
   return pool;
 }
+
+// The current device's memory in bytes (read once per device). A request for
+// more is refused before it reaches the pool, whose failure for a request
+// beyond any device's size may otherwise surface late.
+inline std::size_t device_memory_bytes() {
+  static std::atomic<std::size_t> total[64]{};
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<std::size_t>& slot = total[device % 64];
+  std::size_t bytes = slot.load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    std::size_t free_bytes = 0;
+    FUSOR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &bytes));
+    slot.store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
+}
 #endif
 }  // namespace detail
 
@@ -100,6 +118,8 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
     cudaError_t status;
     if constexpr (std::is_same_v<Space, pinned_space>)
       status = cudaMallocHost(&p, bytes);
+    else if (const std::size_t total = detail::device_memory_bytes(); bytes > total)
+      throw allocation_error(bytes, Space::name, "the device has " + std::to_string(total) + " bytes in all");
     else
       status = cudaMallocFromPoolAsync(&p, bytes, detail::device_pool(), stream);
     if (status != cudaSuccess) {

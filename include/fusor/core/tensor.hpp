@@ -6,6 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "fusor/core/extents.hpp"
@@ -15,6 +19,41 @@
 #include "fusor/core/view.hpp"
 
 namespace fusor {
+
+namespace detail {
+// A size given to a tensor's constructor must be one its extents' index type
+// holds: a larger one would wrap around (to zero, or negative) unseen.
+template <class IndexType, class Size>
+void check_tensor_size(Size size) {
+  using limits = std::numeric_limits<IndexType>;
+  bool negative = false;
+  if constexpr (std::is_signed_v<Size>) negative = size < 0;
+  if (negative || std::uintmax_t(size) > std::uintmax_t(limits::max()))
+    throw shape_error("fusor: a tensor size of " + std::to_string(size) + " does not fit its extents' index type (" +
+                      std::to_string(limits::min()) + " to " + std::to_string(limits::max()) +
+                      "); sizes are not negative, and larger tensors need extents of fusor::index_t");
+}
+// The element count of `e`, which must fit its index type (a wrapped product
+// would allocate too little), and its bytes, which must fit std::size_t.
+template <class Extents>
+std::size_t checked_tensor_bytes(const Extents& e, std::size_t element_size) {
+  using I = typename Extents::index_type;
+  std::uintmax_t count = 1;
+  bool overflow = false;
+  if constexpr (Extents::rank() > 0)  // (a rank-0 loop draws nvcc's "pointless comparison" warning)
+    for (std::size_t r = 0; r < Extents::rank(); ++r) {
+      const auto size = std::uintmax_t(e.extent(r));
+      if (size != 0 && count > std::uintmax_t(std::numeric_limits<I>::max()) / size) overflow = true;
+      count *= size;
+    }
+  if (overflow || count > std::uintmax_t(std::numeric_limits<I>::max()) ||
+      count > std::uintmax_t(std::numeric_limits<std::size_t>::max()) / element_size)
+    throw shape_error("fusor: a tensor of shape " + shape_string(e) + " has more elements than its index type counts (" +
+                      std::to_string(std::numeric_limits<I>::max()) +
+                      " at most) or more bytes than memory can address; larger tensors need extents of fusor::index_t");
+  return std::size_t(count) * element_size;
+}
+}  // namespace detail
 
 template <class Precision, class Extents, class Layout = row_major, class Space = host_space>
 class tensor {
@@ -34,14 +73,14 @@ class tensor {
   // All-static extents allocate here; dynamic ones default to zero sizes (no memory).
   tensor() : tensor(Extents{}) {}
   explicit tensor(const Extents& e, stream_t stream = {}) : stream_(stream) {
+    const std::size_t bytes = detail::checked_tensor_bytes(e, sizeof(element_type));
     const mapping_type map(e);
-    const std::size_t bytes = static_cast<std::size_t>(map.required_span_size()) * sizeof(element_type);
     auto* data = static_cast<element_type*>(allocate<Space>(bytes, stream));
     view_ = view_type(data, map);
   }
   template <class... Sizes>
     requires(sizeof...(Sizes) == Extents::rank_dynamic() && (std::is_integral_v<Sizes> && ...))
-  explicit tensor(Sizes... dynamic_sizes) : tensor(Extents(dynamic_sizes...)) {}
+  explicit tensor(Sizes... dynamic_sizes) : tensor(checked_extents(dynamic_sizes...)) {}
 
   tensor(const tensor&) = delete;
   tensor& operator=(const tensor&) = delete;
@@ -74,6 +113,12 @@ class tensor {
   }
 
  private:
+  template <class... Sizes>
+  static Extents checked_extents(Sizes... sizes) {
+    (detail::check_tensor_size<typename Extents::index_type>(sizes), ...);
+    return Extents(sizes...);
+  }
+
   void release() noexcept {
     deallocate<Space>(view_.data(), stream_);
     view_ = view_type{};
