@@ -4,8 +4,8 @@
 //    Linear layer's y = x w^T (x [m, k], w [n, k], row-major) in bf16, tf32 and
 //    fp32. The direct call is what a CUDA programmer writes: descriptors,
 //    heuristics and a workspace (cudaMalloc, the same size limit) made once
-//    outside the timed loop; fusor looks its cached plan up and takes its
-//    workspace from the stream-ordered pool on every call.
+//    outside the timed loop; fusor looks up its cached plan and its stream's
+//    cached workspace on every call (kernels/matmul_workspace.hpp).
 // 2. A transformer MLP block, y = gelu_tanh(x w1^T + b1) w2^T + b2, forward and
 //    backward in bf16 (tokens x width x hidden; 4096x1024x1024 is the issue's
 //    case). Fused: six cuBLASLt calls whose epilogues do all the elementwise and
@@ -16,8 +16,9 @@
 //    Target: fused at least 1.2x faster at 4096x1024x1024.
 //
 // A plain program printing Markdown tables; each variant is timed with CUDA
-// events around single runs after warm-up (median of 50). The MLP variants
-// are checked against each other. Exits 77 without a GPU.
+// events around single runs after warm-up (median of 50). Both MLP variants
+// are checked against a float64 reference (exit 1 when one is off) and
+// compared with each other. Exits 77 without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -232,18 +233,21 @@ struct mlp_block {
   }
 };
 
-// Largest |a - b| / (1 + |b|) over two device tensors of one shape.
+// Largest |a - b| over two device tensors of one shape, relative to the
+// largest |b|: the two variants round their bf16 intermediates differently
+// (the fused one keeps fp32 until each epilogue's output), so a sum over
+// thousands of tokens differs by about 1% of the output's scale.
 template <class T>
 double difference(const T& a, const T& b) {
   using precision = typename T::view_type::precision;
   fusor::tensor<precision, typename T::extents_type> ha(a.extents()), hb(b.extents());
   fusor::copy(ha, a), fusor::copy(hb, b);
-  double worst = 0;
+  double worst = 0, scale = 0;
   for (fusor::index_t i = 0; i < ha.size(); ++i) {
     const double x = fusor::convert<double>(ha.data()[i]), y = fusor::convert<double>(hb.data()[i]);
-    worst = std::max(worst, std::fabs(x - y) / (1 + std::fabs(y)));
+    worst = std::max(worst, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
   }
-  return worst;
+  return worst / std::max(scale, 1e-30);
 }
 
 // A tensor's values on the host, in double.

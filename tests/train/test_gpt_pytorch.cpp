@@ -123,7 +123,9 @@ TEST_CASE("a GPT trains as PyTorch's: ten losses and step-1 gradients agree [" F
       });
       // Relative in norm (fp32 sums in another order differ in the last bits,
       // which an element near zero magnifies), and element by element with
-      // a floor at 1% of the tensor's largest element.
+      // a floor at 1% of the tensor's largest element: 1e-4 on the host, 5e-4
+      // on the GPU, whose tanh and exp are approximate instructions (relative
+      // error about 2^-11; seen on an H200: 1.4e-4 in two elements, 2.3e-6 in norm).
       double largest = 0, difference_squared = 0, want_squared = 0, worst = 0;
       for (index_t i = 0; i < slot.size; ++i) largest = std::max(largest, std::abs(double(want.data()[i])));
       for (index_t i = 0; i < slot.size; ++i) {
@@ -135,7 +137,11 @@ TEST_CASE("a GPT trains as PyTorch's: ten losses and step-1 gradients agree [" F
       const double in_norm = std::sqrt(difference_squared / want_squared);
       INFO("gradient of " << slot.name << ": relative difference in norm " << in_norm << ", worst element " << worst);
       CHECK(in_norm <= 1e-4);
+#if defined(FUSOR_TEST_CUDA)
+      CHECK(worst <= 5e-4);
+#else
       CHECK(worst <= 1e-4);
+#endif
       largest_in_norm = std::max(largest_in_norm, in_norm);
       largest_element = std::max(largest_element, worst);
       ++gradients_checked;

@@ -30,8 +30,10 @@
 // split gradients' squares and 1/n of the replicated ones') and one all-reduce
 // of 8 bytes sums the shares, so every rank clips and skips alike and the
 // replicated parameters stay equal. A trainer with clipping or fp16 loss
-// scaling refuses to step a split network without it. Not yet: tensor
-// parallelism does not combine with data or pipeline parallelism.
+// scaling refuses to step a split network without it. With data and pipeline
+// parallelism it combines over a mesh (parallel/mesh.hpp): split the network
+// (or each pipeline context) over the mesh's tensor group, then train it
+// data-parallel or as a pipeline over the other groups.
 //
 // dispatch_tensor_parallel<1, 2, 4, 8>(comm.size(), {512}, [&]<int Ways>() { ... })
 // runs the body compiled for the communicator's size, for programs built for
