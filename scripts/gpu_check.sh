@@ -31,7 +31,9 @@
 # Environment for build: FUSOR_GPU_ARCHS (default "80-real;90": sm_80 and sm_90
 # machine code, and compute_90 PTX for newer GPUs; "90" builds in half the time), FUSOR_GPU_BUILD_DIR
 # (default build-gpu), FUSOR_GPU_ONLY (a regex: only the targets it matches, for
-# a quick kit), FUSOR_JOBS.
+# a quick kit), FUSOR_GPU_KEEP_SYMBOLS=1 (host symbols kept, so that
+# compute-sanitizer's backtraces name the calling functions; with
+# FUSOR_GPU_ONLY, to stay under 64 MiB), FUSOR_JOBS.
 set -euo pipefail
 
 # Test accuracy after 10 epochs on the host (bench/RESULTS.md, fp32): the GPU
@@ -88,7 +90,11 @@ kit_build() {
       bench_*) folder=bench ;;
       *) folder=examples ;;
     esac
-    strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
+    if [ -n "${FUSOR_GPU_KEEP_SYMBOLS:-}" ]; then
+      cp "$binary" "$kit/stage/bin/$folder/$target"  # sanitizer backtraces name host functions
+    else
+      strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
+    fi
   done
   copy_libraries "$kit/stage"
   mkdir -p "$kit/stage/tests" && cp "$FUSOR_ROOT/tests/train/gpt_pytorch_reference.py" "$kit/stage/tests/"

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -60,6 +61,16 @@ class relu_mask {
     cols_ = shape_of_c.extent(Extents::rank() - 1);
     row_bits_ = (cols_ + 127) / 128 * 128;
     bits_ = buffer<Space>(size_bytes(), stream);
+    // Zeroed once: the bits past cols in each row are never written (cuBLASLt
+    // leaves them), and copying bytes() must not read undefined memory.
+    if (size_bytes() == 0) return;
+    if constexpr (Space::host_accessible && !Space::device_accessible) {
+      std::memset(data(), 0, size_bytes());
+    } else {
+#if FUSOR_HAS_CUDA
+      FUSOR_CUDA_CHECK(cudaMemsetAsync(data(), 0, size_bytes(), stream));
+#endif
+    }
   }
 
   index_t batch() const { return batch_; }
