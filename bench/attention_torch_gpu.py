@@ -14,6 +14,7 @@ Run on the GPU machine: python3 bench/attention_torch_gpu.py
 """
 import sys
 
+import cuda_event_timing
 import torch
 import torch.nn.functional as F
 
@@ -22,18 +23,7 @@ WARMUP, TIMED = 3, 20
 
 
 def median_ms(work):
-    for _ in range(WARMUP):
-        work()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(TIMED):
-        start.record()
-        work()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[TIMED // 2]
+    return cuda_event_timing.median_ms(work, WARMUP, TIMED)
 
 
 def attention(qkv, heads):

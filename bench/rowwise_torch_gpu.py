@@ -16,6 +16,7 @@ the two tables come from the same card in the same session.)
 """
 import sys
 
+import cuda_event_timing
 import torch
 import torch.nn.functional as F
 
@@ -24,18 +25,7 @@ WARMUP, TIMED = 5, 30
 
 
 def median_ms(work):
-    for _ in range(WARMUP):
-        work()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(TIMED):
-        start.record()
-        work()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[TIMED // 2]
+    return cuda_event_timing.median_ms(work, WARMUP, TIMED)
 
 
 def row(kernel, precision, rows, n, ms, nbytes, copy_gbps):

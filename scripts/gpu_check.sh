@@ -99,7 +99,7 @@ kit_build() {
   copy_libraries "$kit/stage"
   mkdir -p "$kit/stage/tests" && cp "$FUSOR_ROOT/tests/train/gpt_pytorch_reference.py" "$kit/stage/tests/"
   cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$FUSOR_ROOT/bench/rowwise_torch_gpu.py" \
-    "$FUSOR_ROOT/bench/attention_torch_gpu.py" "$kit/stage/bench/"
+    "$FUSOR_ROOT/bench/attention_torch_gpu.py" "$FUSOR_ROOT/bench/cuda_event_timing.py" "$kit/stage/bench/"
   cp /usr/share/datasets/fashion-mnist/*.gz "$kit/data/fashion-mnist/"
   # gpt_char's corpus travels in the payload (xz makes its 5 MB about 1.5).
   fusor_fetch_shakespeare

@@ -230,6 +230,8 @@ class shard_writer {
                              " ranks (0 <= rank < ranks)");
     if (save_id_.empty() || save_id_.find(' ') != std::string::npos)
       throw checkpoint_error("fusor: shard_writer: the save id must be a non-empty word, not '" + save_id_ + "'");
+    data_.add_metadata("fusor.save", save_id_);
+    index_.add_metadata("fusor.save", save_id_);
   }
 
   // Copies `values` (a view or tensor of any space and layout holding
@@ -252,11 +254,8 @@ class shard_writer {
   void save() const {
     std::filesystem::create_directories(directory_);
     const std::string stem = detail::shard_stem(rank_, ranks_);
-    checkpoint_writer data = data_;
-    data.add_metadata("fusor.save", save_id_);
-    data.save(directory_ / (stem + ".safetensors"));
-    checkpoint_writer index = index_;
-    index.add_metadata("fusor.save", save_id_);
+    data_.save(directory_ / (stem + ".safetensors"));
+    checkpoint_writer index = index_;  // metadata only: cheap to copy
     index.add_metadata("fusor.shard_bytes",
                        std::to_string(std::filesystem::file_size(directory_ / (stem + ".safetensors"))));
     index.save(directory_ / (stem + ".index"));
