@@ -25,7 +25,9 @@
 // it, row by row, and says which elements no shard holds.
 //
 // Files: each shard is a safetensors file of the pieces' values (dtype as
-// stored, 1-D, under the tensor's name), written atomically (io/file.hpp);
+// stored, 1-D, under the tensor's name; a rank's further pieces of the same
+// tensor, such as the parts of a GPT's qkv slice, as name#1, name#2, ...),
+// written atomically (io/file.hpp);
 // beside it a small index (safetensors, metadata only) of where each piece
 // lies, which the manifest writer reads instead of the shards. Every file of
 // one save carries the save's id, so a shard of another save (a crashed
@@ -125,6 +127,7 @@ inline std::string place_text(const tensor_piece& p, dtype type) {
 struct parsed_place {
   tensor_piece piece;
   dtype type = dtype::f32;
+  std::string record;  // the shard's safetensors record holding the values
 };
 inline parsed_place parse_place(std::string_view text, const std::string& where) {
   const auto fail = [&](const std::string& why) -> void {
@@ -161,6 +164,9 @@ inline parsed_place parse_place(std::string_view text, const std::string& where)
       if (n.size() != 1) fail("has a bad '" + std::string(key) + "'");
       (key == "first" ? p.piece.first : p.piece.count) = n[0];
       seen |= key == "first" ? 8 : 16;
+    } else if (key == "record") {
+      if (value.empty()) fail("has an empty record name");
+      p.record = std::string(value);
     } else if (key == "dtype") {
       const auto t = dtype_from_name(value);
       if (!t) fail("names the unknown dtype '" + std::string(value) + "'");
@@ -170,7 +176,7 @@ inline parsed_place parse_place(std::string_view text, const std::string& where)
       fail("has the unknown field '" + std::string(key) + "'");
     }
   }
-  if (seen != 63) fail("lacks one of global, begin, shape, first, count, dtype");
+  if (seen != 63 || p.record.empty()) fail("lacks one of global, begin, shape, first, count, dtype, record");
   try {
     p.piece.check("piece");
   } catch (const shape_error& e) {
@@ -235,9 +241,13 @@ class shard_writer {
   }
 
   // Copies `values` (a view or tensor of any space and layout holding
-  // place.elements() elements, read in row-major order) as this rank's piece of `name`.
+  // place.elements() elements, read in row-major order) as this rank's piece of
+  // `name` (a rank may add several pieces of one tensor).
   template <class View>
   void add(const std::string& name, const tensor_piece& place, const View& values) {
+    if (name.empty() || name.find_first_of(" #") != std::string::npos)
+      throw checkpoint_error("fusor: shard_writer::add: the tensor name '" + name +
+                             "' must be non-empty, without spaces or '#'");
     place.check("shard_writer::add('" + name + "')");
     const auto& view = as_view(values);
     using view_t = std::remove_cvref_t<decltype(view)>;
@@ -246,8 +256,10 @@ class shard_writer {
                         " elements, the values " + std::to_string(view.size()) + " (shape " +
                         shape_text(detail::shape_of(view)) + ")");
     constexpr dtype type = dtype_of<typename view_t::element_type>();
-    data_.add_record({name, type, {place.elements()}, detail::row_major_bytes(view, name)});
-    index_.add_metadata("fusor.piece/" + name, detail::place_text(place, type));
+    const int k = pieces_[name]++;
+    const std::string record = k == 0 ? name : name + "#" + std::to_string(k);
+    data_.add_record({record, type, {place.elements()}, detail::row_major_bytes(view, name)});
+    index_.add_metadata("fusor.piece/" + name + "/" + std::to_string(k), detail::place_text(place, type) + " record=" + record);
   }
 
   // Writes this rank's shard and index, each atomically (the directory is made if missing).
@@ -266,6 +278,7 @@ class shard_writer {
   int rank_, ranks_;
   std::string save_id_;
   checkpoint_writer data_, index_;
+  std::map<std::string, int> pieces_;  // pieces added per tensor
 };
 
 // After every rank's shard_writer::save() (a barrier between): reads the
@@ -298,7 +311,7 @@ inline void write_manifest(const std::filesystem::path& directory, int ranks, co
     manifest.add_metadata("fusor.shard_bytes/" + std::to_string(r), index.metadata("fusor.shard_bytes"));
     for (const auto& [key, text] : index.contents().metadata) {
       if (key.rfind("fusor.piece/", 0) != 0) continue;
-      const std::string name = key.substr(12);
+      const std::string name = key.substr(12, key.rfind('/') - 12);
       tensors[name].push_back({r, detail::parse_place(text, "'" + index_file.string() + "', tensor '" + name + "'")});
     }
   }
@@ -326,8 +339,9 @@ inline void write_manifest(const std::filesystem::path& directory, int ranks, co
                                  " overlap (a replicated tensor must be added by one rank only)");
       }
       covered += place.piece.elements();
-      manifest.add_metadata("fusor.piece/" + name + "/" + std::to_string(i),
-                            "shard=" + std::to_string(shard) + " " + detail::place_text(place.piece, place.type));
+      manifest.add_metadata("fusor.piece/" + name + "/" + std::to_string(i), "shard=" + std::to_string(shard) + " " +
+                                                                          detail::place_text(place.piece, place.type) +
+                                                                          " record=" + place.record);
     }
     const index_t total = tensor_piece::whole(first.global_shape).box_elements();
     if (covered != total)
@@ -387,6 +401,9 @@ class sharded_checkpoint_reader {
     return it->second;
   }
 
+  // All of the save's own metadata.
+  const std::map<std::string, std::string>& all_metadata() const { return metadata_; }
+
   // Fills `destination` (place.elements() elements, any space and layout,
   // written in row-major order) with piece `place` of tensor `name`, from
   // whichever saved pieces hold it.
@@ -413,7 +430,13 @@ class sharded_checkpoint_reader {
     for (const auto& [shard, source] : saved) {
       const tensor_piece& from = source.piece;
       if (!detail::boxes_meet(from, place)) continue;
-      const std::vector<std::byte>& bytes = shard_tensor(shard, name).bytes;
+      const tensor_record& record = shard_tensor(shard, source.record);
+      if (record.type != source.type || record.bytes.size() != std::size_t(from.elements()) * size)
+        throw checkpoint_error("fusor: " + what + ": shard " + std::to_string(shard) + "'s record '" + source.record +
+                               "' holds " + std::to_string(record.bytes.size()) + " bytes of " + dtype_name(record.type) +
+                               ", but its index says " + std::to_string(from.elements()) + " elements of " +
+                               dtype_name(source.type));
+      const std::vector<std::byte>& bytes = record.bytes;
       const std::size_t last = from.shape.size() - 1;
       detail::for_each_row_run(place, [&](const std::vector<index_t>& global, index_t at, index_t length) {
         if (from.shape.empty()) {  // a scalar
@@ -465,7 +488,7 @@ class sharded_checkpoint_reader {
       throw checkpoint_error("fusor: sharded checkpoint '" + directory_.string() + "' has no tensor '" + name + "'");
     return it->second;
   }
-  // Shard r's record of `name`, the shard read (and checked against the manifest) once.
+  // Shard r's record `name`, the shard read (and checked against the manifest) once.
   const tensor_record& shard_tensor(int r, const std::string& name) const {
     auto& reader = shards_[r];
     if (!reader) {

@@ -48,6 +48,10 @@ struct network_options {
 };
 
 namespace detail {
+// A layer that draws random numbers by a seed the network gives it (dropout).
+template <class Layer>
+concept seeded_layer = requires(Layer& l) { l.seed(std::uint64_t{}); };
+
 template <class List, class... Seen>
 struct unique_types;
 template <class... Seen>
@@ -125,11 +129,7 @@ class network {
   // anywhere; a layer range or a sharded layer gets its part of the same values).
   void initialize(std::uint64_t seed) {
     seed_ = seed;
-    std::vector<int> shard_of_layer(depth, 0);
-    for_each_index([&]<std::size_t I>() {
-      if constexpr (requires(const layer_type<I>& l) { l.shard_index(); })
-        shard_of_layer[I] = std::get<I>(layers_).shard_index();
-    });
+    const std::vector<int> shard_of_layer = shard_of_layers();
     for_each_group([&](auto& group) {
       using element = typename std::remove_cvref_t<decltype(group)>::element_type;
       std::vector<element> host(static_cast<std::size_t>(group.size()), convert<element>(0.0f));
@@ -287,6 +287,18 @@ class network {
       for (const parameter_slot& slot : group.slots()) fn(slot, group.value(slot), group.gradient(slot));
     });
   }
+  // Where a parameter's elements lie in the whole, unsplit tensor (its
+  // tensor-parallel slice, nn/parameters.hpp): what a sharded checkpoint saves
+  // and reads, so that it loads into any other split.
+  parameter_placement placement(const parameter_slot& slot) const {
+    const std::size_t id = slot_ids_[slot.name];
+    return place_parameter(specs_[id].shape, specs_[id].shard, shard_of_layers()[spec_layers_[id]]);
+  }
+  // Whether some layer draws random numbers as it trains (dropout, by the
+  // network's seed): a resumed run repeats them only with the same seed.
+  static constexpr bool draws_random_numbers =
+      []<std::size_t... I>(std::index_sequence<I...>) { return (detail::seeded_layer<layer_type<I>> || ...); }(indices{});
+
   // The parameters this network holds (its layer range's).
   index_t parameter_count() const {
     index_t n = 0;
@@ -296,6 +308,14 @@ class network {
   }
 
  private:
+  // Each layer's tensor-parallel slice (0 where not split, or before connect).
+  std::vector<int> shard_of_layers() const {
+    std::vector<int> shard(depth, 0);
+    for_each_index([&]<std::size_t I>() {
+      if constexpr (requires(const layer_type<I>& l) { l.shard_index(); }) shard[I] = std::get<I>(layers_).shard_index();
+    });
+    return shard;
+  }
   template <class Fn>
   static void for_each_index(Fn&& fn) {
     [&]<std::size_t... I>(std::index_sequence<I...>) { (fn.template operator()<I>(), ...); }(indices{});

@@ -34,6 +34,14 @@ namespace fusor::nn {
 
 inline constexpr index_t parameter_alignment = 32;  // elements
 
+namespace detail {
+inline std::string parameter_shape_text(const std::vector<index_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i != shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+}  // namespace detail
+
 using flat_extents = dextents<index_t, 1>;
 template <class Element, class Space>
 using flat_view = view<Element, flat_extents, row_major, Space>;
@@ -56,6 +64,9 @@ struct initializer {
 struct sharding {
   int axis = -1;  // -1: not sharded
   int ways = 1;
+  // Column parallelism of Parts interleaved parts (nn/sharding.hpp): the slice
+  // is [Parts, rows, ...] split along axis 1, the whole tensor [Parts * rows * ways, ...].
+  int parts = 1;
 };
 
 struct parameter_spec {
@@ -176,11 +187,7 @@ class parameter_group {
   flat_view<Element, Space> tied_gradient(const tied_slot& t) const { return {tied_gradients_.data() + t.slot.offset, t.slot.size}; }
 
  private:
-  static std::string shape_text(const std::vector<index_t>& shape) {
-    std::string s = "[";
-    for (std::size_t i = 0; i != shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-  }
+  static std::string shape_text(const std::vector<index_t>& shape) { return detail::parameter_shape_text(shape); }
   void allocate_tied(stream_t stream) {
     if (tied_size_ == 0) return;
     tied_gradients_ = tensor<Element, flat_extents, row_major, Space>(flat_extents(tied_size_), stream);
@@ -209,6 +216,63 @@ void initialize_parameter(Element* data, index_t size, const initializer& init, 
       v = (2.0 * random_uniform(seed, static_cast<std::uint64_t>(i)) - 1.0) * bound;
     data[i] = convert<Element>(v);
   }
+}
+
+// Where a parameter's elements lie in the whole, unsplit tensor (as the
+// unsplit network holds it, and as a checkpoint stores it): boxes, each
+// contiguous in this rank's memory. One box for an unsplit parameter or a
+// slice along one axis; one per part for column parallelism with parts.
+struct parameter_segment {
+  index_t offset = 0;                 // where the box starts among the parameter's own elements
+  std::vector<index_t> begin, shape;  // the box in the whole tensor
+  index_t elements() const {
+    index_t n = 1;
+    for (index_t e : shape) n *= e;
+    return n;
+  }
+};
+struct parameter_placement {
+  std::vector<index_t> whole_shape;
+  std::vector<parameter_segment> segments;
+  bool split = false;  // false: every rank of a tensor group holds the whole tensor
+};
+
+// `shape`: this rank's slice as the layer declares it; `shard_index`: its slice's number.
+inline parameter_placement place_parameter(const std::vector<index_t>& shape, const sharding& shard, int shard_index) {
+  parameter_placement p;
+  if (shard.axis < 0 || shard.ways == 1) {
+    p.whole_shape = shape;
+    p.segments.push_back({0, std::vector<index_t>(shape.size(), 0), shape});
+    return p;
+  }
+  const auto axis = static_cast<std::size_t>(shard.axis);
+  if (axis >= shape.size() || shard_index < 0 || shard_index >= shard.ways || (shard.parts > 1 && axis != 1))
+    throw error("fusor::nn: a parameter of shape " + detail::parameter_shape_text(shape) + " sharded along axis " +
+                std::to_string(shard.axis) + " in " + std::to_string(shard.parts) + " parts cannot hold slice " +
+                std::to_string(shard_index) + " of " + std::to_string(shard.ways));
+  p.split = true;
+  if (shard.parts == 1) {
+    p.whole_shape = shape;
+    p.whole_shape[axis] *= shard.ways;
+    std::vector<index_t> begin(shape.size(), 0);
+    begin[axis] = shard_index * shape[axis];
+    p.segments.push_back({0, std::move(begin), shape});
+    return p;
+  }
+  // [parts, rows, rest...] -> whole [parts * rows * ways, rest...]; part k is the box of rows
+  // k * rows * ways + shard_index * rows onwards.
+  const index_t rows = shape[1];
+  std::vector<index_t> box(shape.begin() + 1, shape.end());
+  p.whole_shape = box;
+  p.whole_shape[0] = shape[0] * rows * shard.ways;
+  index_t box_elements = 1;
+  for (index_t e : box) box_elements *= e;
+  for (index_t k = 0; k < shape[0]; ++k) {
+    std::vector<index_t> begin(box.size(), 0);
+    begin[0] = (k * shard.ways + shard_index) * rows;
+    p.segments.push_back({k * box_elements, std::move(begin), box});
+  }
+  return p;
 }
 
 // The same for a sharded parameter: slice `shard_index` of the full tensor, each

@@ -155,14 +155,14 @@ struct column_parallel_parts_times_ways_must_divide_width {
 // at [p, i]), the rows lie in memory as the layer uses them (part after part)
 // and the norm counts the parameter as split. Otherwise [Out / Ways, ...] along axis 0.
 // (Such a bias is then rank 2: optim::trainer::prune, which prunes every
-// parameter of rank 2 or more, would count it as a weight. A parts field in
-// nn::sharding, nn/parameters.hpp, would keep it rank 1.)
+// parameter of rank 2 or more, would count it as a weight. nn::sharding's
+// parts field says so: nn::place_parameter gives its place in the rank-1 whole.)
 inline void shard_output_rows(parameter_spec& spec, std::vector<index_t> whole, int ways, int parts) {
   whole[0] /= ways;
   if (parts > 1 && ways > 1) {
     whole[0] /= parts;
     whole.insert(whole.begin(), index_t(parts));
-    spec.shard = {1, ways};
+    spec.shard = {1, ways, parts};
   } else {
     spec.shard = {0, ways};
   }

@@ -33,6 +33,7 @@
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
+#include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/update_controller.hpp"
 
 namespace fusor::optim {
@@ -158,6 +159,12 @@ class trainer {
   }
   // After loading the state back, the host-side step count (dropout's stream of masks).
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
+  // fn(parameter group, its optimizer, where the optimizer holds the group's
+  // elements): each optimizer holds its whole group.
+  template <class Fn>
+  void for_each_optimizer(Fn&& fn) {
+    for_each_group_and_optimizer([&](auto& group, auto& optimizer) { fn(group, optimizer, state_layout::whole(group.size())); });
+  }
 
  private:
   // Rows of logits per sample: 1 for a classifier, `time` for a sequence model.

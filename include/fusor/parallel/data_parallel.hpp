@@ -227,6 +227,23 @@ class data_parallel {
   Communicator& communicator() { return communicator_; }
   const data_parallel_options& options() const { return parallel_; }
   std::uint64_t steps_taken() const { return steps_; }  // calls of step() (skipped ones too)
+  // After loading a checkpoint: the step count (and dropout's, micro-batches per step).
+  void set_steps_taken(std::uint64_t steps) {
+    steps_ = steps;
+    forwards_ = steps * std::uint64_t(parallel_.micro_batches);
+  }
+  // fn(parameter group, its optimizer, where the optimizer holds the group's
+  // elements: all of them, or this rank's shard under ZeRO-1).
+  template <class Fn>
+  void for_each_optimizer(Fn&& fn) {
+    for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
+  }
+  // The network's parameters were overwritten (a checkpoint loaded): ZeRO-1's
+  // parameter shards follow them. The optimizer's state is left as it is.
+  template <class Executor>
+  void parameters_loaded(const Executor& ex) {
+    for_each_group([&](auto& g) { g.take_parameter_shard(ex); });
+  }
 
   // Makes the squared gradient norm global over the ranks that split the
   // network (parallel::tensor_parallel), before clipping and the Inf/NaN skip

@@ -29,6 +29,7 @@
 #include "fusor/expr/operators.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/optim/flat_state.hpp"
+#include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/step_scalars.hpp"
 #include "fusor/parallel/data_parallel_options.hpp"
 #include "fusor/parallel/gradient_buckets.hpp"
@@ -101,16 +102,32 @@ class data_parallel_group {
   template <class Executor>
   void initialize(const Executor& ex) {
     if (!zero_) return optimizer_.initialize(group_->values(), ex);
+    take_parameter_shard(ex);
+    optimizer_.initialize(shard_values_.view(), ex);
+  }
+  // ZeRO-1: this rank's shard of the parameters from the group's values (after
+  // a checkpoint overwrote them), leaving the optimizer's state as it is.
+  template <class Executor>
+  void take_parameter_shard(const Executor& ex) {
+    if (!zero_) return;
     const auto values = group_->values();
+    for (const optim::state_span& s : state_layout().spans)
+      copy_in_order(detail::part(shard_values_.view(), s.at, s.at + s.end - s.begin), detail::part(values, s.begin, s.end), ex);
+  }
+
+  // Where the optimizer holds the group's elements: all of them, or under
+  // ZeRO-1 this rank's chunk of each bucket (padding left out), packed.
+  optim::state_layout state_layout() const {
+    if (!zero_) return optim::state_layout::whole(group_->size());
+    optim::state_layout layout{{}, true};
     for (const gradient_bucket& b : plan_.buckets) {
       const index_t chunk = b.padded_size / ranks_;
       const index_t first = std::min(b.end, b.begin + rank_ * chunk), last = std::min(b.end, first + chunk);
-      const index_t at = b.padded_begin / ranks_;
-      if (last > first)
-        copy_in_order(detail::part(shard_values_.view(), at, at + last - first), detail::part(values, first, last), ex);
+      if (last > first) layout.spans.push_back({first, last, b.padded_begin / ranks_});
     }
-    optimizer_.initialize(shard_values_.view(), ex);
+    return layout;
   }
+  const nn::parameter_group<Element, Space>& group() const { return *group_; }
 
   // After a micro-batch's backward, except the last: one pass over the group.
   template <class Executor>

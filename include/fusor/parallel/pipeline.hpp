@@ -62,6 +62,7 @@
 #include "fusor/nn/network.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
 #include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
 #include "fusor/parallel/pipeline_messages.hpp"
@@ -287,6 +288,16 @@ class pipeline {
   index_t micro_batch_size() const { return micro_batch_; }
   optim::update_controller<Space>& controller() { return controller_; }
   std::uint64_t steps_taken() const { return host_steps_; }
+  // After loading a checkpoint, the host-side step count (dropout's stream of masks).
+  void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
+  // fn(parameter group, its optimizer, where the optimizer holds the group's
+  // elements) for each group this stage holds: the whole group.
+  template <class Fn>
+  void for_each_optimizer(Fn&& fn) {
+    for_each_group([&](auto& group, auto& optimizer, accumulator&) {
+      fn(group, optimizer, optim::state_layout::whole(group.size()));
+    });
+  }
 
  private:
   static pipeline_options validated(pipeline_options o, int ranks, index_t global_batch) {

@@ -1,0 +1,238 @@
+// fusor/parallel/distributed_checkpoint.hpp — a training run saved by every
+// rank of a mesh, each rank its own part, and resumed on any other mesh
+// (issue 14): 8 ranks as 2 (data) x 2 (tensor) x 2 (pipeline) save; 1 rank, or
+// 8 as 4 x 1 x 2, load and train on.
+//
+//   fusor::comm::mpi world;
+//   parallel::mesh grid(world, {.data = 2, .tensor = 2, .pipeline = 2});
+//   ... a trainer over the mesh: parallel::pipeline, parallel::data_parallel or optim::trainer ...
+//   parallel::save_distributed("run/step-1200", train, world, parallel::checkpoint_rank_of(grid), "step-1200",
+//                              {{"epoch", "3"}}, ex);                  // every rank; collective
+//   ...
+//   train.initialize(ex);                                           // then, on any mesh:
+//   auto meta = parallel::load_distributed("run/step-1200", train, parallel::checkpoint_rank_of(grid), ex);
+//
+// What is saved, under the names of the whole, unsplit network (so the files
+// do not depend on the mesh, and a plain optim::trainer on one process reads
+// them): each parameter ("3.weight", in its unsplit shape), each parameter's
+// optimizer state ("optimizer.3.weight.exp_avg", the parameter's shape), the
+// step scalars ("controller.step"), and in the metadata the steps taken, the
+// network's seed (dropout draws by it) and the mesh. Who saves what: a
+// parameter and its state by data rank 0 (the data group holds copies), except
+// optimizer state that ZeRO-1 shards over the data group, which every data
+// rank saves its part of; a tensor-parallel slice by its tensor rank, a
+// parameter that every tensor rank holds whole by tensor rank 0; a pipeline
+// stage its own layers; the step scalars world rank 0.
+//
+// The files are io/sharded_checkpoint.hpp's: one shard per rank, written
+// atomically, then (after every rank agreed that its shard is written) the
+// manifest by world rank 0, last. A rank whose save fails makes every rank
+// throw, naming how many failed, instead of leaving the others waiting.
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "fusor/comm/communicator.hpp"
+#include "fusor/core/copy.hpp"
+#include "fusor/core/error.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/io/sharded_checkpoint.hpp"
+#include "fusor/nn/parameters.hpp"
+#include "fusor/optim/state_layout.hpp"
+#include "fusor/parallel/mesh.hpp"
+
+namespace fusor::parallel {
+
+// Where this rank sits, for a checkpoint: the mesh's shape and this rank's coordinates.
+struct checkpoint_rank {
+  mesh_shape shape;
+  mesh_coordinates at;
+  int world_rank() const { return rank_of(at, shape); }
+  int world_size() const { return shape.size(); }
+};
+template <class Communicator>
+checkpoint_rank checkpoint_rank_of(const mesh<Communicator>& grid) {
+  return {grid.shape(), grid.at()};
+}
+// One process, or a trainer that is alone in its world.
+inline constexpr checkpoint_rank single_process{};
+
+namespace detail {
+
+inline constexpr const char* steps_key = "training.steps_taken";
+inline constexpr const char* seed_key = "training.seed";
+inline constexpr const char* mesh_key = "training.mesh";
+
+inline std::string mesh_text(const mesh_shape& s) {
+  return std::to_string(s.data) + "x" + std::to_string(s.tensor) + "x" + std::to_string(s.pipeline);
+}
+
+// fn(piece, flat view of its elements) for each piece of one parameter's
+// values or state: `state` holds the group's elements [span.begin, span.end)
+// from span.at, for each span of `layout`; `place` says where the parameter's
+// own elements lie in the whole tensor.
+template <class Flat, class Fn>
+void for_each_piece(const nn::parameter_slot& slot, const nn::parameter_placement& place,
+                    const optim::state_layout& layout, const Flat& state, Fn&& fn) {
+  for (const optim::state_span& span : layout.spans) {
+    // The parameter's own elements [lo, hi) that this span holds.
+    const index_t lo = std::max(span.begin, slot.offset) - slot.offset;
+    const index_t hi = std::min(span.end, slot.offset + slot.size) - slot.offset;
+    for (const nn::parameter_segment& segment : place.segments) {
+      const index_t a = std::max(lo, segment.offset), b = std::min(hi, segment.offset + segment.elements());
+      if (a >= b) continue;
+      io::tensor_piece piece{place.whole_shape, segment.begin, segment.shape, a - segment.offset, b - a};
+      if (piece.first == 0 && piece.count == segment.elements()) piece.count = -1;  // the whole box
+      const index_t at = span.at + (slot.offset + a - span.begin);
+      fn(piece, Flat(state.data() + at, b - a));
+    }
+  }
+}
+
+// fn(name, piece, flat view, saved_here) for every piece of this rank's
+// parameters and optimizer state; saved_here: this rank is the one that saves it.
+template <class Trainer, class Fn>
+void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&& fn) {
+  const auto& network = trainer.network();
+  trainer.for_each_optimizer([&](const auto& group, auto& optimizer, const optim::state_layout& layout) {
+    for (const nn::parameter_slot& slot : group.slots()) {
+      const nn::parameter_placement place = network.placement(slot);
+      const bool tensor_saver = place.split || where.at.tensor == 0;
+      for_each_piece(slot, place, optim::state_layout::whole(group.size()), group.values(),
+                     [&](const io::tensor_piece& piece, const auto& v) {
+                       fn(slot.name, piece, v, tensor_saver && where.at.data == 0);
+                     });
+      optimizer.for_each_state([&](const auto& state_name, const auto& state) {
+        const std::string name = "optimizer." + slot.name + "." + std::string(state_name);
+        for_each_piece(slot, place, layout, state, [&](const io::tensor_piece& piece, const auto& v) {
+          fn(name, piece, v, tensor_saver && (layout.sharded || where.at.data == 0));
+        });
+      });
+    }
+  });
+}
+
+template <class Executor>
+void finish_work(const Executor& ex) {
+  if constexpr (requires { ex.synchronize(); }) ex.synchronize();
+}
+
+// How many ranks of `world` report a failure (a collective: every rank calls it).
+template <class Space, class Communicator>
+int ranks_failing(Communicator& world, bool failed) {
+  float count = failed ? 1.0f : 0.0f;
+  const view<float, dextents<index_t, 1>> host(&count, 1);
+  tensor<float, dextents<index_t, 1>, row_major, Space> buffer{dextents<index_t, 1>(1)};
+  copy(buffer.view(), host);
+  world.all_reduce(buffer.view(), comm::reduction_op::sum).wait();
+  copy(host, buffer.view());
+  return static_cast<int>(count + 0.5f);
+}
+
+inline std::uint64_t parse_unsigned(const std::string& text, const std::filesystem::path& dir, const char* key) {
+  std::uint64_t n = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (error != std::errc{} || end != text.data() + text.size())
+    throw io::checkpoint_error("fusor: sharded checkpoint '" + dir.string() + "': metadata '" + key + "' is '" + text +
+                               "', not a whole number");
+  return n;
+}
+
+}  // namespace detail
+
+// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
+// and (world rank 0, once every rank's shard is written) the manifest. A
+// collective over `world` (every rank of the mesh calls it, with the same
+// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
+// caller's own strings (the epoch, the data position); keys starting
+// "training." or "fusor." are reserved.
+template <class Trainer, class Communicator, class Executor>
+void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world, const checkpoint_rank& where,
+                      const std::string& save_id, const std::map<std::string, std::string>& metadata,
+                      const Executor& ex) {
+  using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  if (world.size() != where.world_size() || world.rank() != where.world_rank())
+    throw error("fusor::parallel::save_distributed: the communicator is rank " + std::to_string(world.rank()) + " of " +
+                std::to_string(world.size()) + ", but the mesh " + to_string(where.shape) + " places this rank at " +
+                std::to_string(where.world_rank()) + " of " + std::to_string(where.world_size()) +
+                ": pass the world communicator the mesh was made from");
+  for (const auto& [key, value] : metadata)
+    if (key.rfind("training.", 0) == 0 || key.rfind("fusor.", 0) == 0)
+      throw error("fusor::parallel::save_distributed: metadata keys starting 'training.' or 'fusor.' are reserved ('" +
+                  key + "')");
+  detail::finish_work(ex);
+  std::string failure;
+  try {
+    io::shard_writer shard(dir, where.world_rank(), where.world_size(), save_id);
+    detail::for_each_trainer_piece(trainer, where, [&](const std::string& name, const io::tensor_piece& piece,
+                                                       const auto& values, bool saved_here) {
+      if (saved_here) shard.add(name, piece, values);
+    });
+    if (where.world_rank() == 0)
+      trainer.controller().for_each_state([&](const auto& name, const auto& v) {
+        shard.add("controller." + std::string(name), io::tensor_piece::whole({}), v);
+      });
+    shard.save();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (const int failed = detail::ranks_failing<space>(world, !failure.empty()))
+    throw io::checkpoint_error("fusor::parallel::save_distributed: " + std::to_string(failed) + " of " +
+                               std::to_string(world.size()) + " ranks could not save their shard of '" + dir.string() +
+                               "'" + (failure.empty() ? "" : "; this rank: " + failure) +
+                               " (no manifest written: the save is incomplete)");
+  if (where.world_rank() == 0) {
+    try {
+      std::map<std::string, std::string> all = metadata;
+      all[detail::steps_key] = std::to_string(trainer.steps_taken());
+      all[detail::seed_key] = std::to_string(trainer.network().seed());
+      all[detail::mesh_key] = detail::mesh_text(where.shape);
+      io::write_manifest(dir, where.world_size(), save_id, all);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  // Nobody returns before the manifest is there (or every rank knows it is not).
+  if (detail::ranks_failing<space>(world, !failure.empty()) != 0)
+    throw io::checkpoint_error("fusor::parallel::save_distributed: writing the manifest of '" + dir.string() +
+                               "' failed" + (failure.empty() ? std::string() : ": " + failure));
+}
+
+// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
+// rank's part of the trainer: its parameters, optimizer state, step scalars and
+// step count. Call it after trainer.initialize(ex). Every rank reads its own
+// pieces (no communication). Returns the save's metadata (the caller's keys,
+// and training.mesh, the mesh it was saved on).
+template <class Trainer, class Executor>
+std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
+                                                    const checkpoint_rank& where, const Executor& ex) {
+  detail::finish_work(ex);
+  const io::sharded_checkpoint_reader reader(dir);
+  auto& network = trainer.network();
+  const std::uint64_t seed = detail::parse_unsigned(reader.metadata(detail::seed_key), dir, detail::seed_key);
+  if constexpr (std::remove_cvref_t<decltype(network)>::draws_random_numbers)
+    if (seed != network.seed())
+      throw io::checkpoint_error("fusor::parallel::load_distributed: '" + dir.string() + "' was saved by a network of seed " +
+                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
+                                 ": its dropout would draw other masks; construct the network with {.seed = " +
+                                 std::to_string(seed) + "}");
+  detail::for_each_trainer_piece(trainer, where,
+                                 [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool) {
+                                   reader.read(name, piece, values);
+                                 });
+  trainer.controller().for_each_state([&](const auto& name, const auto& v) {
+    reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
+  });
+  if constexpr (requires { trainer.parameters_loaded(ex); }) trainer.parameters_loaded(ex);
+  trainer.set_steps_taken(detail::parse_unsigned(reader.metadata(detail::steps_key), dir, detail::steps_key));
+  detail::finish_work(ex);
+  return reader.all_metadata();
+}
+
+}  // namespace fusor::parallel

@@ -1,0 +1,220 @@
+// parallel::save_distributed / load_distributed under mpirun (4 and 8 ranks):
+// a run saved on one mesh resumes on another. Saved after 2 AdamW steps by a
+// data x tensor x pipeline mesh ((N/4) x 2 x 2), the next 3 steps' losses are
+// bit for bit those of the run that never stopped when resumed on the same
+// mesh, and within 1e-5 relative on one process (optim::trainer, whole
+// network) and on (N/2) x 1 x 2 (no tensor split). ZeRO-1 state (data_parallel,
+// every data rank a range of each tensor's moments) resumes on one process and
+// on (N/2) x 2 x 1 without ZeRO, and the other way round. A rank that cannot
+// write its shard makes every rank throw, and no manifest is written.
+// Every step sees a different batch, so a resume at the wrong step shows.
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <fusor/optim/adamw.hpp>
+#include <fusor/parallel/data_parallel.hpp>
+#include <fusor/parallel/distributed_checkpoint.hpp>
+#include <fusor/parallel/mesh.hpp>
+#include <fusor/parallel/pipeline.hpp>
+#include <fusor/parallel/tensor_parallel.hpp>
+
+#include "comm/mpi_world.hpp"
+#include "parallel/tensor_parallel_checks.hpp"
+
+using namespace tensor_parallel_test;
+namespace fs = std::filesystem;
+
+namespace {
+constexpr index_t global_batch = 24;
+constexpr int saved_after = 2, resumed_steps = 3;
+const fusor::optim::trainer_options options{.schedule = fusor::optim::learning_rate_schedule::constant(1e-2f),
+                                            .clip = {.max_norm = 0.05f}};
+using mpi = fusor::comm::mpi;
+
+template <int Ways>
+using split_mlp = std::conditional_t<Ways == 1, mlp<unsplit, unsplit>, mlp<column<Ways>, row<Ways>>>;
+
+// Step s's batch: the same on every rank.
+auto batch_images(int s) { return random_tensor<fp32, input_extents, host_space>(input_extents(global_batch), 100 + s); }
+auto batch_labels(int s) { return random_labels<host_space>(global_batch, 32, 200 + std::uint32_t(s)); }
+
+void barrier(mpi& world) { MPI_Barrier(world.native()); }
+
+// A folder every rank agrees on (rank 0's pid), emptied.
+fs::path shared_folder(mpi& world, const std::string& what) {
+  std::int32_t id = static_cast<std::int32_t>(getpid());
+  world.broadcast(view<std::int32_t, flat>(&id, 1), 0).wait();
+  const fs::path dir = fs::temp_directory_path() / ("fusor_dcp_" + std::to_string(id) + "_" + what);
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
+  barrier(world);
+  return dir;
+}
+
+void expect_losses(const std::vector<double>& got, const std::vector<double>& want, bool bitwise) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < want.size(); ++s) {
+    INFO("step ", saved_after + int(s) + 1, ": ", got[s], " against ", want[s]);
+    if (bitwise) CHECK(got[s] == want[s]);
+    else CHECK(std::fabs(got[s] - want[s]) <= 1e-5 * std::fabs(want[s]));
+  }
+}
+
+// What to do around the steps: save after `saved_after` steps, or load before the first.
+struct plan {
+  fs::path save_to, load_from;
+  int first_step = 0, last_step = saved_after + resumed_steps;
+};
+plan saving(const fs::path& dir, int last_step = saved_after + resumed_steps) { return {dir, {}, 0, last_step}; }
+plan resuming(const fs::path& dir) { return {{}, dir, saved_after, saved_after + resumed_steps}; }
+
+// Runs the steps [first_step, last_step) of `train` (step(s) runs step s and
+// returns its loss), saving or loading as `p` says; returns the losses after
+// the save point.
+template <class Trainer, class Step>
+std::vector<double> run(Trainer& train, mpi& world, const parallel::checkpoint_rank& where, const plan& p, Step&& step) {
+  train.initialize(host_executor{});
+  if (!p.load_from.empty()) {
+    const auto meta = parallel::load_distributed(p.load_from, train, where, host_executor{});
+    CHECK(meta.at("epoch") == "7");
+    CHECK(train.steps_taken() == std::uint64_t(p.first_step));
+  }
+  std::vector<double> losses;
+  for (int s = p.first_step; s < p.last_step; ++s) {
+    const double loss = step(s);
+    if (s >= saved_after) losses.push_back(loss);
+    if (s + 1 == saved_after && !p.save_to.empty())
+      parallel::save_distributed(p.save_to, train, world, where, "step-2", {{"epoch", "7"}}, host_executor{});
+  }
+  return losses;
+}
+
+// One process, the whole network and batch (each rank on its own; no communication).
+std::vector<double> single_process(mpi& world, const plan& p) {
+  using whole_t = nn::network<split_mlp<1>, fp32, host_space>;
+  whole_t whole(global_batch, {.seed = 5});
+  fusor::optim::trainer<whole_t, fusor::optim::adamw> train(whole, options, fusor::optim::adamw_options{});
+  return run(train, world, parallel::single_process, p, [&](int s) {
+    train.loss().reset(host_executor{});
+    train.step(batch_images(s), batch_labels(s), host_executor{});
+    return train.loss().totals().mean_loss;
+  });
+}
+
+// Data x tensor x pipeline: each replica's pipeline on its rows of the batch,
+// every stage's layers split over the tensor group; the loss averaged over replicas.
+template <int Ways>
+std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& p) {
+  parallel::mesh grid(world, shape);
+  using pipeline_t = parallel::pipeline<split_mlp<Ways>, fp32, host_space, fusor::optim::adamw, mpi>;
+  using tensor_parallel_t = parallel::tensor_parallel<typename pipeline_t::network_type, mpi>;
+  pipeline_t train(grid.pipeline(), global_batch / shape.data, {.seed = 5}, options, fusor::optim::adamw_options{},
+                   {.micro_batches = 2});
+  std::vector<std::unique_ptr<tensor_parallel_t>> tp;
+  if constexpr (Ways > 1) {
+    train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<tensor_parallel_t>(net, grid.tensor())); });
+    train.reduce_gradient_norm_with(*tp.front());
+  }
+  if (shape.data > 1) train.average_gradients_over(grid.data());
+  const index_t rows = global_batch / shape.data, first = grid.at().data * rows;
+  return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
+    const auto x_all = batch_images(s);
+    const auto labels_all = batch_labels(s);
+    tensor<fp32, input_extents, row_major, host_space> x{input_extents(rows)};
+    tensor<std::int32_t, flat, row_major, host_space> labels{flat(rows)};
+    std::copy_n(x_all.data() + first * 64, rows * 64, x.data());
+    std::copy_n(labels_all.data() + first, rows, labels.data());
+    train.reset_totals(host_executor{});
+    train.step(x, labels, host_executor{});
+    double loss = train.totals().mean_loss;
+    grid.data().all_reduce(view<double, flat>(&loss, 1), fusor::comm::reduction_op::avg).wait();
+    return loss;
+  });
+}
+
+// Data x tensor, data-parallel (ZeRO-1 when `zero`, in small buckets so that
+// ranks' ranges cut across tensors).
+template <int Ways>
+std::vector<double> data_tensor(mpi& world, bool zero, const plan& p) {
+  parallel::mesh grid(world, {.data = world.size() / Ways, .tensor = Ways, .pipeline = 1});
+  using net_t = nn::network<split_mlp<Ways>, fp32, host_space>;
+  net_t net(global_batch / grid.shape().data, {.seed = 5});
+  std::unique_ptr<parallel::tensor_parallel<net_t, mpi>> tp;
+  if constexpr (Ways > 1) tp = std::make_unique<parallel::tensor_parallel<net_t, mpi>>(net, grid.tensor());
+  parallel::data_parallel<net_t, fusor::optim::adamw, mpi> train(
+      net, grid.data(), options, fusor::optim::adamw_options{}, {.bucket_bytes = 20000, .shard_optimizer_state = zero});
+  if (tp) train.reduce_gradient_norm_with(*tp);
+  return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
+    train.loss().reset(host_executor{});
+    train.step(batch_images(s), batch_labels(s), host_executor{});
+    return train.totals().mean_loss;
+  });
+}
+
+int ranks_ok(mpi& world) { return world.size() % 4 == 0; }
+}  // namespace
+
+TEST_CASE("distributed checkpoint: a data x tensor x pipeline save resumes on the same mesh, one process and another mesh") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const fs::path dir = shared_folder(world, "3d");
+  const parallel::mesh_shape saving_mesh{.data = world.size() / 4, .tensor = 2, .pipeline = 2};
+  const std::vector<double> uninterrupted = mesh_3d<2>(world, saving_mesh, saving(dir));
+  REQUIRE(fs::exists(dir / "manifest.safetensors"));
+  const plan resume = resuming(dir);
+
+  INFO("saved on ", to_string(saving_mesh), ", world rank ", world.rank());
+  SUBCASE("the same mesh: bit for bit") { expect_losses(mesh_3d<2>(world, saving_mesh, resume), uninterrupted, true); }
+  SUBCASE("one process") { expect_losses(single_process(world, resume), uninterrupted, false); }
+  SUBCASE("data x pipeline, no tensor split") {
+    expect_losses(mesh_3d<1>(world, {.data = world.size() / 2, .tensor = 1, .pipeline = 2}, resume), uninterrupted, false);
+  }
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("distributed checkpoint: ZeRO-1 optimizer state resumes without ZeRO, and the other way round") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  SUBCASE("saved by ZeRO-1 over every rank") {
+    const fs::path dir = shared_folder(world, "zero");
+    const std::vector<double> uninterrupted = data_tensor<1>(world, true, saving(dir));
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<1>(world, true, p), uninterrupted, true);
+    expect_losses(single_process(world, p), uninterrupted, false);
+    expect_losses(data_tensor<2>(world, false, p), uninterrupted, false);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+  SUBCASE("saved by data x tensor, resumed by ZeRO-1") {
+    const fs::path dir = shared_folder(world, "tensor");
+    const std::vector<double> uninterrupted = data_tensor<2>(world, false, saving(dir));
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<1>(world, true, p), uninterrupted, false);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("distributed checkpoint: a rank that cannot write its shard fails the save on every rank") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const fs::path dir = shared_folder(world, "failing");
+  // Rank 1's shard file cannot be made: a folder stands where it would go.
+  if (world.rank() == 0)
+    fs::create_directories(dir / ("shard-00001-of-0000" + std::to_string(world.size()) + ".safetensors") / "in-the-way");
+  barrier(world);
+  const std::string one_failed = "1 of " + std::to_string(world.size()) + " ranks could not save";
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { (void)data_tensor<1>(world, false, saving(dir, saved_after)); }, {one_failed.c_str(), "no manifest written"});
+  barrier(world);
+  CHECK(!fs::exists(dir / "manifest.safetensors"));
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { (void)single_process(world, resuming(dir)); }, {"has no manifest"});
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
+}

@@ -1,0 +1,140 @@
+// parallel::save_distributed / load_distributed on one process (comm::single)
+// and the placement of tensor-parallel slices in the whole tensor: the slices
+// of column_parallel<2, 3> (a GPT's qkv) and row_parallel<2>, initialised as
+// the network initialises them, hold exactly the whole tensor's elements that
+// their placement names; a bf16 network with fp32 master weights saved after
+// 2 steps resumes bit for bit; the errors (reserved metadata, a communicator
+// that is not the mesh's world, a dropout network of another seed).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fusor/comm/single.hpp>
+#include <fusor/nn/dropout.hpp>
+#include <fusor/optim/adamw.hpp>
+#include <fusor/parallel/distributed_checkpoint.hpp>
+
+#include "io/io_support.hpp"
+#include "parallel/tensor_parallel_checks.hpp"
+
+using namespace tensor_parallel_test;
+
+namespace {
+// The whole tensor's elements, as the unsplit layer draws them, against each
+// slice's, as the split layer draws them, through the slice's placement.
+void expect_slices_tile(const std::vector<index_t>& slice_shape, const nn::sharding& shard) {
+  const nn::parameter_spec sliced{"w", slice_shape, nn::initializer::uniform_fan_in(5), shard};
+  std::vector<index_t> whole_shape = nn::place_parameter(slice_shape, shard, 0).whole_shape;
+  const nn::parameter_spec whole{"w", whole_shape, nn::initializer::uniform_fan_in(5)};
+  std::vector<float> want(std::size_t(whole.size()));
+  nn::initialize_parameter(want.data(), whole.size(), whole.init, 7);
+  std::vector<int> covered(want.size(), 0);
+  for (int r = 0; r < shard.ways; ++r) {
+    std::vector<float> mine(std::size_t(sliced.size()));
+    nn::initialize_parameter(mine.data(), sliced, 7, r);
+    const nn::parameter_placement place = nn::place_parameter(slice_shape, shard, r);
+    CHECK(place.split);
+    CHECK(place.whole_shape == whole_shape);
+    index_t elements = 0;
+    for (const nn::parameter_segment& s : place.segments) {
+      elements += s.elements();
+      for (index_t k = 0; k < s.elements(); ++k) {
+        // k-th element of the box, row-major, as an index into the whole tensor.
+        index_t at = k, offset = 0;
+        std::vector<index_t> local(s.shape.size());
+        for (std::size_t a = s.shape.size(); a-- > 0;) local[a] = at % s.shape[a], at /= s.shape[a];
+        for (std::size_t a = 0; a < s.shape.size(); ++a) offset = offset * whole_shape[a] + s.begin[a] + local[a];
+        CHECK(mine[std::size_t(s.offset + k)] == want[std::size_t(offset)]);
+        ++covered[std::size_t(offset)];
+      }
+    }
+    CHECK(elements == sliced.size());
+  }
+  for (int c : covered) REQUIRE(c == 1);  // every element in exactly one slice
+}
+
+using bf16_net = nn::network<mlp<unsplit, unsplit>, bf16, host_space>;
+const fusor::optim::trainer_options options{.schedule = fusor::optim::learning_rate_schedule::constant(1e-2f),
+                                            .clip = {.max_norm = 0.05f}};
+
+std::vector<double> steps(fusor::optim::trainer<bf16_net, fusor::optim::adamw>& train, int first, int last) {
+  std::vector<double> losses;
+  for (int s = first; s < last; ++s) {
+    const auto x = random_tensor<fp32, input_extents, host_space>(input_extents(batch), 100 + s);
+    const auto labels = random_labels<host_space>(batch, 32, 200 + std::uint32_t(s));
+    train.loss().reset(host_executor{});
+    train.step(x, labels, host_executor{});
+    losses.push_back(train.loss().totals().mean_loss);
+  }
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("placement: the slices of column_parallel<2, 3> and row_parallel<2> tile the whole tensor") {
+  // column_parallel<2, 3> of a [24, 5] weight: each rank [3 parts, 4 rows, 5], whole [24, 5].
+  expect_slices_tile({3, 4, 5}, {1, 2, 3});
+  const nn::parameter_placement qkv = nn::place_parameter({3, 4, 5}, {1, 2, 3}, 1);
+  REQUIRE(qkv.segments.size() == 3);
+  CHECK(qkv.segments[2].begin == std::vector<index_t>{20, 0});  // part 2, slice 1: rows (2 * 2 + 1) * 4 on
+  CHECK(qkv.segments[2].offset == 40);
+  expect_slices_tile({3, 4}, {1, 2, 3});  // its bias: [3, 4] slices of a [24] vector
+  expect_slices_tile({10, 3}, {1, 2});    // row_parallel<2> of a [10, 6] weight
+  expect_slices_tile({6, 7}, {0, 3});     // column_parallel<3> of an [18, 7] weight
+  const nn::parameter_placement whole = nn::place_parameter({10}, {}, 0);
+  CHECK(!whole.split);
+  CHECK(whole.whole_shape == std::vector<index_t>{10});
+}
+
+TEST_CASE("distributed checkpoint on one process: bf16 parameters and fp32 master weights resume bit for bit") {
+  const io_test::scratch_directory scratch("dcp_single");
+  const auto dir = scratch / "step-2";
+  fusor::comm::single world;
+  bf16_net net(batch, {.seed = 5});
+  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
+  train.initialize(host_executor{});
+  steps(train, 0, 2);
+  parallel::save_distributed(dir, train, world, parallel::single_process, "step-2", {{"epoch", "1"}}, host_executor{});
+  const std::vector<double> want = steps(train, 2, 5);
+  CHECK(std::filesystem::exists(dir / "manifest.safetensors"));
+  CHECK(std::filesystem::exists(dir / "shard-00000-of-00001.safetensors"));
+
+  bf16_net fresh(batch, {.seed = 5});
+  fusor::optim::trainer<bf16_net, fusor::optim::adamw> resumed(fresh, options, fusor::optim::adamw_options{});
+  resumed.initialize(host_executor{});
+  const auto meta = parallel::load_distributed(dir, resumed, parallel::single_process, host_executor{});
+  CHECK(meta.at("epoch") == "1");
+  CHECK(meta.at("training.mesh") == "1x1x1");
+  CHECK(resumed.steps_taken() == 2);
+  CHECK(steps(resumed, 2, 5) == want);
+}
+
+TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dropout network of another seed") {
+  const io_test::scratch_directory scratch("dcp_errors");
+  fusor::comm::single world;
+  bf16_net net(batch, {.seed = 5});
+  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
+  train.initialize(host_executor{});
+  fusor_test::expect_error<fusor::error>(
+      [&] {
+        parallel::save_distributed(scratch / "a", train, world, parallel::single_process, "a", {{"training.step", "1"}},
+                                   host_executor{});
+      },
+      {"'training.step'", "reserved"});
+  const parallel::checkpoint_rank two{{.data = 2}, {.data = 1}};
+  fusor_test::expect_error<fusor::error>(
+      [&] { parallel::save_distributed(scratch / "a", train, world, two, "a", {}, host_executor{}); },
+      {"rank 0 of 1", "places this rank at 1 of 2", "the world communicator the mesh was made from"});
+
+  using dropout_net = nn::network<nn::sequential<nn::features<64>, nn::linear<64, 32>, nn::dropout<10>>, fp32, host_space>;
+  dropout_net first(batch, {.seed = 3});
+  fusor::optim::trainer<dropout_net, fusor::optim::adamw> a(first, options, fusor::optim::adamw_options{});
+  a.initialize(host_executor{});
+  parallel::save_distributed(scratch / "d", a, world, parallel::single_process, "d", {}, host_executor{});
+  dropout_net second(batch, {.seed = 4});
+  fusor::optim::trainer<dropout_net, fusor::optim::adamw> b(second, options, fusor::optim::adamw_options{});
+  b.initialize(host_executor{});
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { parallel::load_distributed(scratch / "d", b, parallel::single_process, host_executor{}); },
+      {"network of seed 3", "this one has seed 4", "{.seed = 3}"});
+  static_assert(dropout_net::draws_random_numbers && !bf16_net::draws_random_numbers);
+}
