@@ -10,11 +10,13 @@
 // (ten times an epoch) and at the end of an epoch.
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,6 +26,7 @@
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/trainer.hpp>
 #include <fusor/optim/training_checkpoint.hpp>
+#include <fusor/parallel/distributed_checkpoint.hpp>
 #if FUSOR_HAS_CUDA
 #include <fusor/graph/capture.hpp>
 #endif
@@ -32,6 +35,25 @@ namespace example {
 
 namespace fs = fusor;
 namespace nn = fusor::nn;
+
+// The epoch a checkpoint was saved after (its "epoch" metadata), or an error naming the file and the key.
+inline int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
+                       int epochs) {
+  const auto it = metadata.find("epoch");
+  if (it == metadata.end())
+    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "' has no 'epoch' in its metadata: it was not "
+                                   "saved by this program");
+  int epoch = -1;
+  const std::string& text = it->second;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), epoch);
+  if (error != std::errc{} || end != text.data() + text.size() || epoch < 0)
+    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is '" + text +
+                                   "', not a whole number of epochs");
+  if (epoch > epochs)
+    throw fs::error("checkpoint '" + file.string() + "' was saved after epoch " + text + ", beyond --epochs " +
+                    std::to_string(epochs) + ": ask for more epochs to continue it");
+  return epoch;
+}
 
 struct options {
   int epochs = 10;
@@ -158,6 +180,39 @@ inline void wait([[maybe_unused]] const fs::host_executor& ex) {}
 inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
 #endif
 
+// Checkpoints of the programs that train over several ranks: --checkpoint is
+// a folder of saves (parallel/distributed_checkpoint.hpp), each epoch's in its
+// own subfolder, every rank writing its shard; `latest` names the newest.
+// --resume continues from it on any number of ranks and any split.
+//
+// The epoch to start from: 0, or the one after the latest save (loaded into `trainer`).
+template <class Trainer, class Executor>
+int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::checkpoint_rank& where,
+                       const Executor& ex, bool speaker) {
+  if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint) && !std::filesystem::is_directory(o.checkpoint))
+    throw fs::error("--checkpoint " + o.checkpoint + " is a file; this program saves into a folder (each rank its shard)");
+  if (!o.resume) return 0;
+  const auto last = fs::parallel::latest_distributed_save(o.checkpoint);
+  if (!last) {
+    if (speaker) std::printf("no finished save in %s yet: starting afresh\n", o.checkpoint.c_str());
+    return 0;
+  }
+  const auto metadata = fs::parallel::load_distributed(*last, trainer, where, ex);
+  const int epoch = saved_epoch(metadata, *last, o.epochs);
+  if (speaker)
+    std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(), epoch,
+                metadata.at("training.mesh").c_str());
+  return epoch;
+}
+// After epoch `epoch` (counted from 0), when --checkpoint is set: a collective over `world`.
+template <class Trainer, class Communicator, class Executor>
+void save_distributed_epoch(const options& o, Trainer& trainer, Communicator& world,
+                            const fs::parallel::checkpoint_rank& where, int epoch, const Executor& ex) {
+  if (o.checkpoint.empty()) return;
+  const std::string done = std::to_string(epoch + 1);
+  fs::parallel::save_distributed_latest(o.checkpoint, trainer, world, where, "epoch-" + done, {{"epoch", done}}, ex);
+}
+
 // Trains and evaluates Sequential on Fashion-MNIST; returns the exit status.
 template <class Sequential, class Precision, class Space, class Executor>
 int train(const options& o, const Executor& ex, const std::string& device, const char* network_name) {
@@ -185,7 +240,7 @@ int train(const options& o, const Executor& ex, const std::string& device, const
   int first_epoch = 0;
   if (o.resume && std::filesystem::exists(o.checkpoint)) {
     const auto metadata = fs::optim::load_training_state(o.checkpoint, trainer);
-    first_epoch = std::stoi(metadata.at("epoch"));
+    first_epoch = saved_epoch(metadata, o.checkpoint, o.epochs);
     std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
   }
 

@@ -17,7 +17,9 @@
 // on the stream and the host never waits, so the idle time shows as 0 there.
 // Data: Debian's dataset-fashion-mnist (or --data DIR).
 // Extra options: --schedule 1f1b|gpipe, --micro-batches M, --stage-map A,B,...;
-// the others are fashion_mnist_mlp's (--help).
+// the others are fashion_mnist_mlp's (--help). --checkpoint names a folder of
+// saves, each stage saving its layers (see fashion_mnist_training.hpp);
+// --resume continues on any number of stages.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -83,6 +85,8 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
        .stream = stream},
       fs::optim::adamw_options{.weight_decay = o.weight_decay}, p);
   pipe.initialize(ex);
+  const parallel::checkpoint_rank where{{.pipeline = world.size()}, {.pipeline = world.rank()}};
+  const int first_epoch = example::resume_distributed(o, pipe, where, ex, world.rank() == 0);
   fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
 
@@ -108,7 +112,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
                   gathered[std::size_t(2 * r + 1)], (long long)parallel::pipeline_contexts(shape.schedule, r, shape.stages, shape.micro_batches));
 
   nn::loss_totals test{};
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     pipe.reset_totals(ex);
     train_loader.start_epoch(std::uint64_t(epoch));
     double idle_seconds = 0, step_seconds = 0;
@@ -138,6 +142,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
       }
       std::fflush(stdout);
     }
+    example::save_distributed_epoch(o, pipe, world, where, epoch, ex);
   }
   return example::verdict(o, test, device, world.rank() == 0);
 }
@@ -161,10 +166,6 @@ int main(int argc, char** argv) {
                     "  --micro-batches M    micro-batches per batch (default 4; must divide the batch)\n"
                     "  --stage-map A,B,...  first layer of each stage (default: layers split evenly over the ranks)\n");
       return 0;
-    }
-    if (!o->checkpoint.empty()) {
-      if (world.rank() == 0) std::fprintf(stderr, "error: pipeline_mlp does not save checkpoints (--checkpoint)\n");
-      return 2;
     }
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::cuda::available()) {

@@ -15,6 +15,9 @@
 // fashion_mnist_mlp starts from, so it trains the same way on any number of
 // ranks (up to rounding). The degree is compiled in (activations have static
 // shapes): the program is built for 1, 2, 4 and 8 and picks the communicator's size.
+// --checkpoint names a folder of saves (every rank its slices; see
+// fashion_mnist_training.hpp): --resume continues on any number of ranks, and
+// fashion_mnist_data_parallel resumes the same saves (the layers are the same).
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/parallel/tensor_parallel.hpp>
@@ -57,6 +60,8 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
       fs::optim::adamw_options{.weight_decay = o.weight_decay});
   trainer.reduce_gradient_norm_with(tp);  // the global gradient norm: every rank clips and skips alike
   trainer.initialize(ex);
+  const fs::parallel::checkpoint_rank where{{.tensor = Ways}, {.tensor = ranks.rank()}};
+  const int first_epoch = example::resume_distributed(o, trainer, where, ex, speaker);
 
   // Every rank reads the same batches (same seed): tensor parallelism splits the model, not the data.
   const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
@@ -74,7 +79,7 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
                 (long long)test_set.count, (long long)o.batch, o.learning_rate, o.epochs);
   }
   nn::loss_totals test{};
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     trainer.loss().reset(ex);
     train_loader.start_epoch(static_cast<std::uint64_t>(epoch));
     const auto start = std::chrono::steady_clock::now();
@@ -94,6 +99,7 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
     while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
     test = trainer.loss().totals();
     if (speaker) example::report_epoch(o, epoch, trained, test, seconds);
+    example::save_distributed_epoch(o, trainer, ranks, where, epoch, ex);
   }
   return example::verdict(o, test, std::to_string(Ways) + " ways, " + device, speaker);
 }
@@ -110,7 +116,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (!o) return 0;
-    if (o->checkpoint.size() || o->resume) throw fs::error("checkpoints are not supported by this example");
     // The degree compiled for the number of ranks; 512 is the width the two split layers divide.
     return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {
 #if FUSOR_HAS_CUDA

@@ -117,7 +117,10 @@ inline constexpr const char* sharded_format = "fusor sharded checkpoint 1";
 // "global=6,10 begin=0,0 shape=3,10 first=0 count=30 dtype=F32" and back.
 inline std::string join(const std::vector<index_t>& v) {
   std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 inline std::string place_text(const tensor_piece& p, dtype type) {
@@ -312,7 +315,8 @@ inline void write_manifest(const std::filesystem::path& directory, int ranks, co
     for (const auto& [key, text] : index.contents().metadata) {
       if (key.rfind("fusor.piece/", 0) != 0) continue;
       const std::string name = key.substr(12, key.rfind('/') - 12);
-      tensors[name].push_back({r, detail::parse_place(text, "'" + index_file.string() + "', tensor '" + name + "'")});
+      const std::string where = std::string("'").append(index_file.string()).append("', tensor '").append(name).append("'");
+      tensors[name].push_back({r, detail::parse_place(text, where)});
     }
   }
   for (const auto& [name, pieces] : tensors) {

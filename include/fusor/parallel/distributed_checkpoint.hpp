@@ -36,12 +36,16 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
 
 #include "fusor/comm/communicator.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/core/tensor.hpp"
+#include "fusor/io/file.hpp"
 #include "fusor/io/sharded_checkpoint.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/optim/state_layout.hpp"
@@ -123,12 +127,15 @@ void finish_work(const Executor& ex) {
   if constexpr (requires { ex.synchronize(); }) ex.synchronize();
 }
 
-// How many ranks of `world` report a failure (a collective: every rank calls it).
+// How many ranks of `world` report a failure (a collective: every rank calls
+// it). The flag lies in the memory `world` moves: the trainer's (`Space`) for a
+// stream-ordered communicator (NCCL), else the host's (MPI, even beside GPUs).
 template <class Space, class Communicator>
 int ranks_failing(Communicator& world, bool failed) {
+  using flag_space = std::conditional_t<requires { world.stream(); }, Space, host_space>;
   float count = failed ? 1.0f : 0.0f;
   const view<float, dextents<index_t, 1>> host(&count, 1);
-  tensor<float, dextents<index_t, 1>, row_major, Space> buffer{dextents<index_t, 1>(1)};
+  tensor<float, dextents<index_t, 1>, row_major, flag_space> buffer{dextents<index_t, 1>(1)};
   copy(buffer.view(), host);
   world.all_reduce(buffer.view(), comm::reduction_op::sum).wait();
   copy(host, buffer.view());
@@ -233,6 +240,70 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
   trainer.set_steps_taken(detail::parse_unsigned(reader.metadata(detail::steps_key), dir, detail::steps_key));
   detail::finish_work(ex);
   return reader.all_metadata();
+}
+
+// A folder of saves, for a run that saves again and again: each save goes to
+// its own subfolder <root>/<save_id>; once it is complete, <root>/latest
+// (written atomically) names it, and older saves are removed. A crash at any
+// moment leaves `latest` naming a complete save (or no `latest` before the
+// first save finished): never a half-written one, and never none where there was one.
+//
+//   parallel::save_distributed_latest("run", train, world, where, "epoch-3", {{"epoch", "3"}}, ex);
+//   if (const auto last = parallel::latest_distributed_save("run"))
+//     parallel::load_distributed(*last, train, where, ex);
+inline constexpr const char* latest_name = "latest";
+
+// The newest complete save under `root`, or nothing when no save finished there.
+inline std::optional<std::filesystem::path> latest_distributed_save(const std::filesystem::path& root) {
+  const std::filesystem::path pointer = root / latest_name;
+  if (!std::filesystem::exists(pointer)) return std::nullopt;
+  const std::vector<std::byte> bytes = io::read_file(pointer);
+  const std::string id(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (id.empty() || id.find_first_of("/\n ") != std::string::npos || id == "." || id == "..")
+    throw io::checkpoint_error("fusor: '" + pointer.string() + "' should name a save folder, but holds '" + id + "'");
+  const std::filesystem::path dir = root / id;
+  if (!std::filesystem::exists(dir / io::detail::manifest_name))
+    throw io::checkpoint_error("fusor: '" + pointer.string() + "' names the save '" + id + "', but '" + dir.string() +
+                               "' has no " + io::detail::manifest_name);
+  return dir;
+}
+
+template <class Trainer, class Communicator, class Executor>
+void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer, Communicator& world,
+                             const checkpoint_rank& where, const std::string& save_id,
+                             const std::map<std::string, std::string>& metadata, const Executor& ex) {
+  if (save_id.empty() || save_id == latest_name || save_id.find_first_of("/\\ ") != std::string::npos)
+    throw io::checkpoint_error("fusor::parallel::save_distributed_latest: the save id '" + save_id +
+                               "' must be a folder name (not 'latest', no slashes or spaces)");
+  // Every rank reads the same `latest` (the last save's final agreement below orders it).
+  const auto previous = latest_distributed_save(root);
+  if (previous && previous->filename() == save_id)
+    throw io::checkpoint_error("fusor::parallel::save_distributed_latest: '" + save_id +
+                               "' is the latest complete save in '" + root.string() +
+                               "'; give each save its own id (the step or epoch) so that it is never overwritten");
+  using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  save_distributed(root / save_id, trainer, world, where, save_id, metadata, ex);
+  std::string failure;
+  if (where.world_rank() == 0) {
+    try {
+      const std::span<const std::byte> id(reinterpret_cast<const std::byte*>(save_id.data()), save_id.size());
+      io::write_file_atomically(root / latest_name, id);
+      // Older saves (folders holding a manifest or a shard, unfinished ones too) go.
+      for (const auto& entry : std::filesystem::directory_iterator(root)) {
+        if (!entry.is_directory() || entry.path().filename() == save_id) continue;
+        bool is_save = std::filesystem::exists(entry.path() / io::detail::manifest_name);
+        for (const auto& file : std::filesystem::directory_iterator(entry.path()))
+          is_save = is_save || file.path().filename().string().rfind("shard-", 0) == 0;
+        if (is_save) std::filesystem::remove_all(entry.path());
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  if (detail::ranks_failing<space>(world, !failure.empty()) != 0)
+    throw io::checkpoint_error("fusor::parallel::save_distributed_latest: '" + (root / save_id).string() +
+                               "' is complete, but naming it in '" + (root / latest_name).string() + "' failed" +
+                               (failure.empty() ? std::string() : ": " + failure));
 }
 
 }  // namespace fusor::parallel
