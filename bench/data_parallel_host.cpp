@@ -2,7 +2,8 @@
 // (784-512-256-10, AdamW, fp32, global batch 128) data-parallel over MPI ranks
 // on the host: step time, samples/s, the communication left exposed after
 // backward, and the bytes handed to collectives per step, for bucket sizes,
-// overlap on and off, bf16 communication and ZeRO-1. Rank 0 prints a Markdown table.
+// overlap on and off, bf16 communication, ZeRO-1 and PowerSGD (ranks 4 and 1).
+// Rank 0 prints a Markdown table.
 //
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
 //     mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/bench_data_parallel_host
@@ -13,8 +14,9 @@
 // time is the slowest rank's; the median round is reported. Inputs are standard normal, labels uniform, eight batches cycled,
 // the same on every rank. "exposed" is, per step, how long after backward ended
 // the last bucket's collective was seen complete (0 when communication was
-// hidden behind backward), plus ZeRO-1's all-gather of the parameters, the
-// median over every measured step (the slowest rank's).
+// hidden behind backward), plus ZeRO-1's all-gather of the parameters (for
+// PowerSGD: from the end of backward to its sums being done), the median over
+// every measured step (the slowest rank's).
 // With one rank the row "optim::trainer" is the same step without data_parallel.
 #include <algorithm>
 #include <chrono>
@@ -112,6 +114,7 @@ void add_data_parallel(trainers& t, fs::comm::mpi& world, const settings& s, con
                     double last = train->timeline().backward_end;
                     for (const auto& b : train->timeline().buckets) last = std::max(last, b.completed);
                     const auto& t = train->timeline();  // ZeRO-1's all-gather is communication too
+                    if (t.compression_end >= 0) last = t.compression_end;  // PowerSGD: factors and collectives
                     return last - t.backward_end + (t.gather_start >= 0 ? t.gather_end - t.gather_start : 0.0);
                   },
                   train->buckets().buckets.size(), train->bytes_per_step(), {}, {}};
@@ -186,6 +189,10 @@ int main(int argc, char** argv) {
     add_data_parallel(t, world, s, data, "1 MiB buckets, bf16 communication",
                       {.communication = parallel::gradient_communication::bf16});
     add_data_parallel(t, world, s, data, "1 MiB buckets, ZeRO-1", {.shard_optimizer_state = true});
+    add_data_parallel(t, world, s, data, "PowerSGD rank 4",
+                      {.communication = parallel::gradient_communication::powersgd, .powersgd = {.rank = 4}});
+    add_data_parallel(t, world, s, data, "PowerSGD rank 1",
+                      {.communication = parallel::gradient_communication::powersgd, .powersgd = {.rank = 1}});
     measure(world, s, t);
     return 0;
   });

@@ -11,6 +11,7 @@
 #include "comm/mpi_world.hpp"
 #include "parallel/data_parallel_cases.hpp"
 #include "parallel/data_parallel_reports.hpp"
+#include "parallel/powersgd_cases.hpp"
 
 using namespace dp_test;
 using comm_test::world;
@@ -45,4 +46,12 @@ TEST_CASE("data_parallel over MPI: bad configurations name their numbers") { che
 
 TEST_CASE("data_parallel over MPI: accessors; a step allocates nothing once the first has run") {
   check_accessors_and_allocation(world());
+}
+
+TEST_CASE("PowerSGD over MPI: every rank's gradients against the algorithm in double") {
+  check_powersgd_against_reference(world());
+}
+
+TEST_CASE("PowerSGD over MPI: data_parallel trains with it, warm-up steps uncompressed, its bytes per step") {
+  check_powersgd_training(world());
 }

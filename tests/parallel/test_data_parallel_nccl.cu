@@ -1,13 +1,14 @@
 // parallel::data_parallel on one GPU over comm::nccl (made over comm::single):
 // the CUDA path of a step — collectives on the communicator's stream, ordered
 // against the compute stream by events, no host wait — equals optim::trainer,
-// with and without ZeRO-1 and micro-batches. Linked with tests/cuda_main.cu:
+// with and without ZeRO-1 and micro-batches; PowerSGD against its reference. Linked with tests/cuda_main.cu:
 // without a GPU it is compiled only and reports skipped (77).
 #include <fusor/comm/nccl.hpp>
 #include <fusor/comm/single.hpp>
 #include <fusor/graph/capture.hpp>
 
 #include "parallel/data_parallel_cases.hpp"
+#include "parallel/powersgd_cases.hpp"
 
 using namespace dp_test;
 
@@ -18,6 +19,19 @@ TEST_CASE("data_parallel over comm::nccl (one GPU) equals optim::trainer") {
     auto c = fusor::comm::nccl::over(fusor::comm::single{}, stream);
     check_equals_one_rank<optim::adamw>(c, optim::adamw_options{.weight_decay = 0.01f}, "AdamW");
     check_clipping(c);
+  }
+  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// PowerSGD on the GPU: the factors' matmuls (cuBLASLt), the Gram-Schmidt
+// kernel and the packed collectives on the communicator's stream.
+TEST_CASE("PowerSGD over comm::nccl (one GPU): the algorithm in double, and data_parallel with it") {
+  cudaStream_t stream;
+  FUSOR_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    auto c = fusor::comm::nccl::over(fusor::comm::single{}, stream);
+    check_powersgd_against_reference(c);
+    check_powersgd_training(c);
   }
   FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -7,6 +7,7 @@
 
 #include "parallel/data_parallel_cases.hpp"
 #include "parallel/data_parallel_reports.hpp"
+#include "parallel/powersgd_cases.hpp"
 
 using namespace dp_test;
 
@@ -81,4 +82,10 @@ TEST_CASE("plan_buckets: whole layers in reverse order, padded layout for ZeRO-1
   const std::vector<layer_range> gap = {{2, 100, 200}, {0, 0, 64}};
   expect_error<fusor::error>([&] { plan_buckets(gap, 4, 1, 1); }, {"layer 0", "[0, 64)", "100"});
   expect_error<fusor::error>([&] { plan_buckets(layers, 4, 0, 1); }, {"bucket_bytes", "not 0"});
+}
+
+TEST_CASE("PowerSGD over comm::single: the algorithm in double, and data_parallel with it") {
+  fusor::comm::single c;
+  check_powersgd_against_reference(c);
+  check_powersgd_training(c);
 }

@@ -17,7 +17,8 @@
 // buckets are summed over ranks, every rank applies the same update.
 // data_parallel_options (data_parallel_options.hpp): bucket size, overlap on or
 // off, micro-batches (gradient accumulation in fp32, communicated once, after
-// the last), bf16 communication (half the bytes), ZeRO-1 (optimizer state
+// the last), bf16 communication (half the bytes), PowerSGD (weight matrices as
+// rank-r factors with error feedback, parallel/powersgd.hpp), ZeRO-1 (optimizer state
 // sharded: reduce_scatter, update this rank's shard, all_gather; the global
 // gradient norm for clipping and the Inf/NaN skip is summed over ranks).
 // Under CUDA (comm::nccl) collectives run on the communicator's stream, ordered
@@ -123,7 +124,7 @@ class data_parallel {
     const index_t local = micro_batch(x.extent(0), y.extent(0));
     const auto start = clock::now();
     timeline_.buckets.clear();
-    timeline_.gather_start = timeline_.gather_end = -1;
+    timeline_.gather_start = timeline_.gather_end = timeline_.compression_end = -1;
     const index_t first_row = index_t(communicator_.rank()) * local * parallel_.micro_batches;
     for (index_t m = 0; m < parallel_.micro_batches; ++m) {
       const index_t rows = first_row + m * local;
@@ -135,6 +136,13 @@ class data_parallel {
       }
       next_bucket_.fill(0);
       timeline_.backward_start = since(start);
+      if (compressing()) {  // PowerSGD: every group's collectives after backward
+        network_.backward(ex);
+        timeline_.backward_end = since(start);
+        for_each_group([&](auto& g) { g.compress_and_reduce(communicator_, order_, ex); });
+        timeline_.compression_end = since(start);
+        continue;
+      }
       if (parallel_.overlap) {
         network_.backward(ex, {}, [&](std::size_t layer) {
           issue_ready(layer, start, ex);
@@ -211,7 +219,8 @@ class data_parallel {
   const step_timeline& timeline() const { return timeline_; }
   // Bytes this rank hands to collectives in one step (the sizes of the buffers
   // given to all_reduce / reduce_scatter, plus all_gather's shard and the
-  // norm's 8 bytes under ZeRO-1). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
+  // norm's 8 bytes under ZeRO-1; under PowerSGD a compressed step's, after the
+  // warm-up). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
   index_t bytes_per_step() const {
     index_t bytes = parallel_.shard_optimizer_state ? index_t(sizeof(double)) : 0;
     for_each_group([&](const auto& g) { bytes += g.bytes_per_step(); });
@@ -251,7 +260,15 @@ class data_parallel {
   void reduce_gradient_norm_with(optim::gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
 
  private:
+  // Whether this step's gradients go through PowerSGD (after its warm-up steps).
+  bool compressing() const {
+    return parallel_.communication == gradient_communication::powersgd &&
+           steps_ >= std::uint64_t(parallel_.powersgd.warmup_steps);
+  }
   static data_parallel_options checked(const data_parallel_options& o) {
+    if (o.communication == gradient_communication::powersgd && o.shard_optimizer_state)
+      throw error("fusor::parallel::data_parallel: PowerSGD (communication = powersgd) and ZeRO-1 "
+                  "(shard_optimizer_state) do not combine: PowerSGD's sum is whole on every rank; choose one");
     if (o.bucket_bytes < 1)
       throw error("fusor::parallel::data_parallel: bucket_bytes must be at least 1, not " + std::to_string(o.bucket_bytes));
     if (o.micro_batches < 1)

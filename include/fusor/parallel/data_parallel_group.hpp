@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "fusor/optim/step_scalars.hpp"
 #include "fusor/parallel/data_parallel_options.hpp"
 #include "fusor/parallel/gradient_buckets.hpp"
+#include "fusor/parallel/powersgd.hpp"
 #include "fusor/parallel/stream_order.hpp"
 
 namespace fusor::parallel {
@@ -78,6 +80,7 @@ class data_parallel_group {
         plan_(plan_buckets(reverse_layers, narrow_ ? index_t{2} : index_t{sizeof(Element)}, options.bucket_bytes,
                            zero_ ? ranks : 1)),
         optimizer_(zero_ ? plan_.shard_size() : group.size(), optimizer_options, stream) {
+    if (options.communication == gradient_communication::powersgd) compressor_.emplace(group, options.powersgd, stream);
     if (plan_.size != group.size())
       throw error("fusor::parallel::data_parallel: the layers' parameters cover " + std::to_string(plan_.size) +
                   " elements of a group of " + std::to_string(group.size()));
@@ -164,14 +167,35 @@ class data_parallel_group {
     });
   }
 
+  // PowerSGD, instead of the buckets' collectives: the group's gradients (and
+  // the sum of earlier micro-batches) become their compressed sum over ranks.
+  template <class Communicator, class Executor>
+  void compress_and_reduce(Communicator& communicator, stream_order& order, const Executor& ex) {
+    const auto g = group_->gradients();
+    if (accumulating_) {
+      const auto sum = accumulation_.view();
+      assign(sum, sum + g, ex);
+      compressor_->reduce(sum, g, communicator, order, ex);
+    } else {
+      compressor_->reduce(g, g, communicator, order, ex);
+    }
+    compressed_step_ = true;
+  }
+  bool compresses() const { return compressor_.has_value(); }
+
   // The reduced gradients' sum of squares into the controller (this rank's shard under ZeRO-1).
   template <class Controller, class Executor>
   void add_gradient_norm(Controller& controller, const Executor& ex) {
+    if (compressed_step_) return controller.accumulate_gradient_norm(group_->gradients(), ex);
     visit([&](auto& c) { controller.accumulate_gradient_norm(reduced(c), ex); });
   }
 
   template <class Executor>
   void update(const optim::step_scalars<Space>& scalars, const Executor& ex) {
+    if (compressed_step_) {
+      compressed_step_ = false;
+      return optimizer_.step(group_->values(), group_->gradients(), scalars, ex);
+    }
     visit([&](auto& c) {
       if (zero_) optimizer_.step(shard_values_.view(), reduced(c), scalars, ex);
       else optimizer_.step(group_->values(), reduced(c), scalars, ex);
@@ -207,11 +231,13 @@ class data_parallel_group {
                       detail::bytes_of(narrow_buffers_.owned), detail::bytes_of(narrow_buffers_.shard),
                       detail::bytes_of(shard_values_), detail::bytes_of(staging_)})
       report.communication += b;
+    if (compressor_) report.communication += compressor_->bytes_held();
   }
   // Bytes this group hands to collectives in a step: every bucket's buffer
   // (all_reduce, or reduce_scatter's input) and, under ZeRO-1, its shard of the
-  // parameters (all_gather's input).
+  // parameters (all_gather's input); under PowerSGD, a compressed step's factors and vectors.
   index_t bytes_per_step() const {
+    if (compressor_) return compressor_->bytes_per_step();
     index_t bytes = 0;
     for (std::size_t k = 0; k != plan_.buckets.size(); ++k) bytes += communicated_bytes(k);
     if (zero_) bytes += plan_.shard_size() * index_t(sizeof(Element));
@@ -251,6 +277,8 @@ class data_parallel_group {
   communicated<Element> native_buffers_;
   communicated<bfloat16> narrow_buffers_;
   optim::flat_tensor<Element, Space> shard_values_, staging_;
+  std::optional<powersgd<Element, Space>> compressor_;
+  bool compressed_step_ = false;  // this step's gradients were reduced by the compressor
 };
 
 }  // namespace fusor::parallel

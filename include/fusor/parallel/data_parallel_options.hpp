@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "fusor/core/extents.hpp"
@@ -11,8 +12,16 @@
 namespace fusor::parallel {
 
 enum class gradient_communication {
-  native,  // the gradients' own element type
-  bf16,    // half the bytes of fp32: rounded to bf16 for the collective, read back in fp32
+  native,    // the gradients' own element type
+  bf16,      // half the bytes of fp32: rounded to bf16 for the collective, read back in fp32
+  powersgd,  // weight matrices as rank-r factors with error feedback (parallel/powersgd.hpp)
+};
+
+// PowerSGD's settings (gradient_communication::powersgd).
+struct powersgd_options {
+  int rank = 4;                // r: the factors' columns; more is closer to the exact sum, and more bytes
+  index_t warmup_steps = 0;    // steps communicated uncompressed first
+  std::uint64_t seed = 20190;  // Q's first values (the same on every rank)
 };
 
 struct data_parallel_options {
@@ -21,6 +30,7 @@ struct data_parallel_options {
   index_t micro_batches = 1;  // each rank's share of the batch runs in this many pieces; communicate after the last
   gradient_communication communication = gradient_communication::native;
   bool shard_optimizer_state = false;  // ZeRO-1: each rank keeps and updates 1/ranks of the optimizer state
+  powersgd_options powersgd = {};      // with communication = powersgd
 };
 
 // Bytes held on one rank.
@@ -49,6 +59,7 @@ struct step_timeline {
   double backward_end = 0;
   std::vector<bucket_record> buckets;  // gradient collectives, in the order issued
   double gather_start = -1, gather_end = -1;  // ZeRO-1's all-gather of the parameters
+  double compression_end = -1;                // PowerSGD: its factors and collectives done (after backward_end)
   double step_end = 0;
 };
 
