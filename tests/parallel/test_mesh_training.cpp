@@ -11,6 +11,7 @@
 // And all three: pipelines whose stages are split over the tensor group, at
 // every data x tensor x pipeline split with more than one tensor and pipeline
 // rank (8 ranks: 2x2x2, 1x2x4, 1x4x2; 4 ranks: 1x2x2).
+// Data x tensor with ZeRO-1 likewise (4 ranks: 2x2, 1x4; 8 ranks: 4x2, 2x4).
 // The clip is low enough to act at every step, so a norm that is not global shows.
 #include <algorithm>
 #include <cmath>
@@ -61,17 +62,19 @@ std::vector<double> single_process_losses() {
   return losses;
 }
 
-// The same on a data x tensor mesh with `Ways` tensor ranks.
+// The same on a data x tensor mesh with `Ways` tensor ranks (ZeRO-1 over the
+// data group when `zero`, in 4000-byte buckets: shards cut across tensors).
 template <int Ways>
-std::vector<double> mesh_losses(fusor::comm::mpi& world) {
+std::vector<double> mesh_losses(fusor::comm::mpi& world, bool zero = false) {
   parallel::mesh grid(world, {.data = world.size() / Ways, .tensor = Ways, .pipeline = 1});
   using split_t = nn::network<std::conditional_t<Ways == 1, mlp<unsplit, unsplit>, mlp<column<Ways>, row<Ways>>>, fp32,
                               host_space>;
   split_t net(global_batch / grid.shape().data, {.seed = 5});
   std::vector<double> losses;
   const auto train = [&](auto* tp) {
-    parallel::data_parallel<split_t, fusor::optim::adamw, fusor::comm::mpi> dp(net, grid.data(), options,
-                                                                                 fusor::optim::adamw_options{});
+    parallel::data_parallel<split_t, fusor::optim::adamw, fusor::comm::mpi> dp(
+        net, grid.data(), options, fusor::optim::adamw_options{},
+        {.bucket_bytes = zero ? 4000 : index_t{1} << 20, .shard_optimizer_state = zero});
     if (tp != nullptr) dp.reduce_gradient_norm_with(*tp);
     dp.initialize(host_executor{});
     for (int s = 0; s < steps; ++s) {
@@ -107,6 +110,16 @@ TEST_CASE("mesh: data x tensor parallel training equals one process, at every sp
     }
     expect_same_losses(got, want);
     CHECK(want.back() < want.front() - 0.05);  // it learns (the same batch at every step)
+  }
+}
+
+TEST_CASE("mesh: data x tensor parallel training with ZeRO-1 equals one process, the norm over shards and slices") {
+  auto& world = comm_test::world();
+  const std::vector<double> want = single_process_losses();
+  for (int ways : {2, 4}) {
+    if (world.size() % ways != 0) continue;
+    INFO("data ", world.size() / ways, " (ZeRO-1) x tensor ", ways, ", world rank ", world.rank());
+    expect_same_losses(ways == 2 ? mesh_losses<2>(world, true) : mesh_losses<4>(world, true), want);
   }
 }
 

@@ -15,6 +15,11 @@
 // optim knows no communicator: the implementation (fusor/parallel) does.
 #pragma once
 
+#include <utility>
+#include <vector>
+
+#include "fusor/core/error.hpp"
+#include "fusor/core/extents.hpp"
 #include "fusor/core/memory.hpp"
 #include "fusor/optim/step_scalars.hpp"
 
@@ -30,6 +35,20 @@ class gradient_norm_reduction {
   // `stream` ({} on the host) like the trainer's other work: it may be queued
   // there and not yet done when it returns, but must not be read on the host.
   virtual void reduce(scalar_view<double, Space> norm_squared, stream_t stream) = 0;
+
+  // For a trainer that holds the reduced gradients elsewhere than the
+  // network's buffers (ZeRO-1's shards, parallel::data_parallel): it sums
+  // each rank's share itself — the gradients split over the ranks, and the
+  // replicated ones (the same on every rank) where `counted_here` only — then
+  // calls sum_shares, a plain sum over the ranks. nullptr: not offered.
+  struct replicated_gradients {
+    std::vector<std::vector<std::pair<index_t, index_t>>> ranges;  // per parameter group: [begin, end) offsets
+    bool counted_here = false;                                     // this rank counts them (one rank does)
+  };
+  virtual const replicated_gradients* replicated() const { return nullptr; }
+  virtual void sum_shares(scalar_view<double, Space> /*norm_squared*/, stream_t /*stream*/) {
+    throw error("fusor::optim::gradient_norm_reduction: this reduction cannot sum shares a trainer made itself");
+  }
 };
 
 }  // namespace fusor::optim

@@ -30,8 +30,8 @@
 //   parallel::tensor_parallel tp(net, grid.tensor());
 //   parallel::data_parallel<...> train(net, grid.data(), ...);
 //   train.reduce_gradient_norm_with(tp);   // needed for clipping and the fp16 loss scale
-// Not yet: ZeRO-1 with a split network and clipping (the shards' norm is not
-// the tensor group's to share).
+// With ZeRO-1 as well: each rank sums the squares of its shard, the replicated
+// gradients on tensor rank 0 only, and the data and tensor groups add them up.
 #pragma once
 
 #include <algorithm>
@@ -157,14 +157,25 @@ class data_parallel {
     finish_requests(start, ex, true);
 
     controller_.begin_step(ex);
-    for_each_group([&](auto& g) { g.add_gradient_norm(controller_, ex); });
+    // ZeRO-1 with a split network: each rank sums its share (replicated
+    // gradients on one tensor rank only), the data and tensor groups add them up.
+    const auto* replicated = parallel_.shard_optimizer_state && norm_reduction_ != nullptr ? norm_reduction_->replicated()
+                                                                                           : nullptr;
+    std::size_t k = 0;
+    for_each_group([&](auto& g) {
+      if (replicated == nullptr || replicated->counted_here) g.add_gradient_norm(controller_, ex);
+      else g.add_gradient_norm(controller_, ex, replicated->ranges.at(k));
+      ++k;
+    });
     if (parallel_.shard_optimizer_state) {  // each rank summed its shard: the norm is their sum
       order_.communication_after_compute(communicator_, ex);
       requests_.push_back(communicator_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum));
       finish_requests(start, ex, false);
     }
     // A split network: the tensor group makes the norm of the (reduced) gradients global.
-    if (norm_reduction_ != nullptr)
+    if (replicated != nullptr)
+      norm_reduction_->sum_shares(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
+    else if (norm_reduction_ != nullptr)
       norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     controller_.prepare_update(ex);
     for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
@@ -421,9 +432,9 @@ class data_parallel {
                   " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of every "
                   "rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel before "
                   "the first step");
-    if (parallel_.shard_optimizer_state)
-      throw error("fusor::parallel::data_parallel: ZeRO-1 (shard_optimizer_state) with a tensor-parallel network "
-                  "and clipping or dynamic loss scaling is not supported yet; turn one of them off");
+    if (parallel_.shard_optimizer_state && norm_reduction_->replicated() == nullptr)
+      throw error("fusor::parallel::data_parallel: ZeRO-1 (shard_optimizer_state) with a split network needs a norm "
+                  "reduction that names the replicated gradients (parallel::tensor_parallel does)");
   }
   std::uint64_t forwards_ = 0;  // training forwards (micro-batches): dropout's host-side step
 };

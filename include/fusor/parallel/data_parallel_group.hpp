@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusor/comm/communicator.hpp"
@@ -183,11 +184,29 @@ class data_parallel_group {
   }
   bool compresses() const { return compressor_.has_value(); }
 
-  // The reduced gradients' sum of squares into the controller (this rank's shard under ZeRO-1).
+  // The reduced gradients' sum of squares into the controller (this rank's
+  // shard under ZeRO-1). `skipped`: group ranges left out (under ZeRO-1 with
+  // a split network, the replicated gradients on all but one tensor rank).
   template <class Controller, class Executor>
-  void add_gradient_norm(Controller& controller, const Executor& ex) {
+  void add_gradient_norm(Controller& controller, const Executor& ex,
+                         const std::vector<std::pair<index_t, index_t>>& skipped = {}) {
     if (compressed_step_) return controller.accumulate_gradient_norm(group_->gradients(), ex);
-    visit([&](auto& c) { controller.accumulate_gradient_norm(reduced(c), ex); });
+    visit([&](auto& c) {
+      if (skipped.empty()) return controller.accumulate_gradient_norm(reduced(c), ex);
+      const auto shard = reduced(c);
+      for (const optim::state_span& s : state_layout().spans) {  // s.begin.. of the group lie at s.at.. of the shard
+        index_t from = s.begin;
+        const auto add = [&](index_t to) {
+          if (to > from) controller.accumulate_gradient_norm(detail::part(shard, s.at + from - s.begin, s.at + to - s.begin), ex);
+        };
+        for (const auto& [begin, end] : skipped) {
+          if (end <= from || begin >= s.end) continue;
+          add(std::min(begin, s.end));
+          from = std::max(from, std::min(end, s.end));
+        }
+        add(s.end);
+      }
+    });
   }
 
   template <class Executor>

@@ -166,6 +166,15 @@ class tensor_parallel final : public optim::gradient_norm_reduction<typename Net
     }
     group_.all_reduce_sum(nn::flat_view<double, space>(norm_squared.data(), 1), stream);
   }
+  using replicated_gradients = typename optim::gradient_norm_reduction<space>::replicated_gradients;
+  // For ZeRO-1 over a data group (data_parallel): the replicated ranges, counted by tensor rank 0.
+  const replicated_gradients* replicated() const override {
+    if (!replicated_) replicated_ = replicated_gradients{norm_.replicated_ranges(), rank() == 0};
+    return &*replicated_;
+  }
+  void sum_shares(optim::scalar_view<double, space> norm_squared, stream_t stream) override {
+    if (size() > 1) group_.all_reduce_sum(nn::flat_view<double, space>(norm_squared.data(), 1), stream);
+  }
 
  private:
   template <class Fn>
@@ -179,6 +188,7 @@ class tensor_parallel final : public optim::gradient_norm_reduction<typename Net
   communicator_shard_group<Communicator, space> group_;
   std::size_t split_layers_ = 0;
   tensor_parallel_norm<space> norm_;
+  mutable std::optional<replicated_gradients> replicated_;
 };
 
 namespace detail {
