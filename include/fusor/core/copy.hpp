@@ -61,6 +61,7 @@ void copy_elements(const D& dst, const S& src) {
 template <class D, class S>
 void copy_impl(const D& dst, const S& src, [[maybe_unused]] stream_t stream, [[maybe_unused]] bool asynchronous) {
   check_copy(dst, src);
+  if (dst.size() == 0) return;  // an empty tensor's data() may be null: nothing to copy, no memcpy(nullptr)
   using DS = typename D::space;
   using SS = typename S::space;
   constexpr bool both_host = DS::host_accessible && SS::host_accessible;

@@ -66,34 +66,37 @@ inline void orthogonalize_columns(const pmatrix<host_space>& p, const host_execu
 }
 
 #if FUSOR_HAS_CUDA
-// The same in one block of 256 threads: each dot product a block reduction.
+// The same in one block of Threads threads: each dot product a block reduction.
+// (A template: a kernel defined in a header must not clash across translation units.)
 inline constexpr int orthogonalize_threads = 256;
+template <int Threads>
 __global__ void orthogonalize_columns_kernel(float* p, index_t n, int r) {
-  __shared__ float partial[orthogonalize_threads];
+  __shared__ float partial[Threads];
   for (int i = 0; i < r; ++i) {
     for (int j = 0; j <= i; ++j) {
       float s = 0;
-      for (index_t k = threadIdx.x; k < n; k += orthogonalize_threads) s += p[k * r + i] * p[k * r + j];
+      for (index_t k = threadIdx.x; k < n; k += Threads) s += p[k * r + i] * p[k * r + j];
       partial[threadIdx.x] = s;
       __syncthreads();
-      for (int w = orthogonalize_threads / 2; w > 0; w /= 2) {
+      for (int w = Threads / 2; w > 0; w /= 2) {
         if (int(threadIdx.x) < w) partial[threadIdx.x] += partial[threadIdx.x + w];
         __syncthreads();
       }
       const float dot = partial[0];
       __syncthreads();  // every thread has read partial[0] before the next reduction writes it
       if (j < i) {
-        for (index_t k = threadIdx.x; k < n; k += orthogonalize_threads) p[k * r + i] -= dot * p[k * r + j];
+        for (index_t k = threadIdx.x; k < n; k += Threads) p[k * r + i] -= dot * p[k * r + j];
       } else {
         const float scale = 1.0f / (sqrtf(dot) + 1e-8f);
-        for (index_t k = threadIdx.x; k < n; k += orthogonalize_threads) p[k * r + i] *= scale;
+        for (index_t k = threadIdx.x; k < n; k += Threads) p[k * r + i] *= scale;
       }
       __syncthreads();
     }
   }
 }
 inline void orthogonalize_columns(const pmatrix<device_space>& p, const cuda_executor& ex) {
-  orthogonalize_columns_kernel<<<1, orthogonalize_threads, 0, ex.stream>>>(p.data(), p.extent(0), int(p.extent(1)));
+  orthogonalize_columns_kernel<orthogonalize_threads>
+      <<<1, orthogonalize_threads, 0, ex.stream>>>(p.data(), p.extent(0), int(p.extent(1)));
   FUSOR_CUDA_CHECK(cudaGetLastError());
 }
 #endif
