@@ -167,7 +167,8 @@ class powersgd {
   void reduce(const Source& source, const optim::flat_view<Element, Space>& out, Communicator& communicator,
               stream_order& order, const Executor& ex) {
     const index_t r = options_.rank;
-    for (const vector& v : vectors_at_) assign(part(vectors_.view(), v.packed_at, v.size), part(source, v.offset, v.size), ex);
+    for (const vector& v : vectors_at_)
+      assign(part(vectors_.view(), v.packed_at, v.size), part(source, v.offset, v.size), ex);
     for (const matrix& m : matrices_) {
       const auto e = part(error_.view(), m.error_at, m.rows * m.columns);
       assign(e, e + part(source, m.offset, m.rows * m.columns), ex);  // M = G + E
@@ -197,7 +198,8 @@ class powersgd {
       assign(e, e - approximation * share, ex);  // E = M - G' / ranks
       assign(part(out, m.offset, n), approximation, ex);
     }
-    for (const vector& v : vectors_at_) assign(part(out, v.offset, v.size), part(vectors_.view(), v.packed_at, v.size), ex);
+    for (const vector& v : vectors_at_)
+      assign(part(out, v.offset, v.size), part(vectors_.view(), v.packed_at, v.size), ex);
   }
 
  private:
