@@ -101,6 +101,16 @@ void check_memory(Communicator& c) {
   // The optimizer state drops n-fold, up to the padding.
   CHECK(double(plain.memory.optimizer_state) / double(zero.memory.optimizer_state) >= double(n) * size / padded);
 
+  // ZeRO-2: no gradient buffer of the network's size, two slabs of the largest
+  // (padded) layer and this rank's shard of the sum instead.
+  const run_result two = train_data_parallel<optim::adamw>(c, trainer_options(), o, {.bucket_bytes = 1, .shard_gradients = true}, 1);
+  const index_t slab = round_up(800, n);
+  CHECK(two.memory.parameters == size * f);
+  CHECK(two.memory.gradients == 2 * slab * f + shard * f);
+  CHECK(two.memory.optimizer_state == 2 * shard * f);
+  CHECK(two.memory.communication == shard * f + (padded != size ? padded * f : 0));  // the parameter shard, staging
+  CHECK(two.bytes_per_step == zero.bytes_per_step);  // the same collectives as ZeRO-1
+
   const run_result narrow = train_data_parallel<optim::adamw>(
       c, trainer_options(), o, {.micro_batches = 2, .communication = parallel::gradient_communication::bf16}, 1);
   CHECK(narrow.memory.gradients == 2 * size * f);      // the network's, and the fp32 sum of micro-batches
@@ -118,7 +128,8 @@ void check_accessors_and_allocation(Communicator& c) {
   for (parallel::data_parallel_options p :
        {parallel::data_parallel_options{.bucket_bytes = 1},
         parallel::data_parallel_options{.micro_batches = 2, .communication = parallel::gradient_communication::bf16},
-        parallel::data_parallel_options{.bucket_bytes = 1, .shard_optimizer_state = true}}) {
+        parallel::data_parallel_options{.bucket_bytes = 1, .shard_optimizer_state = true},
+        parallel::data_parallel_options{.bucket_bytes = 1, .micro_batches = 2, .shard_gradients = true}}) {
     network_t net(global_batch, {.seed = seed});
     parallel::data_parallel<network_t, optim::adamw, Communicator> train(net, c, trainer_options(), optim::adamw_options{}, p);
     CHECK(&train.network() == &net);
@@ -148,6 +159,18 @@ void check_errors(Communicator& c) {
                              {"bucket_bytes", "at least 1", "not 0"});
   expect_error<fusor::error>([&] { trainer_t(net, c, trainer_options(), optim::sgd_options{}, {.micro_batches = 0}); },
                              {"micro_batches", "not 0"});
+  expect_error<fusor::error>(
+      [&] {
+        trainer_t(net, c, trainer_options(), optim::sgd_options{},
+                  {.communication = parallel::gradient_communication::powersgd, .shard_gradients = true});
+      },
+      {"PowerSGD", "ZeRO-2 (shard_gradients)", "choose one"});
+  {  // ZeRO-2 takes the gradient buffer away: reading it whole is an error that says why
+    network_t lent(8, {.seed = seed});
+    trainer_t sharded(lent, c, trainer_options(), optim::sgd_options{}, {.shard_gradients = true});
+    expect_error<fusor::error>([&] { (void)lent.group<float>().gradients(); }, {"not held in one buffer", "ZeRO-2"});
+    CHECK(lent.group<float>().gradient(lent.group<float>().slots().front()).size() == 0);
+  }
   trainer_t train(net, c, trainer_options(), optim::sgd_options{}, {.micro_batches = 2});
   executor ex{};
   train.initialize(ex);

@@ -266,6 +266,14 @@ class network {
     return {begin, (end + parameter_alignment - 1) / parameter_alignment * parameter_alignment};
   }
 
+  // Layers lowest..highest take their gradients' views again from their
+  // groups: after parameter_group::lend_gradients moved them (ZeRO-2).
+  void rebind_gradients(std::size_t lowest, std::size_t highest) {
+    for_each_index([&]<std::size_t I>() {
+      if (I >= lowest && I <= highest && holds(I)) bind_layer<I>();
+    });
+  }
+
   // fn(parameter_group<E, Space>&) for each element type E the parameters use.
   template <class Fn>
   void for_each_group(Fn&& fn) {
@@ -404,29 +412,36 @@ class network {
     }
     for_each_index([&]<std::size_t I>() {
       if (!holds(I)) return;
-      using layer = layer_type<I>;
-      using element = storage_t<typename layer::precision>;
-      const auto& group = std::get<parameter_group<element, Space>>(groups_);
-      // In the order of the layer's specs: a tied parameter reads its owner's values.
-      parameter_binding<element, Space> binding;
+      using element = storage_t<typename layer_type<I>::precision>;
       const std::string prefix = std::to_string(I) + ".";
-      for (const tied_slot& tied : group.tied_slots())
+      for (const tied_slot& tied : std::get<parameter_group<element, Space>>(groups_).tied_slots())
         if (tied.slot.name.starts_with(prefix)) tied_parameters_.push_back(tied.slot.name);
-      for (std::size_t id = 0; id != specs_.size(); ++id) {
-        if (spec_layers_[id] != I) continue;
-        const std::string name = prefix + specs_[id].name;
-        if (specs_[id].tied_to.empty()) {
-          const parameter_slot& slot = *group.find(name);
-          binding.values.push_back(group.value(slot));
-          binding.gradients.push_back(group.gradient(slot));
-        } else {
-          const tied_slot& tied = find_tied(group, name);
-          binding.values.push_back(group.value(*group.find(tied.owner)));
-          binding.gradients.push_back(group.tied_gradient(tied));
-        }
-      }
-      std::get<I>(layers_).bind(binding);
+      bind_layer<I>();
     });
+  }
+
+  // Hands layer I its parameters' views, in the order of its specs (a tied
+  // parameter reads its owner's values and writes a gradient of its own).
+  template <std::size_t I>
+  void bind_layer() {
+    using element = storage_t<typename layer_type<I>::precision>;
+    const auto& group = std::get<parameter_group<element, Space>>(groups_);
+    parameter_binding<element, Space> binding;
+    const std::string prefix = std::to_string(I) + ".";
+    for (std::size_t id = 0; id != specs_.size(); ++id) {
+      if (spec_layers_[id] != I) continue;
+      const std::string name = prefix + specs_[id].name;
+      if (specs_[id].tied_to.empty()) {
+        const parameter_slot& slot = *group.find(name);
+        binding.values.push_back(group.value(slot));
+        binding.gradients.push_back(group.gradient(slot));
+      } else {
+        const tied_slot& tied = find_tied(group, name);
+        binding.values.push_back(group.value(*group.find(tied.owner)));
+        binding.gradients.push_back(group.tied_gradient(tied));
+      }
+    }
+    std::get<I>(layers_).bind(binding);
   }
 
   // A tied parameter's owner comes earlier (its backward runs after the tied

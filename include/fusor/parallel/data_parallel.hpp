@@ -20,7 +20,10 @@
 // the last), bf16 communication (half the bytes), PowerSGD (weight matrices as
 // rank-r factors with error feedback, parallel/powersgd.hpp), ZeRO-1 (optimizer state
 // sharded: reduce_scatter, update this rank's shard, all_gather; the global
-// gradient norm for clipping and the Inf/NaN skip is summed over ranks).
+// gradient norm for clipping and the Inf/NaN skip is summed over ranks), ZeRO-2
+// (shard_gradients: the gradients too; each bucket's live in one of two slabs
+// until its reduce_scatter has read them, so no rank holds them all; then call
+// backward only through this trainer, which lends the slabs to the layers).
 // Under CUDA (comm::nccl) collectives run on the communicator's stream, ordered
 // against the compute stream by events (parallel/stream_order.hpp); the host never waits.
 //
@@ -95,8 +98,11 @@ class data_parallel {
               {.grad_scale = 1.0f / float(index_t(communicator.size()) * parallel.micro_batches)}, options.stream),
         groups_(make_groups(optimizer_options, std::make_index_sequence<group_count>{})),
         totals_buffer_(dextents<index_t, 1>(3), options.stream) {
-    std::size_t buckets = 0;
-    for_each_group([&](auto& g) { buckets += g.plan().buckets.size(); });
+    std::size_t buckets = 0, index = 0;
+    for_each_group([&](auto& g) {
+      buckets += g.plan().buckets.size();
+      request_of_[index++].resize(g.plan().buckets.size());
+    });
     requests_.reserve(buckets + 1);
     timeline_.buckets.reserve(buckets);
   }
@@ -129,6 +135,12 @@ class data_parallel {
     for (index_t m = 0; m < parallel_.micro_batches; ++m) {
       const index_t rows = first_row + m * local;
       forward_and_loss(detail::batch_rows(x, rows, local), detail::batch_rows(y, rows, local), rows, ex);
+      if (parallel_.shard_gradients) {  // ZeRO-2: every micro-batch reduce-scatters its buckets
+        backward_in_slabs(start, ex);
+        if (parallel_.micro_batches > 1)
+          for_each_group([&](auto& g) { g.accumulate_shard(m == 0, m + 1 == parallel_.micro_batches, ex); });
+        continue;
+      }
       if (m + 1 < parallel_.micro_batches) {
         network_.backward(ex);
         for_each_group([&](auto& g) { g.accumulate(m == 0, ex); });
@@ -154,12 +166,12 @@ class data_parallel {
       timeline_.backward_end = since(start);
       issue_ready(0, start, ex);  // what is left: everything when overlap is off
     }
-    finish_requests(start, ex, true);
+    if (!parallel_.shard_gradients) finish_requests(start, ex, true);
 
     controller_.begin_step(ex);
     // ZeRO-1 with a split network: each rank sums its share (replicated
     // gradients on one tensor rank only), the data and tensor groups add them up.
-    const auto* replicated = parallel_.shard_optimizer_state && norm_reduction_ != nullptr ? norm_reduction_->replicated()
+    const auto* replicated = sharded() && norm_reduction_ != nullptr ? norm_reduction_->replicated()
                                                                                            : nullptr;
     std::size_t k = 0;
     for_each_group([&](auto& g) {
@@ -167,7 +179,7 @@ class data_parallel {
       else g.add_gradient_norm(controller_, ex, replicated->ranges.at(k));
       ++k;
     });
-    if (parallel_.shard_optimizer_state) {  // each rank summed its shard: the norm is their sum
+    if (sharded()) {  // each rank summed its shard: the norm is their sum
       order_.communication_after_compute(communicator_, ex);
       requests_.push_back(communicator_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum));
       finish_requests(start, ex, false);
@@ -179,7 +191,7 @@ class data_parallel {
       norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     controller_.prepare_update(ex);
     for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
-    if (parallel_.shard_optimizer_state) gather_parameters(start, ex);
+    if (sharded()) gather_parameters(start, ex);
     controller_.finish_step(ex);
     ++steps_;
     timeline_.step_end = since(start);
@@ -233,7 +245,7 @@ class data_parallel {
   // norm's 8 bytes under ZeRO-1; under PowerSGD a compressed step's, after the
   // warm-up). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
   index_t bytes_per_step() const {
-    index_t bytes = parallel_.shard_optimizer_state ? index_t(sizeof(double)) : 0;
+    index_t bytes = sharded() ? index_t(sizeof(double)) : 0;
     for_each_group([&](const auto& g) { bytes += g.bytes_per_step(); });
     return bytes;
   }
@@ -276,10 +288,13 @@ class data_parallel {
     return parallel_.communication == gradient_communication::powersgd &&
            steps_ >= std::uint64_t(parallel_.powersgd.warmup_steps);
   }
+  // ZeRO-1 or ZeRO-2: each rank updates its shard of the parameters.
+  bool sharded() const { return parallel_.shard_optimizer_state || parallel_.shard_gradients; }
   static data_parallel_options checked(const data_parallel_options& o) {
-    if (o.communication == gradient_communication::powersgd && o.shard_optimizer_state)
-      throw error("fusor::parallel::data_parallel: PowerSGD (communication = powersgd) and ZeRO-1 "
-                  "(shard_optimizer_state) do not combine: PowerSGD's sum is whole on every rank; choose one");
+    if (o.communication == gradient_communication::powersgd && (o.shard_optimizer_state || o.shard_gradients))
+      throw error(std::string("fusor::parallel::data_parallel: PowerSGD (communication = powersgd) and ") +
+                  (o.shard_gradients ? "ZeRO-2 (shard_gradients)" : "ZeRO-1 (shard_optimizer_state)") +
+                  " do not combine: PowerSGD's sum is whole on every rank; choose one");
     if (o.bucket_bytes < 1)
       throw error("fusor::parallel::data_parallel: bucket_bytes must be at least 1, not " + std::to_string(o.bucket_bytes));
     if (o.micro_batches < 1)
@@ -345,7 +360,34 @@ class data_parallel {
     if (options_.scaling.dynamic) assign(dlogits, dlogits * optim::scalar(controller_.scalars().loss_scale()), ex);
   }
 
-  // Starts every bucket whose lowest layer is at or above `layer` (backward is done with them).
+  // ZeRO-2: one micro-batch's backward, its gradients written bucket by bucket
+  // into the slabs and reduce-scattered as each bucket is done; returns with
+  // every collective done (on the GPU: the compute stream waits for them).
+  template <class Executor>
+  void backward_in_slabs(clock::time_point start, const Executor& ex) {
+    next_bucket_.fill(0);
+    timeline_.buckets.clear();
+    for_each_group([&](auto& g) {
+      if (!g.plan().buckets.empty()) lend(g, 0, ex);
+    });
+    timeline_.backward_start = since(start);
+    network_.backward(ex, {}, [&](std::size_t layer) {
+      issue_ready(layer, start, ex);
+      progress(start);
+    });
+    timeline_.backward_end = since(start);
+    issue_ready(0, start, ex);
+    finish_requests(start, ex, true);
+  }
+  template <class Group, class Executor>
+  void lend(Group& g, std::size_t k, const Executor& ex) {
+    g.lend_bucket(k, ex);
+    network_.rebind_gradients(g.plan().buckets[k].lowest_layer, g.plan().buckets[k].highest_layer);
+  }
+
+  // Starts every bucket whose lowest layer is at or above `layer` (backward is
+  // done with them). ZeRO-2: then lends the next bucket its slab, once the
+  // collective that read that slab before (two buckets back) is done.
   template <class Executor>
   void issue_ready(std::size_t layer, clock::time_point start, const Executor& ex) {
     std::size_t index = 0;
@@ -354,12 +396,30 @@ class data_parallel {
       for (; k < g.plan().buckets.size() && g.plan().buckets[k].lowest_layer >= layer; ++k) {
         g.prepare(k, ex);
         order_.communication_after_compute(communicator_, ex);
+        request_of_[index][k] = requests_.size();
         requests_.push_back(g.reduce(k, communicator_));
         const gradient_bucket& b = g.plan().buckets[k];
         timeline_.buckets.push_back({index, k, b.lowest_layer, b.highest_layer, g.communicated_bytes(k), since(start), -1});
+        if (!g.lends_gradients()) continue;
+        const std::size_t slab = 2 * index + k % 2, next_slab = 2 * index + (k + 1) % 2;
+        order_.mark(communicator_, ex, slab);
+        if (!parallel_.overlap) wait_request(request_of_[index][k], start);
+        if (k + 1 == g.plan().buckets.size()) continue;
+        if (k >= 1) {  // bucket k - 1 read the next bucket's slab
+          order_.compute_after_mark(communicator_, ex, next_slab);
+          if constexpr (!stream_ordered<Communicator>) wait_request(request_of_[index][k - 1], start);
+        }
+        lend(g, k + 1, ex);
       }
       ++index;
     });
+  }
+  // Host: blocks until request i is done (noted in the timeline).
+  void wait_request(std::size_t i, clock::time_point start) {
+    if constexpr (!stream_ordered<Communicator>) {
+      requests_[i].wait();
+      if (timeline_.buckets[i].completed < 0) timeline_.buckets[i].completed = since(start);
+    }
   }
   // Lets the communicator progress (MPI moves data inside its calls) and notes what has finished.
   void progress(clock::time_point start) {
@@ -406,6 +466,7 @@ class data_parallel {
   stream_order order_;
   std::vector<request_type> requests_;
   std::array<std::size_t, group_count> next_bucket_{};
+  std::array<std::vector<std::size_t>, group_count> request_of_;  // this step's request index of each bucket
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
@@ -432,7 +493,7 @@ class data_parallel {
                   " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of every "
                   "rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel before "
                   "the first step");
-    if (parallel_.shard_optimizer_state && norm_reduction_->replicated() == nullptr)
+    if (sharded() && norm_reduction_->replicated() == nullptr)
       throw error("fusor::parallel::data_parallel: ZeRO-1 (shard_optimizer_state) with a split network needs a norm "
                   "reduction that names the replicated gradients (parallel::tensor_parallel does)");
   }

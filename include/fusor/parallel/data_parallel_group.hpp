@@ -13,11 +13,17 @@
 //   and updates every parameter, or, under ZeRO-1, this rank's shard of them,
 //   which all_gather then brings to every rank (through a padded staging buffer
 //   when buckets needed padding).
+// ZeRO-2 (shard_gradients) keeps no gradient buffer of the group's size: bucket
+// k's layers write their gradients into slab k % 2 (lent to the group before
+// backward reaches them), the reduce_scatter reads the slab, and the slab is
+// lent to bucket k + 2 once that collective is done; micro-batches are each
+// reduce-scattered and summed in fp32 over this rank's shard.
 // The average over ranks and micro-batches costs no pass: the loss's gradient
 // is scaled by 1 / (ranks x micro_batches) before backward.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <type_traits>
@@ -65,18 +71,20 @@ class data_parallel_group {
     optim::flat_tensor<C, Space> owned;  // empty where the gradients themselves are communicated
     optim::flat_view<C, Space> buffer;   // the communication layout
     optim::flat_tensor<C, Space> shard;  // ZeRO-1: this rank's reduced chunks
+    std::array<optim::flat_tensor<C, Space>, 2> slabs;  // ZeRO-2 with bf16 communication: the slabs converted
   };
 
  public:
   template <class OptimizerOptions>
-  data_parallel_group(const nn::parameter_group<Element, Space>& group, const std::vector<layer_range>& reverse_layers,
+  data_parallel_group(nn::parameter_group<Element, Space>& group, const std::vector<layer_range>& reverse_layers,
                       int ranks, int rank, const data_parallel_options& options, const OptimizerOptions& optimizer_options,
                       stream_t stream)
       : group_(&group),
         ranks_(ranks),
         rank_(rank),
         narrow_(options.communication == gradient_communication::bf16 && !std::is_same_v<Element, bfloat16>),
-        zero_(options.shard_optimizer_state),
+        zero_(options.shard_optimizer_state || options.shard_gradients),
+        lend_(options.shard_gradients),
         accumulating_(options.micro_batches > 1),
         plan_(plan_buckets(reverse_layers, narrow_ ? index_t{2} : index_t{sizeof(Element)}, options.bucket_bytes,
                            zero_ ? ranks : 1)),
@@ -85,7 +93,8 @@ class data_parallel_group {
     if (plan_.size != group.size())
       throw error("fusor::parallel::data_parallel: the layers' parameters cover " + std::to_string(plan_.size) +
                   " elements of a group of " + std::to_string(group.size()));
-    if (accumulating_) accumulation_ = optim::detail::zero_tensor<accumulation_type, Space>(group.size(), stream);
+    if (lend_) lend_slabs(group, stream);
+    else if (accumulating_) accumulation_ = optim::detail::zero_tensor<accumulation_type, Space>(group.size(), stream);
     if (narrow_) make(narrow_buffers_, stream);
     else make(native_buffers_, stream);
     if (zero_) {
@@ -141,10 +150,44 @@ class data_parallel_group {
     else assign(sum, sum + group_->gradients(), ex);
   }
 
+  // ZeRO-2: whether the gradients live in slabs, bucket by bucket.
+  bool lends_gradients() const { return lend_; }
+  // ZeRO-2: bucket k's gradients into slab k % 2, its gaps (padding that
+  // backward does not write) zeroed. Call once the collective that read the
+  // slab before is done, and before backward reaches the bucket's layers (then
+  // rebind them: network::rebind_gradients).
+  template <class Executor>
+  void lend_bucket(std::size_t k, const Executor& ex) {
+    const gradient_bucket& b = plan_.buckets[k];
+    const auto slab = slabs_[k % 2].view();
+    group_->lend_gradients(b.begin, b.end, slab);
+    for (const auto& [begin, end] : gaps_[k]) assign(detail::part(slab, begin, end), detail::part(zeros_.view(), 0, end - begin), ex);
+  }
+  // ZeRO-2 with micro-batches, once a micro-batch's reduce_scatters are done:
+  // before the last, this rank's shard into the fp32 sum; at the last, the sum
+  // into the shard the optimizer reads.
+  template <class Executor>
+  void accumulate_shard(bool first, bool last, const Executor& ex) {
+    visit([&](auto& c) {
+      const auto shard = c.shard.view();
+      const auto sum = shard_sum_.view();
+      if (last) assign(shard, sum + shard, ex);
+      else if (first) assign(sum, shard, ex);
+      else assign(sum, sum + shard, ex);
+    });
+  }
+
   // Bucket k's gradients into the communication buffer: one pass, or none.
   template <class Executor>
   void prepare(std::size_t k, const Executor& ex) {
     const gradient_bucket& b = plan_.buckets[k];
+    if (lend_) {  // ZeRO-2: the slab is the buffer, or its bf16 copy is (padding included: it is zero)
+      if constexpr (!std::is_same_v<Element, bfloat16>)
+        if (narrow_)
+          assign(detail::part(narrow_buffers_.slabs[k % 2].view(), 0, b.padded_size),
+                 detail::part(slabs_[k % 2].view(), 0, b.padded_size), ex);
+      return;
+    }
     const auto g = detail::part(group_->gradients(), b.begin, b.end);
     visit([&](auto& c) {
       const auto destination = detail::part(c.buffer, b.padded_begin, b.padded_begin + b.size());
@@ -159,7 +202,7 @@ class data_parallel_group {
   auto reduce(std::size_t k, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
     return visit([&](auto& c) {
-      const auto whole = detail::part(c.buffer, b.padded_begin, b.padded_begin + b.padded_size);
+      const auto whole = bucket_input(c, k);
       if (zero_) {
         const auto mine = detail::part(c.shard.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_);
         return communicator.reduce_scatter(whole, mine, comm::reduction_op::sum);
@@ -242,10 +285,15 @@ class data_parallel_group {
   void add_memory(memory_report& report) const {
     const index_t bytes = group_->size() * index_t(sizeof(Element));
     report.parameters += bytes;
+    report.optimizer_state += optimizer_state_bytes();
+    if (lend_) {  // ZeRO-2: the slabs and this rank's shard of the sum are the gradients
+      report.gradients += detail::bytes_of(slabs_[0]) + detail::bytes_of(slabs_[1]) + detail::bytes_of(shard_sum_) +
+                          detail::bytes_of(native_buffers_.shard) + detail::bytes_of(narrow_buffers_.shard);
+      report.communication += detail::bytes_of(narrow_buffers_.slabs[0]) + detail::bytes_of(narrow_buffers_.slabs[1]) +
+                              detail::bytes_of(shard_values_) + detail::bytes_of(staging_);
+      return;
+    }
     report.gradients += bytes + detail::bytes_of(accumulation_);
-    optimizer_.for_each_state([&](const auto&, const auto& v) {
-      report.optimizer_state += v.size() * index_t(sizeof(typename std::remove_cvref_t<decltype(v)>::element_type));
-    });
     for (index_t b : {detail::bytes_of(native_buffers_.owned), detail::bytes_of(native_buffers_.shard),
                       detail::bytes_of(narrow_buffers_.owned), detail::bytes_of(narrow_buffers_.shard),
                       detail::bytes_of(shard_values_), detail::bytes_of(staging_)})
@@ -264,8 +312,46 @@ class data_parallel_group {
   }
 
  private:
+  index_t optimizer_state_bytes() const {
+    index_t bytes = 0;
+    optimizer_.for_each_state([&](const auto&, const auto& v) {
+      bytes += v.size() * index_t(sizeof(typename std::remove_cvref_t<decltype(v)>::element_type));
+    });
+    return bytes;
+  }
+  // ZeRO-2: two slabs of the largest bucket (one where there is one bucket),
+  // the gaps of each bucket backward leaves unwritten, and no gradient buffer
+  // in the group any more.
+  void lend_slabs(nn::parameter_group<Element, Space>& group, stream_t stream) {
+    index_t largest = 0, longest_gap = 0;
+    gaps_.resize(plan_.buckets.size());
+    for (std::size_t k = 0; k != plan_.buckets.size(); ++k) {
+      const gradient_bucket& b = plan_.buckets[k];
+      largest = std::max(largest, b.padded_size);
+      index_t written = b.begin;  // gaps between the slots (alignment) and the padding after the bucket
+      for (const nn::parameter_slot& slot : group.slots()) {
+        if (slot.offset < b.begin || slot.offset >= b.end) continue;
+        if (slot.offset > written) gaps_[k].emplace_back(written - b.begin, slot.offset - b.begin);
+        written = slot.offset + slot.size;
+      }
+      if (b.begin + b.padded_size > written) gaps_[k].emplace_back(written - b.begin, b.padded_size);
+      for (const auto& [begin, end] : gaps_[k]) longest_gap = std::max(longest_gap, end - begin);
+    }
+    for (std::size_t i = 0; i != std::min<std::size_t>(2, plan_.buckets.size()); ++i)
+      slabs_[i] = optim::detail::zero_tensor<Element, Space>(largest, stream);
+    zeros_ = optim::detail::zero_tensor<Element, Space>(longest_gap, stream);
+    if (accumulating_) shard_sum_ = optim::detail::zero_tensor<accumulation_type, Space>(plan_.shard_size(), stream);
+    group.release_gradients();
+  }
   template <class C>
   void make(communicated<C>& c, stream_t stream) {
+    if (lend_) {
+      if constexpr (!std::is_same_v<C, Element>)
+        for (std::size_t i = 0; i != std::min<std::size_t>(2, plan_.buckets.size()); ++i)
+          c.slabs[i] = optim::detail::zero_tensor<C, Space>(slabs_[i].size(), stream);
+      c.shard = optim::detail::zero_tensor<C, Space>(plan_.shard_size(), stream);
+      return;
+    }
     if constexpr (std::is_same_v<C, Element>) {
       if (!plan_.padded()) c.buffer = group_->gradients();  // communicated in place
     }
@@ -282,20 +368,32 @@ class data_parallel_group {
       if (narrow_) return fn(narrow_buffers_);
     return fn(native_buffers_);
   }
+  // What bucket k's collective reads: its part of the communication layout, or its slab (ZeRO-2).
+  template <class C>
+  optim::flat_view<C, Space> bucket_input(communicated<C>& c, std::size_t k) const {
+    const gradient_bucket& b = plan_.buckets[k];
+    if (!lend_) return detail::part(c.buffer, b.padded_begin, b.padded_begin + b.padded_size);
+    if constexpr (std::is_same_v<C, Element>) return detail::part(slabs_[k % 2].view(), 0, b.padded_size);
+    else return detail::part(c.slabs[k % 2].view(), 0, b.padded_size);
+  }
   template <class C>
   optim::flat_view<C, Space> reduced(communicated<C>& c) const {
     return zero_ ? c.shard.view() : detail::part(c.buffer, 0, plan_.size);
   }
 
-  const nn::parameter_group<Element, Space>* group_;
+  nn::parameter_group<Element, Space>* group_;
   int ranks_, rank_;
-  bool narrow_, zero_, accumulating_;
+  bool narrow_, zero_, lend_, accumulating_;
   bucket_plan plan_;
   optimizer_type optimizer_;
   optim::flat_tensor<accumulation_type, Space> accumulation_;
   communicated<Element> native_buffers_;
   communicated<bfloat16> narrow_buffers_;
   optim::flat_tensor<Element, Space> shard_values_, staging_;
+  std::array<optim::flat_tensor<Element, Space>, 2> slabs_;     // ZeRO-2: bucket k's gradients in slab k % 2
+  std::vector<std::vector<std::pair<index_t, index_t>>> gaps_;  // ZeRO-2: per bucket, what backward leaves unwritten
+  optim::flat_tensor<Element, Space> zeros_;                    // ZeRO-2: as many zeros as the longest gap
+  optim::flat_tensor<accumulation_type, Space> shard_sum_;      // ZeRO-2 with micro-batches: the fp32 sum of shards
   std::optional<powersgd<Element, Space>> compressor_;
   bool compressed_step_ = false;  // this step's gradients were reduced by the compressor
 };

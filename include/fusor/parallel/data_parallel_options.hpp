@@ -31,12 +31,17 @@ struct data_parallel_options {
   gradient_communication communication = gradient_communication::native;
   bool shard_optimizer_state = false;  // ZeRO-1: each rank keeps and updates 1/ranks of the optimizer state
   powersgd_options powersgd = {};      // with communication = powersgd
+  // ZeRO-2: the gradients too. Each bucket's gradients live in one of two
+  // bucket-sized slabs only until its reduce_scatter has read them; each rank
+  // keeps its shard of the sum (implies shard_optimizer_state).
+  bool shard_gradients = false;
 };
 
 // Bytes held on one rank.
 struct memory_report {
   index_t parameters = 0;       // the network's parameter values
-  index_t gradients = 0;        // the network's gradients, and the fp32 sums of micro-batches (micro_batches > 1)
+  index_t gradients = 0;        // the network's gradients (ZeRO-2: two bucket slabs and this rank's shard of the
+                                //   sum), and the fp32 sums of micro-batches (micro_batches > 1)
   index_t optimizer_state = 0;  // moments and master weights: this rank's shard under ZeRO-1
   index_t communication = 0;    // copies communication needs: bf16 or padded gradients, gradient and parameter shards
   index_t total() const { return parameters + gradients + optimizer_state + communication; }

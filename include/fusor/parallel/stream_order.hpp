@@ -14,7 +14,9 @@
 // CUDA graph; they say so instead of invalidating the capture.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "fusor/config.hpp"
 #include "fusor/core/copy.hpp"
@@ -37,6 +39,7 @@ class stream_order {
 #if FUSOR_HAS_CUDA
     if (computed_) (void)cudaEventDestroy(computed_);
     if (communicated_) (void)cudaEventDestroy(communicated_);
+    for (cudaEvent_t e : marks_) (void)cudaEventDestroy(e);
 #endif
   }
 
@@ -44,6 +47,14 @@ class stream_order {
   void communication_after_compute(const Communicator&, const host_executor&) {}
   template <class Communicator>
   void compute_after_communication(const Communicator&, const host_executor&) {}
+  // Marks on the communicator's stream (ZeRO-2's gradient slabs): mark(slot)
+  // right after issuing a collective that reads slab `slot`;
+  // compute_after_mark(slot): the compute stream waits for that collective
+  // (and those queued before it), not for those issued since.
+  template <class Communicator>
+  void mark(const Communicator&, const host_executor&, std::size_t) {}
+  template <class Communicator>
+  void compute_after_mark(const Communicator&, const host_executor&, std::size_t) {}
 
 #if FUSOR_HAS_CUDA
   template <class Communicator>
@@ -63,6 +74,19 @@ class stream_order {
     FUSOR_CUDA_CHECK(cudaStreamWaitEvent(ex.stream, communicated_, 0));
   }
 
+  template <class Communicator>
+  void mark(const Communicator& c, const cuda_executor&, std::size_t slot) {
+    while (marks_.size() <= slot) {
+      marks_.push_back(nullptr);
+      FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&marks_.back(), cudaEventDisableTiming));
+    }
+    FUSOR_CUDA_CHECK(cudaEventRecord(marks_[slot], c.stream()));
+  }
+  template <class Communicator>
+  void compute_after_mark(const Communicator&, const cuda_executor& ex, std::size_t slot) {
+    if (slot < marks_.size()) FUSOR_CUDA_CHECK(cudaStreamWaitEvent(ex.stream, marks_[slot], 0));
+  }
+
  private:
   // Made at the first use (an eager step, before any graph capture), reused after:
   // a wait takes the event's most recent record at the time it is queued.
@@ -73,6 +97,7 @@ class stream_order {
   }
   cudaEvent_t computed_ = nullptr;
   cudaEvent_t communicated_ = nullptr;
+  std::vector<cudaEvent_t> marks_;
 #endif
 };
 
