@@ -136,17 +136,18 @@ std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& 
   });
 }
 
-// Data x tensor, data-parallel (ZeRO-1 when `zero`, in small buckets so that
-// ranks' ranges cut across tensors).
+// Data x tensor, data-parallel (ZeRO-1 or ZeRO-2 when `zero_stage` is 1 or 2,
+// in small buckets so that ranks' ranges cut across tensors).
 template <int Ways>
-std::vector<double> data_tensor(mpi& world, bool zero, const plan& p) {
+std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p) {
   parallel::mesh grid(world, {.data = world.size() / Ways, .tensor = Ways, .pipeline = 1});
   using net_t = nn::network<split_mlp<Ways>, fp32, host_space>;
   net_t net(global_batch / grid.shape().data, {.seed = 5});
   std::unique_ptr<parallel::tensor_parallel<net_t, mpi>> tp;
   if constexpr (Ways > 1) tp = std::make_unique<parallel::tensor_parallel<net_t, mpi>>(net, grid.tensor());
   parallel::data_parallel<net_t, fusor::optim::adamw, mpi> train(
-      net, grid.data(), options, fusor::optim::adamw_options{}, {.bucket_bytes = 20000, .shard_optimizer_state = zero});
+      net, grid.data(), options, fusor::optim::adamw_options{},
+      {.bucket_bytes = 20000, .shard_optimizer_state = zero_stage == 1, .shard_gradients = zero_stage == 2});
   if (tp) train.reduce_gradient_norm_with(*tp);
   return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
     train.loss().reset(host_executor{});
@@ -177,24 +178,34 @@ TEST_CASE("distributed checkpoint: a data x tensor x pipeline save resumes on th
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
-TEST_CASE("distributed checkpoint: ZeRO-1 optimizer state resumes without ZeRO, and the other way round") {
+TEST_CASE("distributed checkpoint: ZeRO-1 and ZeRO-2 optimizer state resumes without ZeRO, and the other way round") {
   auto& world = comm_test::world();
   if (!ranks_ok(world)) return;
   SUBCASE("saved by ZeRO-1 over every rank") {
     const fs::path dir = shared_folder(world, "zero");
-    const std::vector<double> uninterrupted = data_tensor<1>(world, true, saving(dir));
+    const std::vector<double> uninterrupted = data_tensor<1>(world, 1, saving(dir));
     const plan p = resuming(dir);
-    expect_losses(data_tensor<1>(world, true, p), uninterrupted, true);
+    expect_losses(data_tensor<1>(world, 1, p), uninterrupted, true);
     expect_losses(single_process(world, p), uninterrupted, false);
-    expect_losses(data_tensor<2>(world, false, p), uninterrupted, false);
+    expect_losses(data_tensor<2>(world, 0, p), uninterrupted, false);
+    expect_losses(data_tensor<2>(world, 2, p), uninterrupted, false);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+  SUBCASE("saved by ZeRO-2 over every rank") {
+    const fs::path dir = shared_folder(world, "zero2");
+    const std::vector<double> uninterrupted = data_tensor<1>(world, 2, saving(dir));
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<1>(world, 2, p), uninterrupted, true);
+    expect_losses(data_tensor<2>(world, 1, p), uninterrupted, false);
     barrier(world);
     if (world.rank() == 0) fs::remove_all(dir);
   }
   SUBCASE("saved by data x tensor, resumed by ZeRO-1") {
     const fs::path dir = shared_folder(world, "tensor");
-    const std::vector<double> uninterrupted = data_tensor<2>(world, false, saving(dir));
+    const std::vector<double> uninterrupted = data_tensor<2>(world, 0, saving(dir));
     const plan p = resuming(dir);
-    expect_losses(data_tensor<1>(world, true, p), uninterrupted, false);
+    expect_losses(data_tensor<1>(world, 1, p), uninterrupted, false);
     barrier(world);
     if (world.rank() == 0) fs::remove_all(dir);
   }
@@ -210,7 +221,7 @@ TEST_CASE("distributed checkpoint: a rank that cannot write its shard fails the 
   barrier(world);
   const std::string one_failed = "1 of " + std::to_string(world.size()) + " ranks could not save";
   fusor_test::expect_error<fusor::io::checkpoint_error>(
-      [&] { (void)data_tensor<1>(world, false, saving(dir, saved_after)); }, {one_failed.c_str(), "no manifest written"});
+      [&] { (void)data_tensor<1>(world, 0, saving(dir, saved_after)); }, {one_failed.c_str(), "no manifest written"});
   barrier(world);
   CHECK(!fs::exists(dir / "manifest.safetensors"));
   fusor_test::expect_error<fusor::io::checkpoint_error>(

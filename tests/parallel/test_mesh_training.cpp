@@ -62,10 +62,11 @@ std::vector<double> single_process_losses() {
   return losses;
 }
 
-// The same on a data x tensor mesh with `Ways` tensor ranks (ZeRO-1 over the
-// data group when `zero`, in 4000-byte buckets: shards cut across tensors).
+// The same on a data x tensor mesh with `Ways` tensor ranks (ZeRO-1 or ZeRO-2
+// over the data group when `zero_stage` is 1 or 2, in 4000-byte buckets:
+// shards cut across tensors).
 template <int Ways>
-std::vector<double> mesh_losses(fusor::comm::mpi& world, bool zero = false) {
+std::vector<double> mesh_losses(fusor::comm::mpi& world, int zero_stage = 0) {
   parallel::mesh grid(world, {.data = world.size() / Ways, .tensor = Ways, .pipeline = 1});
   using split_t = nn::network<std::conditional_t<Ways == 1, mlp<unsplit, unsplit>, mlp<column<Ways>, row<Ways>>>, fp32,
                               host_space>;
@@ -74,7 +75,9 @@ std::vector<double> mesh_losses(fusor::comm::mpi& world, bool zero = false) {
   const auto train = [&](auto* tp) {
     parallel::data_parallel<split_t, fusor::optim::adamw, fusor::comm::mpi> dp(
         net, grid.data(), options, fusor::optim::adamw_options{},
-        {.bucket_bytes = zero ? 4000 : index_t{1} << 20, .shard_optimizer_state = zero});
+        {.bucket_bytes = zero_stage > 0 ? 4000 : index_t{1} << 20,
+         .shard_optimizer_state = zero_stage == 1,
+         .shard_gradients = zero_stage == 2});
     if (tp != nullptr) dp.reduce_gradient_norm_with(*tp);
     dp.initialize(host_executor{});
     for (int s = 0; s < steps; ++s) {
@@ -113,14 +116,19 @@ TEST_CASE("mesh: data x tensor parallel training equals one process, at every sp
   }
 }
 
-TEST_CASE("mesh: data x tensor parallel training with ZeRO-1 equals one process, the norm over shards and slices") {
+TEST_CASE("mesh: data x tensor parallel training with ZeRO-1 and ZeRO-2 equals one process, the norm over shards and slices") {
   auto& world = comm_test::world();
   const std::vector<double> want = single_process_losses();
-  for (int ways : {2, 4}) {
-    if (world.size() % ways != 0) continue;
-    INFO("data ", world.size() / ways, " (ZeRO-1) x tensor ", ways, ", world rank ", world.rank());
-    expect_same_losses(ways == 2 ? mesh_losses<2>(world, true) : mesh_losses<4>(world, true), want);
-  }
+  for (int stage : {1, 2})
+    for (int ways : {1, 2, 4}) {
+      if (world.size() % ways != 0) continue;
+      INFO("data ", world.size() / ways, " (ZeRO-", stage, ") x tensor ", ways, ", world rank ", world.rank());
+      switch (ways) {
+        case 1: expect_same_losses(mesh_losses<1>(world, stage), want); break;
+        case 2: expect_same_losses(mesh_losses<2>(world, stage), want); break;
+        default: expect_same_losses(mesh_losses<4>(world, stage), want); break;
+      }
+    }
 }
 
 namespace {
