@@ -87,16 +87,30 @@ class adamw {
 
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
-    const auto& params = as_view(parameters);
-    detail::check_size("adamw", "parameters", count_, params.size());
+    detail::check_size("adamw", "parameters", count_, as_view(parameters).size());
     detail::check_size("adamw", "gradients", count_, as_view(grads).size());
+    begin_step(scalars, executor);
+    step_part(0, parameters, grads, scalars, executor);
+  }
+  // A step in parts (ZeRO updates this rank's chunk of each bucket where it
+  // lies in the network's buffer): begin_step once, then step_part for state
+  // elements [first, first + n) with n parameters and gradients, any order.
+  template <class Ex>
+  void begin_step(const step_scalars<Space>& scalars, const Ex& executor) {
     run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
+  }
+  template <flat_buffer_of<storage_type> V, class G, class Ex>
+  void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
+                 const Ex& executor) {
+    const auto& params = as_view(parameters);
+    const index_t n = params.size();
+    detail::check_part("adamw", first, n, count_, as_view(grads).size());
     if constexpr (has_master_weights) {
-      const auto master = master_.view();
+      const auto master = detail::state_part(master_, first, n);
       using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
-      update(master, destination{master, params}, as_view(grads), scalars, executor);
+      update(first, master, destination{master, params}, as_view(grads), scalars, executor);
     } else {
-      update(params, params, as_view(grads), scalars, executor);
+      update(first, params, params, as_view(grads), scalars, executor);
     }
   }
 
@@ -119,15 +133,15 @@ class adamw {
   // w: the weights the update reads; weights_out: where the new ones go (w itself,
   // or the master weights and, rounded, the parameters).
   template <class W, class Out, class G, class Ex>
-  void update(const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
+  void update(index_t first, const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
               const Ex& executor) {
     const auto skip = scalar(scalars.skip());
     const auto step_size = scalar<float, Space>(factors_.data() + 0);
     const auto inverse_sqrt_correction2 = scalar<float, Space>(factors_.data() + 1);
     const auto decay = scalar<float, Space>(factors_.data() + 2);
     const auto g = grads * scalar(scalars.gradient_multiplier());
-    const auto m = exp_avg_.view();
-    const auto v = exp_avg_sq_.view();
+    const auto m = detail::state_part(exp_avg_, first, w.size());
+    const auto v = detail::state_part(exp_avg_sq_, first, w.size());
     const auto m_new = options_.beta1 * m + (1.0f - options_.beta1) * g;
     const auto v_new = options_.beta2 * v + (1.0f - options_.beta2) * (g * g);
     const auto w_new = where(skip, w,

@@ -110,6 +110,20 @@ inline void check_size(const char* who, const char* what, index_t expected, inde
                       " parameters, but its " + what + " have shape [" + std::to_string(got) + "] (expected [" +
                       std::to_string(expected) + "])");
 }
+// A step of state elements [first, first + n) (optimizers' step_part), with n gradients.
+inline void check_part(const char* who, index_t first, index_t n, index_t count, index_t gradients) {
+  if (first < 0 || first + n > count)
+    throw shape_error(std::string("fusor: ") + who + " was made for " + std::to_string(count) +
+                      " parameters, but a step of a part asks for elements [" + std::to_string(first) + ", " +
+                      std::to_string(first + n) + ")");
+  if (gradients != n)
+    throw shape_error(std::string("fusor: ") + who + ": a step of " + std::to_string(n) +
+                      " parameters with gradients of shape [" + std::to_string(gradients) + "]");
+}
+template <class T, class Space>
+flat_view<T, Space> state_part(const flat_tensor<T, Space>& t, index_t first, index_t n) {
+  return {t.data() + first, n};
+}
 }  // namespace detail
 
 }  // namespace fusor::optim

@@ -63,15 +63,26 @@ class sgd {
 
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
-    const auto& params = as_view(parameters);
-    detail::check_size("sgd", "parameters", count_, params.size());
+    detail::check_size("sgd", "parameters", count_, as_view(parameters).size());
     detail::check_size("sgd", "gradients", count_, as_view(grads).size());
+    step_part(0, parameters, grads, scalars, executor);
+  }
+  // A step in parts (as adamw's): begin_step once, then step_part for state
+  // elements [first, first + n) with n parameters and gradients.
+  template <class Ex>
+  void begin_step(const step_scalars<Space>&, const Ex&) {}
+  template <flat_buffer_of<storage_type> V, class G, class Ex>
+  void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
+                 const Ex& executor) {
+    const auto& params = as_view(parameters);
+    const index_t n = params.size();
+    detail::check_part("sgd", first, n, count_, as_view(grads).size());
     if constexpr (has_master_weights) {
-      const auto master = master_.view();
+      const auto master = detail::state_part(master_, first, n);
       using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
-      update(master, destination{master, params}, as_view(grads), scalars, executor);
+      update(first, master, destination{master, params}, as_view(grads), scalars, executor);
     } else {
-      update(params, params, as_view(grads), scalars, executor);
+      update(first, params, params, as_view(grads), scalars, executor);
     }
   }
 
@@ -93,7 +104,7 @@ class sgd {
   // w: the weights the update reads; weights_out: where the new ones go (w itself,
   // or the master weights and, rounded, the parameters).
   template <class W, class Out, class G, class Ex>
-  void update(const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
+  void update(index_t first, const W& w, const Out& weights_out, const G& grads, const step_scalars<Space>& scalars,
               const Ex& executor) {
     const auto learning_rate = scalar(scalars.learning_rate());
     const auto skip = scalar(scalars.skip());
@@ -101,7 +112,7 @@ class sgd {
     if (momentum_.size() == 0) {
       assign(weights_out, where(skip, w, w - learning_rate * g), executor);
     } else {
-      const auto b = momentum_.view();
+      const auto b = detail::state_part(momentum_, first, w.size());
       const auto b_new = where(scalar(scalars.step()) == 0, g, options_.momentum * b + (1.0f - options_.dampening) * g);
       // Nesterov: g + momentum * b; otherwise 0 * g + 1 * b (exact): one kernel for both.
       const float on_gradient = options_.nesterov ? 1.0f : 0.0f;

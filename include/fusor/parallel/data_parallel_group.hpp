@@ -11,8 +11,10 @@
 //     all_reduce (sum) in place, or ZeRO-1's reduce_scatter into this rank's shard;
 //   the optimizer reads the communicated C values directly (no pass back to E)
 //   and updates every parameter, or, under ZeRO-1, this rank's shard of them,
-//   which all_gather then brings to every rank (through a padded staging buffer
-//   when buckets needed padding).
+//   which all_gather then brings to every rank: in place, where no bucket
+//   needed padding and the optimizer steps in parts (adamw, sgd: this rank's
+//   chunk of each bucket where it lies in the network's buffer), else from a
+//   packed parameter shard through a padded staging buffer.
 // ZeRO-2 (shard_gradients) keeps no gradient buffer of the group's size: bucket
 // k's layers write their gradients into slab k % 2 (lent to the group before
 // backward reaches them), the reduce_scatter reads the slab, and the slab is
@@ -88,7 +90,8 @@ class data_parallel_group {
         accumulating_(options.micro_batches > 1),
         plan_(plan_buckets(reverse_layers, narrow_ ? index_t{2} : index_t{sizeof(Element)}, options.bucket_bytes,
                            zero_ ? ranks : 1)),
-        optimizer_(zero_ ? plan_.shard_size() : group.size(), optimizer_options, stream) {
+        optimizer_(zero_ ? plan_.shard_size() : group.size(), optimizer_options, stream),
+        in_place_(zero_ && !plan_.padded() && steps_in_parts) {
     if (options.communication == gradient_communication::powersgd) compressor_.emplace(group, options.powersgd, stream);
     if (plan_.size != group.size())
       throw error("fusor::parallel::data_parallel: the layers' parameters cover " + std::to_string(plan_.size) +
@@ -97,7 +100,7 @@ class data_parallel_group {
     else if (accumulating_) accumulation_ = optim::detail::zero_tensor<accumulation_type, Space>(group.size(), stream);
     if (narrow_) make(narrow_buffers_, stream);
     else make(native_buffers_, stream);
-    if (zero_) {
+    if (zero_ && !in_place_) {
       shard_values_ = optim::detail::zero_tensor<Element, Space>(plan_.shard_size(), stream);
       if (plan_.padded()) staging_ = optim::detail::zero_tensor<Element, Space>(plan_.padded_size, stream);
     }
@@ -115,17 +118,21 @@ class data_parallel_group {
   template <class Executor>
   void initialize(const Executor& ex) {
     if (!zero_) return optimizer_.initialize(group_->values(), ex);
+    if (in_place_) {  // the shard gathered for the optimizer's master weights, then dropped
+      auto shard = optim::detail::zero_tensor<Element, Space>(plan_.shard_size(), executor_stream(ex));
+      copy_shard(shard.view(), ex);
+      optimizer_.initialize(shard.view(), ex);
+      return wait_for(ex);
+    }
     take_parameter_shard(ex);
     optimizer_.initialize(shard_values_.view(), ex);
   }
   // ZeRO-1: this rank's shard of the parameters from the group's values (after
   // a checkpoint overwrote them), leaving the optimizer's state as it is.
+  // (In place, the parameters are the shard: nothing to take.)
   template <class Executor>
   void take_parameter_shard(const Executor& ex) {
-    if (!zero_) return;
-    const auto values = group_->values();
-    for (const optim::state_span& s : state_layout().spans)
-      copy_in_order(detail::part(shard_values_.view(), s.at, s.at + s.end - s.begin), detail::part(values, s.begin, s.end), ex);
+    if (zero_ && !in_place_) copy_shard(shard_values_.view(), ex);
   }
 
   // Where the optimizer holds the group's elements: all of them, or under
@@ -259,8 +266,18 @@ class data_parallel_group {
       return optimizer_.step(group_->values(), group_->gradients(), scalars, ex);
     }
     visit([&](auto& c) {
-      if (zero_) optimizer_.step(shard_values_.view(), reduced(c), scalars, ex);
-      else optimizer_.step(group_->values(), reduced(c), scalars, ex);
+      if (in_place_) {  // this rank's chunk of each bucket, where it lies among the parameters
+        const auto values = group_->values();
+        const auto gradients = reduced(c);
+        optimizer_.begin_step(scalars, ex);
+        for (const optim::state_span& s : state_layout().spans)
+          optimizer_.step_part(s.at, detail::part(values, s.begin, s.end),
+                               detail::part(gradients, s.at, s.at + s.end - s.begin), scalars, ex);
+      } else if (zero_) {
+        optimizer_.step(shard_values_.view(), reduced(c), scalars, ex);
+      } else {
+        optimizer_.step(group_->values(), reduced(c), scalars, ex);
+      }
     });
   }
 
@@ -268,6 +285,7 @@ class data_parallel_group {
   template <class Communicator>
   auto gather(std::size_t k, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
+    if (in_place_) return communicator.all_gather(detail::part(group_->values(), b.begin, b.end));
     const auto mine = detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_);
     if (plan_.padded())
       return communicator.all_gather(mine, detail::part(staging_.view(), b.padded_begin, b.padded_begin + b.padded_size));
@@ -312,6 +330,18 @@ class data_parallel_group {
   }
 
  private:
+  static constexpr bool steps_in_parts = requires(optimizer_type& o, const optim::flat_view<Element, Space>& v,
+                                                  const optim::step_scalars<Space>& s, const host_executor& ex) {
+    o.begin_step(s, ex);
+    o.step_part(index_t{0}, v, v, s, ex);
+  };
+  // This rank's chunk of each bucket of the parameters, packed (the optimizer's layout).
+  template <class Executor>
+  void copy_shard(const optim::flat_view<Element, Space>& shard, const Executor& ex) const {
+    const auto values = group_->values();
+    for (const optim::state_span& s : state_layout().spans)
+      copy_in_order(detail::part(shard, s.at, s.at + s.end - s.begin), detail::part(values, s.begin, s.end), ex);
+  }
   index_t optimizer_state_bytes() const {
     index_t bytes = 0;
     optimizer_.for_each_state([&](const auto&, const auto& v) {
@@ -386,6 +416,7 @@ class data_parallel_group {
   bool narrow_, zero_, lend_, accumulating_;
   bucket_plan plan_;
   optimizer_type optimizer_;
+  bool in_place_;  // ZeRO: the optimizer updates this rank's chunks inside the parameters, all_gather in place
   optim::flat_tensor<accumulation_type, Space> accumulation_;
   communicated<Element> native_buffers_;
   communicated<bfloat16> narrow_buffers_;
