@@ -162,4 +162,53 @@ std::vector<double> rounded_to(const std::vector<double>& master) {
   return out;
 }
 
+// A step in parts (begin_step, then step_part over pieces, out of order) ends
+// bit for bit where one whole step does, state included: what ZeRO's in-place
+// update relies on. A part outside the state or with other gradients is refused.
+template <template <class, class> class Optimizer, class P, class Options>
+void check_step_in_parts(const Options& options) {
+  const index_t n = 1001;
+  const index_t pieces[][2] = {{600, 1001}, {0, 17}, {17, 600}};
+  const auto host_params = random_flat<P>(n, 31);
+  auto whole_params = to_space(host_params), part_params = to_space(host_params);
+  flat_space<P> grads(n);
+  executor ex{};
+  optim::update_controller<space> controller(optim::learning_rate_schedule::constant(0.05f), {}, {}, ex_stream(ex));
+  Optimizer<P, space> whole(n, options, ex_stream(ex)), parts(n, options, ex_stream(ex));
+  whole.initialize(whole_params.view(), ex);
+  parts.initialize(part_params.view(), ex);
+  const auto piece = [](const auto& v, index_t begin, index_t end) {
+    return optim::flat_view<P, space>(v.data() + begin, end - begin);
+  };
+  for (int s = 0; s < 3; ++s) {
+    copy(grads, random_flat<P>(n, std::uint32_t(300 + s)));
+    controller.begin_step(ex);
+    controller.accumulate_gradient_norm(grads, ex);
+    controller.prepare_update(ex);
+    whole.step(whole_params.view(), grads.view(), controller.scalars(), ex);
+    parts.begin_step(controller.scalars(), ex);
+    for (const auto& [begin, end] : pieces)
+      parts.step_part(begin, piece(part_params, begin, end), piece(grads, begin, end), controller.scalars(), ex);
+    controller.finish_step(ex);
+  }
+  finish(ex);
+  const std::string what = std::string("a step in parts, ") + precision_name<P>();
+  check_equal(as_doubles(part_params), as_doubles(whole_params), what + ": parameters");
+  std::vector<std::vector<double>> whole_state;
+  whole.for_each_state([&](const char*, const auto& v) { whole_state.push_back(as_doubles(v)); });
+  std::size_t k = 0;
+  parts.for_each_state([&](const char* name, const auto& v) {
+    REQUIRE(k < whole_state.size());
+    check_equal(as_doubles(v), whole_state[k++], what + ": " + name);
+  });
+  CHECK(k == whole_state.size());
+  CHECK(k > 0);
+  expect_error<fusor::shape_error>(
+      [&] { parts.step_part(995, piece(part_params, 0, 10), piece(grads, 0, 10), controller.scalars(), ex); },
+      {"made for 1001 parameters", "[995, 1005)"});
+  expect_error<fusor::shape_error>(
+      [&] { parts.step_part(0, piece(part_params, 0, 10), piece(grads, 0, 9), controller.scalars(), ex); },
+      {"a step of 10 parameters", "[9]"});
+}
+
 }  // namespace optim_test

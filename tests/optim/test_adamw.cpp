@@ -83,6 +83,11 @@ FUSOR_TEST_CASE("adamw: bf16 and fp16 parameters keep fp32 master weights") {
   }
 }
 
+FUSOR_TEST_CASE("adamw: a step in parts equals the whole step (ZeRO's in-place update)") {
+  check_step_in_parts<optim::adamw, float>(optim::adamw_options{.weight_decay = 0.1f});
+  check_step_in_parts<optim::adamw, bfloat16>(optim::adamw_options{});
+}
+
 FUSOR_TEST_CASE("adamw: options and sizes are checked") {
   expect_error<fusor::error>([] { optim::adamw<float, space>(10, {1.0f}); }, {"beta1"});
   expect_error<fusor::error>([] { optim::adamw<float, space>(10, {0.9f, 0.999f, -1.0f}); }, {"epsilon"});

@@ -93,6 +93,11 @@ FUSOR_TEST_CASE("sgd: bf16 and fp16 parameters keep fp32 master weights") {
   }
 }
 
+FUSOR_TEST_CASE("sgd: a step in parts equals the whole step (ZeRO's in-place update)") {
+  check_step_in_parts<optim::sgd, float>(optim::sgd_options{.momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true});
+  check_step_in_parts<optim::sgd, float16>(optim::sgd_options{.momentum = 0.5f});
+}
+
 FUSOR_TEST_CASE("sgd: state names, sizes and option errors") {
   optim::sgd<float, space> plain(10);
   int states = 0;
