@@ -120,6 +120,41 @@ void check_memory(Communicator& c) {
   CHECK(narrow.bytes_per_step == size * 2);            // half of fp32's
 }
 
+// ZeRO's memory against the ZeRO paper's formulas for model states per rank
+// (Rajbhandari et al. 2020, section 5): Psi parameters, N ranks, ZeRO-2 holds
+// the parameters whole and 1/N of the gradients and the optimizer state:
+//   fp32 with AdamW (two fp32 moments):         4 Psi + (4 + 8) Psi / N bytes;
+//   bf16 with AdamW (fp32 moments and master):  2 Psi + (2 + 12) Psi / N bytes.
+// fusor adds two bucket slabs (a bucket per layer here, 1/24 of the network):
+// within 10 % at 1 to 8 ranks. Its report is what it allocated, element for element.
+namespace deep_model {
+inline constexpr index_t width = 96;  // a layer: 96 x 96 + 96 = 9312 elements, a multiple of 2, 3, 4 and 8 ranks
+template <std::size_t... I>
+auto layers(std::index_sequence<I...>)
+    -> nn::sequential<nn::features<width>, std::conditional_t<(I < 24), nn::linear<width, width, nn::relu>, void>...>;
+using mlp = decltype(layers(std::make_index_sequence<24>{}));
+}  // namespace deep_model
+
+template <class Precision, class Communicator>
+void check_memory_against_zero_paper(Communicator& c) {
+  using net_t = nn::network<deep_model::mlp, Precision, space>;
+  using trainer_t = parallel::data_parallel<net_t, optim::adamw, Communicator>;
+  const index_t n = c.size(), layer = deep_model::width * (deep_model::width + 1), psi = 24 * layer;
+  const index_t e = sizeof(storage_t<Precision>);
+  const bool fp32 = e == 4;
+  INFO(std::string(fp32 ? "fp32" : "bf16"), ", rank ", c.rank(), " of ", c.size());
+  net_t net(8, {.seed = seed});
+  trainer_t train(net, c, trainer_options(), optim::adamw_options{}, {.bucket_bytes = 1, .shard_gradients = true});
+  const parallel::memory_report m = train.memory();
+  CHECK(m.parameters == psi * e);
+  CHECK(m.gradients == (psi / n + 2 * layer) * e);  // this rank's shard of the sum, two slabs
+  CHECK(m.optimizer_state == (fp32 ? 8 : 12) * psi / n);
+  CHECK(m.communication == 0);  // no padding: updated and gathered in place
+  const double formula = fp32 ? 4.0 * psi + 12.0 * psi / n : 2.0 * psi + 14.0 * psi / n;
+  CHECK(double(m.total()) >= formula);
+  CHECK(double(m.total()) <= 1.10 * formula);
+}
+
 // What a trainer exposes, used as a user would; and once the first step has
 // run, a step allocates nothing from fusor (buffers, plans and request lists are
 // made at construction): plain, micro-batches with bf16, ZeRO-1 (padded at 3 ranks).

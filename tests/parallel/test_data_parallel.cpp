@@ -40,6 +40,8 @@ TEST_CASE("data_parallel over MPI: overlap shown by the timeline, buckets in rev
 TEST_CASE("data_parallel over MPI: bucket plans, memory per rank, bytes per step") {
   check_bucket_plans(world());
   check_memory(world());
+  check_memory_against_zero_paper<fp32>(world());
+  check_memory_against_zero_paper<bf16>(world());
 }
 
 TEST_CASE("data_parallel over MPI: bad configurations name their numbers") { check_errors(world()); }
