@@ -349,15 +349,16 @@ class data_parallel_group {
     });
     return bytes;
   }
-  // ZeRO-2: two slabs of the largest bucket (one where there is one bucket),
-  // the gaps of each bucket backward leaves unwritten, and no gradient buffer
-  // in the group any more.
+  // ZeRO-2: two slabs, each of the largest bucket it takes (even and odd
+  // buckets), the gaps of each bucket backward leaves unwritten, and no
+  // gradient buffer in the group any more. (With two buckets or fewer the
+  // slabs hold every gradient: sharding them saves memory with many buckets.)
   void lend_slabs(nn::parameter_group<Element, Space>& group, stream_t stream) {
-    index_t largest = 0, longest_gap = 0;
+    index_t largest[2] = {0, 0}, longest_gap = 0;
     gaps_.resize(plan_.buckets.size());
     for (std::size_t k = 0; k != plan_.buckets.size(); ++k) {
       const gradient_bucket& b = plan_.buckets[k];
-      largest = std::max(largest, b.padded_size);
+      largest[k % 2] = std::max(largest[k % 2], b.padded_size);
       index_t written = b.begin;  // gaps between the slots (alignment) and the padding after the bucket
       for (const nn::parameter_slot& slot : group.slots()) {
         if (slot.offset < b.begin || slot.offset >= b.end) continue;
@@ -367,8 +368,7 @@ class data_parallel_group {
       if (b.begin + b.padded_size > written) gaps_[k].emplace_back(written - b.begin, b.padded_size);
       for (const auto& [begin, end] : gaps_[k]) longest_gap = std::max(longest_gap, end - begin);
     }
-    for (std::size_t i = 0; i != std::min<std::size_t>(2, plan_.buckets.size()); ++i)
-      slabs_[i] = optim::detail::zero_tensor<Element, Space>(largest, stream);
+    for (std::size_t i = 0; i != 2; ++i) slabs_[i] = optim::detail::zero_tensor<Element, Space>(largest[i], stream);
     zeros_ = optim::detail::zero_tensor<Element, Space>(longest_gap, stream);
     if (accumulating_) shard_sum_ = optim::detail::zero_tensor<accumulation_type, Space>(plan_.shard_size(), stream);
     group.release_gradients();
@@ -377,8 +377,7 @@ class data_parallel_group {
   void make(communicated<C>& c, stream_t stream) {
     if (lend_) {
       if constexpr (!std::is_same_v<C, Element>)
-        for (std::size_t i = 0; i != std::min<std::size_t>(2, plan_.buckets.size()); ++i)
-          c.slabs[i] = optim::detail::zero_tensor<C, Space>(slabs_[i].size(), stream);
+        for (std::size_t i = 0; i != 2; ++i) c.slabs[i] = optim::detail::zero_tensor<C, Space>(slabs_[i].size(), stream);
       c.shard = optim::detail::zero_tensor<C, Space>(plan_.shard_size(), stream);
       return;
     }
