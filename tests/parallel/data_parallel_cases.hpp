@@ -45,6 +45,11 @@ inline std::vector<configuration> configurations() {
       {"ZeRO-2, overlap off", {.bucket_bytes = 1, .overlap = false, .shard_gradients = true}},
       {"ZeRO-2, two buckets, four micro-batches", {.bucket_bytes = 4000, .micro_batches = 4, .shard_gradients = true},
        2 * fp32_tolerance},
+      {"ZeRO-3, a bucket per layer", {.bucket_bytes = 1, .shard_parameters = true}},
+      {"ZeRO-3, one bucket", {.shard_parameters = true}},
+      {"ZeRO-3, overlap off, two buckets", {.bucket_bytes = 4000, .overlap = false, .shard_parameters = true}},
+      {"ZeRO-3, a bucket per layer, four micro-batches", {.bucket_bytes = 1, .micro_batches = 4, .shard_parameters = true},
+       2 * fp32_tolerance},
   };
 }
 

@@ -88,7 +88,13 @@ void train_and_evaluate(Trainer& train, network_t& net, int steps, Totals&& tota
     train.step(b.images, b.labels, ex);
   }
   finish(ex);
-  r.parameters = parameters_of(net);
+  if constexpr (requires { train.copy_parameters_to(net, ex); }) {  // data_parallel: under ZeRO-3, gathered
+    network_t whole(global_batch, {.seed = seed + 1000});
+    train.copy_parameters_to(whole, ex);
+    r.parameters = parameters_of(whole);
+  } else {
+    r.parameters = parameters_of(net);
+  }
   r.totals = totals();
   r.gradient_norm_squared = train.controller().scalars().read_gradient_norm_squared();
   train.loss().reset(ex);

@@ -208,7 +208,15 @@ void check_errors(Communicator& c) {
     network_t lent(8, {.seed = seed});
     trainer_t sharded(lent, c, trainer_options(), optim::sgd_options{}, {.shard_gradients = true});
     expect_error<fusor::error>([&] { (void)lent.group<float>().gradients(); }, {"not held in one buffer", "ZeRO-2"});
-    CHECK(lent.group<float>().gradient(lent.group<float>().slots().front()).size() == 0);
+  }
+  {  // ZeRO-3 takes the parameter buffer away once initialized
+    network_t gathered(8, {.seed = seed});
+    trainer_t sharded(gathered, c, trainer_options(), optim::sgd_options{}, {.shard_parameters = true});
+    CHECK(sharded.options().shard_gradients);  // ZeRO-3 includes ZeRO-2
+    sharded.initialize(executor{});
+    expect_error<fusor::error>([&] { (void)gathered.group<float>().values(); }, {"not held in one buffer", "ZeRO-3"});
+    expect_error<fusor::error>([&] { sharded.copy_parameters_to(gathered, executor{}); }, {"a network of its own"});
+    expect_error<fusor::error>([&] { sharded.parameters_loaded(executor{}); }, {"ZeRO-3", "no parameters"});
   }
   trainer_t train(net, c, trainer_options(), optim::sgd_options{}, {.micro_batches = 2});
   executor ex{};

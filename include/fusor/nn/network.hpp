@@ -152,12 +152,18 @@ class network {
   // A stage without the last layer returns an empty view (see with_stage_output).
   template <class X, class Executor>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode = training) {
+    return forward(x, ex, mode, [](std::size_t) {});
+  }
+  // The same, calling before_layer(I) just before layer I runs: ZeRO-3 gathers
+  // a bucket's parameters there (and starts gathering the next).
+  template <class X, class Executor, class BeforeLayer>
+  output_view forward(const X& x, const Executor& ex, const run_mode& mode, BeforeLayer&& before_layer) {
     if (first_ != 0)
       throw error("fusor::nn::network::forward: this network holds layers from " + std::to_string(first_) +
                   " on; fill with_stage_input and call forward_stage");
     const auto& xv = as_view(x);
     bind_input(xv, ex);
-    run_layers(ex, mode);
+    run_layers(ex, mode, before_layer);
     return last_ == depth ? output<depth - 1>() : output_view{};
   }
 
@@ -266,9 +272,9 @@ class network {
     return {begin, (end + parameter_alignment - 1) / parameter_alignment * parameter_alignment};
   }
 
-  // Layers lowest..highest take their gradients' views again from their
-  // groups: after parameter_group::lend_gradients moved them (ZeRO-2).
-  void rebind_gradients(std::size_t lowest, std::size_t highest) {
+  // Layers lowest..highest take their parameters' views again from their
+  // groups: after parameter_group::lend_gradients or lend_values moved them (ZeRO-2/3).
+  void rebind_layers(std::size_t lowest, std::size_t highest) {
     for_each_index([&]<std::size_t I>() {
       if (I >= lowest && I <= highest && holds(I)) bind_layer<I>();
     });
@@ -364,11 +370,13 @@ class network {
                   std::to_string(last_) + " of " + std::to_string(depth) + "); use with_stage_output");
   }
 
-  template <class Executor>
-  void run_layers(const Executor& ex, const run_mode& mode) {
+  template <class Executor, class BeforeLayer = void (*)(std::size_t)>
+  void run_layers(const Executor& ex, const run_mode& mode, BeforeLayer&& before_layer = [](std::size_t) {}) {
     streams_.use_on(executor_stream(ex));
     for_each_index([&]<std::size_t I>() {
-      if (holds(I)) std::get<I>(layers_).forward(layer_input<I>(), output<I>(), mode, ex);
+      if (!holds(I)) return;
+      before_layer(I);
+      std::get<I>(layers_).forward(layer_input<I>(), output<I>(), mode, ex);
     });
   }
 

@@ -18,6 +18,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -168,8 +169,8 @@ class parameter_group {
   // flight. `owner` must outlive this group. Tied gradients stay this group's own
   // (allocated on `stream`): each network writes them in its own backward.
   void share(const parameter_group& owner, stream_t stream) {
-    if (owner.lent_)
-      throw error("fusor::nn: parameters shared with a network whose gradients are lent bucket by bucket (ZeRO-2)");
+    if (owner.gradients_lent() || owner.values_lent())
+      throw error("fusor::nn: parameters shared with a network whose parameters are lent bucket by bucket (ZeRO-2/3)");
     if (owner.size_ != size_ || owner.slots_.size() != slots_.size())
       throw error("fusor::nn: parameters shared between networks of different layers (" + std::to_string(size_) +
                   " and " + std::to_string(owner.size_) + " elements)");
@@ -178,48 +179,41 @@ class parameter_group {
     allocate_tied(stream);
   }
 
-  // ZeRO-2 (parallel/data_parallel.hpp, shard_gradients): the group stops
-  // holding the gradients in a buffer of its own. Before backward writes a run
-  // of layers, the trainer lends storage for their part of the layout
-  // (lend_gradients) and rebinds those layers (network::rebind_gradients);
-  // gradient(slot) is then that storage, or empty where none is lent, and
-  // gradients() (the whole buffer) is refused.
-  void release_gradients() {
-    if (size_ > 0 && gradients_.data() != owned_gradients_.data())
-      throw error("fusor::nn: these parameters share another network's gradients (a pipeline stage's micro-batches); "
-                  "their gradients cannot be lent bucket by bucket (ZeRO-2)");
-    owned_gradients_ = {};
-    gradients_ = {};
-    lent_ = true;
-    windows_.clear();
-  }
-  // Elements [begin, end) of the layout have their gradients at storage.data() onwards.
+  // ZeRO-2 and ZeRO-3 (parallel/data_parallel.hpp, shard_gradients and
+  // shard_parameters): the group stops holding the gradients (and the values)
+  // in buffers of its own. Before a run of layers runs, the trainer lends
+  // storage for their part of the layout (lend_gradients, lend_values) and
+  // rebinds those layers (network::rebind_layers); gradient(slot) and
+  // value(slot) are then that storage, empty where none was ever lent, and
+  // gradients() / values() (the whole buffers) are refused.
+  void release_gradients() { release(gradients_, owned_gradients_, gradient_windows_, "gradients", "ZeRO-2"); }
+  void release_values() { release(values_, owned_values_, value_windows_, "values", "ZeRO-3"); }
+  // Elements [begin, end) of the layout have their gradients (values) at storage.data() onwards.
   void lend_gradients(index_t begin, index_t end, flat_view<Element, Space> storage) {
-    if (!lent_ || begin < 0 || end > size_ || begin > end || storage.size() < end - begin)
-      throw error("fusor::nn: gradients [" + std::to_string(begin) + ", " + std::to_string(end) + ") lent in " +
-                  std::to_string(storage.size()) + " elements" +
-                  (lent_ ? " (the group has " + std::to_string(size_) + ")" : " before release_gradients()"));
-    std::erase_if(windows_, [&](const window& w) { return w.begin < end && begin < w.end; });
-    windows_.push_back({begin, end, storage.data()});
+    lend(gradient_windows_, begin, end, storage, "gradients");
   }
-  bool gradients_lent() const { return lent_; }
+  void lend_values(index_t begin, index_t end, flat_view<Element, Space> storage) {
+    lend(value_windows_, begin, end, storage, "values");
+  }
+  bool gradients_lent() const { return gradient_windows_.has_value(); }
+  bool values_lent() const { return value_windows_.has_value(); }
 
   index_t size() const { return size_; }
   const std::vector<parameter_slot>& slots() const { return slots_; }
-  flat_view<Element, Space> values() const { return values_; }
+  flat_view<Element, Space> values() const {
+    if (values_lent())
+      throw error("fusor::nn: the parameters are not held in one buffer: data parallelism with shard_parameters "
+                  "(ZeRO-3) gathers them bucket by bucket as layers run");
+    return values_;
+  }
   flat_view<Element, Space> gradients() const {
-    if (lent_)
+    if (gradients_lent())
       throw error("fusor::nn: the gradients are not held in one buffer: data parallelism with shard_gradients (ZeRO-2) "
                   "lends them bucket by bucket during backward; read a parameter's with gradient(slot)");
     return gradients_;
   }
-  flat_view<Element, Space> value(const parameter_slot& s) const { return {values_.data() + s.offset, s.size}; }
-  flat_view<Element, Space> gradient(const parameter_slot& s) const {
-    if (!lent_) return {gradients_.data() + s.offset, s.size};
-    for (const window& w : windows_)
-      if (w.begin <= s.offset && s.offset + s.size <= w.end) return {w.data + (s.offset - w.begin), s.size};
-    return {};
-  }
+  flat_view<Element, Space> value(const parameter_slot& s) const { return find(values_, value_windows_, s); }
+  flat_view<Element, Space> gradient(const parameter_slot& s) const { return find(gradients_, gradient_windows_, s); }
   // Tied parameters: their own gradients, which the network adds into their owners'.
   const std::vector<tied_slot>& tied_slots() const { return tied_; }
   flat_view<Element, Space> tied_gradient(const tied_slot& t) const { return {tied_gradients_.data() + t.slot.offset, t.slot.size}; }
@@ -241,13 +235,37 @@ class parameter_group {
   tensor<Element, flat_extents, row_major, Space> tied_gradients_;
   flat_view<Element, Space> values_{};
   flat_view<Element, Space> gradients_{};
-  // Lent gradients (ZeRO-2): where each lent range of the layout lies.
+  // Lent storage (ZeRO-2, ZeRO-3): where each lent range of the layout lies.
   struct window {
     index_t begin, end;
     Element* data;
   };
-  bool lent_ = false;
-  std::vector<window> windows_;
+  using windows = std::optional<std::vector<window>>;  // empty optional: not lent, the group's own buffer
+  windows gradient_windows_, value_windows_;
+
+  void release(flat_view<Element, Space>& whole, tensor<Element, flat_extents, row_major, Space>& owned, windows& lent,
+               const char* what, const char* stage) {
+    if (size_ > 0 && whole.data() != owned.data())
+      throw error(std::string("fusor::nn: these parameters share another network's ") + what +
+                  " (a pipeline stage's micro-batches); they cannot be lent bucket by bucket (" + stage + ")");
+    owned = {};
+    whole = {};
+    lent.emplace();
+  }
+  void lend(windows& lent, index_t begin, index_t end, flat_view<Element, Space> storage, const char* what) {
+    if (!lent || begin < 0 || end > size_ || begin > end || storage.size() < end - begin)
+      throw error(std::string("fusor::nn: ") + what + " [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") lent in " + std::to_string(storage.size()) + " elements" +
+                  (lent ? " (the group has " + std::to_string(size_) + ")" : std::string(" before they were released")));
+    std::erase_if(*lent, [&](const window& w) { return w.begin < end && begin < w.end; });
+    lent->push_back({begin, end, storage.data()});
+  }
+  static flat_view<Element, Space> find(const flat_view<Element, Space>& whole, const windows& lent, const parameter_slot& s) {
+    if (!lent) return {whole.data() + s.offset, s.size};
+    for (const window& w : *lent)
+      if (w.begin <= s.offset && s.offset + s.size <= w.end) return {w.data + (s.offset - w.begin), s.size};
+    return {};
+  }
 };
 
 // Fills host memory with a parameter's initial values, from (seed, element index)

@@ -23,7 +23,12 @@
 // gradient norm for clipping and the Inf/NaN skip is summed over ranks), ZeRO-2
 // (shard_gradients: the gradients too; each bucket's live in one of two slabs
 // until its reduce_scatter has read them, so no rank holds them all; then call
-// backward only through this trainer, which lends the slabs to the layers).
+// backward only through this trainer, which lends the slabs to the layers),
+// ZeRO-3 (shard_parameters: the parameters too; each bucket's are all-gathered
+// into one of two slabs just before its layers run in forward and again in
+// backward (the last two buckets of forward stay for backward), the next
+// bucket's gather in flight meanwhile; after initialize the network holds no
+// parameter buffer, so run it only through this trainer).
 // Under CUDA (comm::nccl) collectives run on the communicator's stream, ordered
 // against the compute stream by events (parallel/stream_order.hpp); the host never waits.
 //
@@ -41,6 +46,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -101,10 +107,13 @@ class data_parallel {
     std::size_t buckets = 0, index = 0;
     for_each_group([&](auto& g) {
       buckets += g.plan().buckets.size();
+      gathers_[index].resize(g.plan().buckets.size());
       request_of_[index++].resize(g.plan().buckets.size());
     });
     requests_.reserve(buckets + 1);
     timeline_.buckets.reserve(buckets);
+    // ZeRO-2/3: the gradients moved to slabs; the layers bind to them from now on.
+    if (parallel_.shard_gradients || parallel_.shard_parameters) network_.rebind_layers(0, Network::depth - 1);
   }
   data_parallel(const data_parallel&) = delete;
   data_parallel& operator=(const data_parallel&) = delete;
@@ -117,6 +126,7 @@ class data_parallel {
     network_.for_each_group([&](auto& group) { communicator_.broadcast(group.values(), 0).wait(); });
     wait_for(ex);
     for_each_group([&](auto& g) { g.initialize(ex); });
+    if (parallel_.shard_parameters) network_.rebind_layers(0, Network::depth - 1);  // to the value slabs
   }
 
   // One step on the GLOBAL batch (the same images and labels on every rank):
@@ -191,7 +201,7 @@ class data_parallel {
       norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     controller_.prepare_update(ex);
     for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
-    if (sharded()) gather_parameters(start, ex);
+    if (sharded() && !parallel_.shard_parameters) gather_parameters(start, ex);
     controller_.finish_step(ex);
     ++steps_;
     timeline_.step_end = since(start);
@@ -208,7 +218,10 @@ class data_parallel {
     const index_t begin = x.extent(0) * r / n, end = x.extent(0) * (r + 1) / n;
     for (index_t row = begin; row < end; row += network_.max_batch()) {
       const index_t rows = std::min(network_.max_batch(), end - row);
-      loss_.evaluate(network_.forward(detail::batch_rows(x, row, rows), ex, nn::evaluation), detail::batch_rows(y, row, rows), ex);
+      begin_forward_gathers(ex);
+      const auto logits = network_.forward(detail::batch_rows(x, row, rows), ex, nn::evaluation,
+                                           [&](std::size_t layer) { before_forward_layer(layer, ex); });
+      loss_.evaluate(logits, detail::batch_rows(y, row, rows), ex);
     }
   }
 
@@ -234,6 +247,18 @@ class data_parallel {
     return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
   }
 
+  // Every parameter into `whole` (a network of the same layers: for
+  // evaluation elsewhere, export, or a check), on every rank: a collective.
+  // Under ZeRO-3 the shards are all-gathered (a buffer of the group's size is
+  // made for the call); otherwise the network's parameters are copied.
+  template <class Executor>
+  void copy_parameters_to(Network& whole, const Executor& ex) {
+    if (&whole == &network_) throw error("fusor::parallel::data_parallel::copy_parameters_to: a network of its own");
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (copy_group_to(std::get<I>(groups_), std::get<I>(network_.groups()), std::get<I>(whole.groups()), ex), ...);
+    }(std::make_index_sequence<group_count>{});
+  }
+
   memory_report memory() const {
     memory_report report;
     for_each_group([&](const auto& g) { g.add_memory(report); });
@@ -246,7 +271,7 @@ class data_parallel {
   // warm-up). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
   index_t bytes_per_step() const {
     index_t bytes = sharded() ? index_t(sizeof(double)) : 0;
-    for_each_group([&](const auto& g) { bytes += g.bytes_per_step(); });
+    for_each_group([&](const auto& g) { bytes += g.bytes_per_step(parallel_.micro_batches); });
     return bytes;
   }
   // The bucket plan of group I (0: the network's first element type).
@@ -288,13 +313,19 @@ class data_parallel {
     return parallel_.communication == gradient_communication::powersgd &&
            steps_ >= std::uint64_t(parallel_.powersgd.warmup_steps);
   }
-  // ZeRO-1 or ZeRO-2: each rank updates its shard of the parameters.
-  bool sharded() const { return parallel_.shard_optimizer_state || parallel_.shard_gradients; }
-  static data_parallel_options checked(const data_parallel_options& o) {
-    if (o.communication == gradient_communication::powersgd && (o.shard_optimizer_state || o.shard_gradients))
+  // ZeRO-1, 2 or 3: each rank updates its shard of the parameters.
+  bool sharded() const {
+    return parallel_.shard_optimizer_state || parallel_.shard_gradients || parallel_.shard_parameters;
+  }
+  static data_parallel_options checked(data_parallel_options o) {
+    const bool zero = o.shard_optimizer_state || o.shard_gradients || o.shard_parameters;
+    if (o.communication == gradient_communication::powersgd && zero)
       throw error(std::string("fusor::parallel::data_parallel: PowerSGD (communication = powersgd) and ") +
-                  (o.shard_gradients ? "ZeRO-2 (shard_gradients)" : "ZeRO-1 (shard_optimizer_state)") +
+                  (o.shard_parameters  ? "ZeRO-3 (shard_parameters)"
+                   : o.shard_gradients ? "ZeRO-2 (shard_gradients)"
+                                       : "ZeRO-1 (shard_optimizer_state)") +
                   " do not combine: PowerSGD's sum is whole on every rank; choose one");
+    if (o.shard_parameters) o.shard_gradients = true;  // ZeRO-3 includes ZeRO-2
     if (o.bucket_bytes < 1)
       throw error("fusor::parallel::data_parallel: bucket_bytes must be at least 1, not " + std::to_string(o.bucket_bytes));
     if (o.micro_batches < 1)
@@ -354,11 +385,75 @@ class data_parallel {
   template <class X, class Y, class Executor>
   void forward_and_loss(const X& x, const Y& y, index_t first_sample, const Executor& ex) {
     const nn::run_mode mode{true, forwards_++, controller_.scalars().step().data(), first_sample};
-    const auto logits = network_.forward(x, ex, mode);
+    begin_forward_gathers(ex);
+    const auto logits = network_.forward(x, ex, mode, [&](std::size_t layer) { before_forward_layer(layer, ex); });
     const auto dlogits = network_.output_gradient();
     loss_.forward_backward(logits, y, dlogits, ex);
     if (options_.scaling.dynamic) assign(dlogits, dlogits * optim::scalar(controller_.scalars().loss_scale()), ex);
   }
+
+  template <class Group, class Parameters, class Executor>
+  void copy_group_to(Group& g, const Parameters& mine, Parameters& whole, const Executor& ex) {
+    if (whole.size() != mine.size())
+      throw error("fusor::parallel::data_parallel::copy_parameters_to: a network of " + std::to_string(whole.size()) +
+                  " parameters of a type, this one has " + std::to_string(mine.size()));
+    if (!g.gathers_values()) return copy_in_order(whole.values(), mine.values(), ex);
+    using element = typename Group::element_type;
+    const auto staging = optim::detail::zero_tensor<element, space>(g.plan().padded_size, executor_stream(ex));
+    order_.communication_after_compute(communicator_, ex);
+    for (std::size_t k = 0; k != g.plan().buckets.size(); ++k) g.gather_whole(k, staging.view(), communicator_).wait();
+    order_.compute_after_communication(communicator_, ex);
+    g.unpack_whole(staging.view(), whole.values(), ex);
+    wait_for(ex);
+  }
+
+  // ZeRO-3, forward: bucket B-1's gather (the lowest layers') starts here;
+  // before_forward_layer waits for a bucket's as its first layer comes, binds
+  // its layers to the slab and starts the next bucket's gather.
+  template <class Executor>
+  void begin_forward_gathers(const Executor& ex) {
+    if (!parallel_.shard_parameters) return;
+    std::size_t index = 0;
+    for_each_group([&](auto& g) {
+      forward_next_[index] = g.plan().buckets.size();
+      if (forward_next_[index] > 0) start_gather(g, index, forward_next_[index] - 1, ex);
+      ++index;
+    });
+  }
+  template <class Executor>
+  void before_forward_layer(std::size_t layer, const Executor& ex) {
+    if (!parallel_.shard_parameters) return;
+    std::size_t index = 0;
+    for_each_group([&](auto& g) {
+      std::size_t& next = forward_next_[index];  // buckets [0, next) are still to come
+      if (next > 0 && g.plan().buckets[next - 1].lowest_layer <= layer) {
+        const std::size_t k = --next;
+        finish_gather(g, index, k, ex);
+        network_.rebind_layers(g.plan().buckets[k].lowest_layer, g.plan().buckets[k].highest_layer);
+        if (k > 0) start_gather(g, index, k - 1, ex);  // into the slab of bucket k + 1, whose layers are done
+      }
+      ++index;
+    });
+  }
+  // ZeRO-3: bucket k's gather, after the compute queued so far (which read the slab).
+  template <class Group, class Executor>
+  void start_gather(Group& g, std::size_t index, std::size_t k, const Executor& ex) {
+    order_.communication_after_compute(communicator_, ex);
+    gathers_[index][k].emplace(g.gather_values(k, communicator_));
+    order_.mark(communicator_, ex, value_mark(index, k));
+  }
+  // ZeRO-3: bucket k's parameters are there (the compute stream waits for its
+  // gather) and its layers read them from its slab.
+  template <class Group, class Executor>
+  void finish_gather(Group& g, std::size_t index, std::size_t k, const Executor& ex) {
+    if (!gathers_[index][k])
+      throw error("fusor::parallel::data_parallel: ZeRO-3 bucket " + std::to_string(k) + " used before its gather");
+    order_.compute_after_mark(communicator_, ex, value_mark(index, k));
+    if constexpr (!stream_ordered<Communicator>) gathers_[index][k]->wait();
+    gathers_[index][k].reset();
+    g.lend_values(k);
+  }
+  static std::size_t value_mark(std::size_t index, std::size_t k) { return 2 * group_count + 2 * index + k % 2; }
 
   // ZeRO-2: one micro-batch's backward, its gradients written bucket by bucket
   // into the slabs and reduce-scattered as each bucket is done; returns with
@@ -382,7 +477,7 @@ class data_parallel {
   template <class Group, class Executor>
   void lend(Group& g, std::size_t k, const Executor& ex) {
     g.lend_bucket(k, ex);
-    network_.rebind_gradients(g.plan().buckets[k].lowest_layer, g.plan().buckets[k].highest_layer);
+    network_.rebind_layers(g.plan().buckets[k].lowest_layer, g.plan().buckets[k].highest_layer);
   }
 
   // Starts every bucket whose lowest layer is at or above `layer` (backward is
@@ -409,7 +504,11 @@ class data_parallel {
           order_.compute_after_mark(communicator_, ex, next_slab);
           if constexpr (!stream_ordered<Communicator>) wait_request(request_of_[index][k - 1], start);
         }
+        // ZeRO-3: bucket k + 1's parameters (buckets 0 and 1 are still there from forward), and
+        // bucket k + 2's gather into bucket k's value slab, whose backward is done.
+        if (g.gathers_values() && k + 1 >= 2) finish_gather(g, index, k + 1, ex);
         lend(g, k + 1, ex);
+        if (g.gathers_values() && k + 2 < g.plan().buckets.size()) start_gather(g, index, k + 2, ex);
       }
       ++index;
     });
@@ -467,6 +566,8 @@ class data_parallel {
   std::vector<request_type> requests_;
   std::array<std::size_t, group_count> next_bucket_{};
   std::array<std::vector<std::size_t>, group_count> request_of_;  // this step's request index of each bucket
+  std::array<std::vector<std::optional<request_type>>, group_count> gathers_;  // ZeRO-3: each bucket's gather in flight
+  std::array<std::size_t, group_count> forward_next_{};                        // ZeRO-3: buckets forward has yet to reach
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;

@@ -20,6 +20,9 @@
 // backward reaches them), the reduce_scatter reads the slab, and the slab is
 // lent to bucket k + 2 once that collective is done; micro-batches are each
 // reduce-scattered and summed in fp32 over this rank's shard.
+// ZeRO-3 (shard_parameters) keeps no parameter buffer either: the optimizer
+// updates this rank's shard, and bucket k's parameters are all-gathered into
+// value slab k % 2 before its layers run (data_parallel orders the gathers).
 // The average over ranks and micro-batches costs no pass: the loss's gradient
 // is scaled by 1 / (ranks x micro_batches) before backward.
 #pragma once
@@ -85,13 +88,19 @@ class data_parallel_group {
         ranks_(ranks),
         rank_(rank),
         narrow_(options.communication == gradient_communication::bf16 && !std::is_same_v<Element, bfloat16>),
-        zero_(options.shard_optimizer_state || options.shard_gradients),
-        lend_(options.shard_gradients),
+        zero_(options.shard_optimizer_state || options.shard_gradients || options.shard_parameters),
+        lend_(options.shard_gradients || options.shard_parameters),
+        gather_(options.shard_parameters),
         accumulating_(options.micro_batches > 1),
         plan_(plan_buckets(reverse_layers, narrow_ ? index_t{2} : index_t{sizeof(Element)}, options.bucket_bytes,
                            zero_ ? ranks : 1)),
         optimizer_(zero_ ? plan_.shard_size() : group.size(), optimizer_options, stream),
-        in_place_(zero_ && !plan_.padded() && steps_in_parts) {
+        in_place_(zero_ && !gather_ && !plan_.padded() && steps_in_parts) {
+    if (gather_ && !group.tied_slots().empty())
+      throw error("fusor::parallel::data_parallel: parameter " + group.tied_slots().front().slot.name + " is tied to " +
+                  group.tied_slots().front().owner +
+                  "; ZeRO-3 (shard_parameters) gathers each bucket's parameters only while its own layers run, so "
+                  "tied parameters need ZeRO-2 or less");
     if (options.communication == gradient_communication::powersgd) compressor_.emplace(group, options.powersgd, stream);
     if (plan_.size != group.size())
       throw error("fusor::parallel::data_parallel: the layers' parameters cover " + std::to_string(plan_.size) +
@@ -102,8 +111,10 @@ class data_parallel_group {
     else make(native_buffers_, stream);
     if (zero_ && !in_place_) {
       shard_values_ = optim::detail::zero_tensor<Element, Space>(plan_.shard_size(), stream);
-      if (plan_.padded()) staging_ = optim::detail::zero_tensor<Element, Space>(plan_.padded_size, stream);
+      if (plan_.padded() && !gather_) staging_ = optim::detail::zero_tensor<Element, Space>(plan_.padded_size, stream);
     }
+    if (gather_)
+      for (std::size_t i = 0; i != 2; ++i) value_slabs_[i] = optim::detail::zero_tensor<Element, Space>(slabs_[i].size(), stream);
   }
 
   const bucket_plan& plan() const { return plan_; }
@@ -126,12 +137,21 @@ class data_parallel_group {
     }
     take_parameter_shard(ex);
     optimizer_.initialize(shard_values_.view(), ex);
+    if (!gather_) return;
+    // ZeRO-3: the shard is the parameters now; each bucket's values live in its value slab.
+    wait_for(ex);
+    group_->release_values();
+    for (std::size_t k = 0; k != plan_.buckets.size(); ++k) lend_values(k);
   }
   // ZeRO-1: this rank's shard of the parameters from the group's values (after
   // a checkpoint overwrote them), leaving the optimizer's state as it is.
-  // (In place, the parameters are the shard: nothing to take.)
+  // (In place, the parameters are the shard: nothing to take. ZeRO-3 after
+  // initialize: the shard is all there is.)
   template <class Executor>
   void take_parameter_shard(const Executor& ex) {
+    if (group_->values_lent())
+      throw error("fusor::parallel::data_parallel: under ZeRO-3 (shard_parameters) the network holds no parameters "
+                  "to take a shard from once initialized");
     if (zero_ && !in_place_) copy_shard(shard_values_.view(), ex);
   }
 
@@ -159,10 +179,42 @@ class data_parallel_group {
 
   // ZeRO-2: whether the gradients live in slabs, bucket by bucket.
   bool lends_gradients() const { return lend_; }
+  // ZeRO-3: whether the parameters are gathered bucket by bucket.
+  bool gathers_values() const { return gather_; }
+  // ZeRO-3: bucket k's parameters from every rank's shard into value slab k % 2
+  // (padding included), once the layers that read that slab before are done.
+  template <class Communicator>
+  auto gather_values(std::size_t k, Communicator& communicator) {
+    const gradient_bucket& b = plan_.buckets[k];
+    return communicator.all_gather(
+        detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_),
+        detail::part(value_slabs_[k % 2].view(), 0, b.padded_size));
+  }
+  // ZeRO-3: bucket k's parameters from every rank's shard into `staging`
+  // (padded_size elements, the communication layout), for a whole copy.
+  template <class Communicator>
+  auto gather_whole(std::size_t k, const optim::flat_view<Element, Space>& staging, Communicator& communicator) {
+    const gradient_bucket& b = plan_.buckets[k];
+    return communicator.all_gather(
+        detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_),
+        detail::part(staging, b.padded_begin, b.padded_begin + b.padded_size));
+  }
+  // ... and from there into `values` (a whole network's buffer of this group).
+  template <class Executor>
+  void unpack_whole(const optim::flat_view<Element, Space>& staging, const optim::flat_view<Element, Space>& values,
+                    const Executor& ex) const {
+    for (const gradient_bucket& b : plan_.buckets)
+      copy_in_order(detail::part(values, b.begin, b.end), detail::part(staging, b.padded_begin, b.padded_begin + b.size()), ex);
+  }
+  // ZeRO-3: bucket k's parameters are in value slab k % 2 (then rebind its layers).
+  void lend_values(std::size_t k) {
+    const gradient_bucket& b = plan_.buckets[k];
+    group_->lend_values(b.begin, b.end, value_slabs_[k % 2].view());
+  }
   // ZeRO-2: bucket k's gradients into slab k % 2, its gaps (padding that
   // backward does not write) zeroed. Call once the collective that read the
   // slab before is done, and before backward reaches the bucket's layers (then
-  // rebind them: network::rebind_gradients).
+  // rebind them: network::rebind_layers).
   template <class Executor>
   void lend_bucket(std::size_t k, const Executor& ex) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -302,13 +354,15 @@ class data_parallel_group {
 
   void add_memory(memory_report& report) const {
     const index_t bytes = group_->size() * index_t(sizeof(Element));
-    report.parameters += bytes;
+    report.parameters += gather_ ? detail::bytes_of(shard_values_) + detail::bytes_of(value_slabs_[0]) +
+                                       detail::bytes_of(value_slabs_[1])
+                                 : bytes;
     report.optimizer_state += optimizer_state_bytes();
     if (lend_) {  // ZeRO-2: the slabs and this rank's shard of the sum are the gradients
       report.gradients += detail::bytes_of(slabs_[0]) + detail::bytes_of(slabs_[1]) + detail::bytes_of(shard_sum_) +
                           detail::bytes_of(native_buffers_.shard) + detail::bytes_of(narrow_buffers_.shard);
       report.communication += detail::bytes_of(narrow_buffers_.slabs[0]) + detail::bytes_of(narrow_buffers_.slabs[1]) +
-                              detail::bytes_of(shard_values_) + detail::bytes_of(staging_);
+                              (gather_ ? 0 : detail::bytes_of(shard_values_)) + detail::bytes_of(staging_);
       return;
     }
     report.gradients += bytes + detail::bytes_of(accumulation_);
@@ -321,11 +375,22 @@ class data_parallel_group {
   // Bytes this group hands to collectives in a step: every bucket's buffer
   // (all_reduce, or reduce_scatter's input) and, under ZeRO-1, its shard of the
   // parameters (all_gather's input); under PowerSGD, a compressed step's factors and vectors.
-  index_t bytes_per_step() const {
+  // ZeRO-2/3 communicate every micro-batch: the buckets' reduce_scatters and,
+  // under ZeRO-3, all_gather's shard of every bucket in forward and of all but
+  // the first two again in backward.
+  index_t bytes_per_step(index_t micro_batches) const {
     if (compressor_) return compressor_->bytes_per_step();
     index_t bytes = 0;
     for (std::size_t k = 0; k != plan_.buckets.size(); ++k) bytes += communicated_bytes(k);
-    if (zero_) bytes += plan_.shard_size() * index_t(sizeof(Element));
+    if (lend_) bytes *= micro_batches;
+    const index_t e = sizeof(Element);
+    if (gather_) {
+      index_t gathered = plan_.shard_size();
+      for (std::size_t k = 2; k < plan_.buckets.size(); ++k) gathered += plan_.buckets[k].padded_size / ranks_;
+      bytes += gathered * e * micro_batches;
+    } else if (zero_) {
+      bytes += plan_.shard_size() * e;
+    }
     return bytes;
   }
 
@@ -372,6 +437,8 @@ class data_parallel_group {
     zeros_ = optim::detail::zero_tensor<Element, Space>(longest_gap, stream);
     if (accumulating_) shard_sum_ = optim::detail::zero_tensor<accumulation_type, Space>(plan_.shard_size(), stream);
     group.release_gradients();
+    for (std::size_t k = 0; k != plan_.buckets.size(); ++k)  // every layer has a place to bind to from now on
+      group.lend_gradients(plan_.buckets[k].begin, plan_.buckets[k].end, slabs_[k % 2].view());
   }
   template <class C>
   void make(communicated<C>& c, stream_t stream) {
@@ -412,7 +479,7 @@ class data_parallel_group {
 
   nn::parameter_group<Element, Space>* group_;
   int ranks_, rank_;
-  bool narrow_, zero_, lend_, accumulating_;
+  bool narrow_, zero_, lend_, gather_, accumulating_;
   bucket_plan plan_;
   optimizer_type optimizer_;
   bool in_place_;  // ZeRO: the optimizer updates this rank's chunks inside the parameters, all_gather in place
@@ -421,6 +488,7 @@ class data_parallel_group {
   communicated<bfloat16> narrow_buffers_;
   optim::flat_tensor<Element, Space> shard_values_, staging_;
   std::array<optim::flat_tensor<Element, Space>, 2> slabs_;     // ZeRO-2: bucket k's gradients in slab k % 2
+  std::array<optim::flat_tensor<Element, Space>, 2> value_slabs_;  // ZeRO-3: bucket k's parameters in slab k % 2
   std::vector<std::vector<std::pair<index_t, index_t>>> gaps_;  // ZeRO-2: per bucket, what backward leaves unwritten
   optim::flat_tensor<Element, Space> zeros_;                    // ZeRO-2: as many zeros as the longest gap
   optim::flat_tensor<accumulation_type, Space> shard_sum_;      // ZeRO-2 with micro-batches: the fp32 sum of shards

@@ -35,11 +35,16 @@ struct data_parallel_options {
   // bucket-sized slabs only until its reduce_scatter has read them; each rank
   // keeps its shard of the sum (implies shard_optimizer_state).
   bool shard_gradients = false;
+  // ZeRO-3: the parameters too (implies shard_gradients). Each rank keeps its
+  // shard; a bucket's parameters are all-gathered into one of two slabs just
+  // before its layers run, forward and backward, the next bucket's gather
+  // started meanwhile. Not with tied parameters.
+  bool shard_parameters = false;
 };
 
 // Bytes held on one rank.
 struct memory_report {
-  index_t parameters = 0;       // the network's parameter values
+  index_t parameters = 0;       // the network's parameter values (ZeRO-3: this rank's shard and two bucket slabs)
   index_t gradients = 0;        // the network's gradients (ZeRO-2: two bucket slabs and this rank's shard of the
                                 //   sum), and the fp32 sums of micro-batches (micro_batches > 1)
   index_t optimizer_state = 0;  // moments and master weights: this rank's shard under ZeRO-1
