@@ -80,10 +80,12 @@ void check_clipping(Communicator& c) {
   const optim::adamw_options o{.weight_decay = 0.01f};
   const run_result reference = train_one_rank<optim::adamw>(t, o, steps);
   CHECK(std::sqrt(reference.gradient_norm_squared) > 2 * max_norm);  // clipping changes every step
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     INFO("ZeRO stage ", stage, ", rank ", c.rank(), " of ", c.size());
     const run_result r = train_data_parallel<optim::adamw>(
-        c, t, o, {.bucket_bytes = 1, .shard_optimizer_state = stage == 1, .shard_gradients = stage == 2}, steps);
+        c, t, o,
+        {.bucket_bytes = 1, .shard_optimizer_state = stage == 1, .shard_gradients = stage == 2, .shard_parameters = stage == 3},
+        steps);
     // Every update is scaled by max_norm / norm, a norm summed over ranks (and,
     // under ZeRO-1, over shards) in another order than one process sums it, and
     // AdamW's division by sqrt(v) magnifies that rounding where v is small:
@@ -109,12 +111,16 @@ void check_bf16_explained_by_rounding(Communicator& c) {
   network_t start(global_batch, {.seed = seed});
   const std::vector<double> w0 = parameters_of(start);
   for (auto comm : {parallel::gradient_communication::native, parallel::gradient_communication::bf16}) {
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       const bool bf16 = comm == parallel::gradient_communication::bf16;
       INFO("bf16 ", bf16, ", ZeRO stage ", stage);
-      const run_result r = train_data_parallel<optim::sgd>(
-          c, t, o,
-          {.bucket_bytes = 1, .communication = comm, .shard_optimizer_state = stage == 1, .shard_gradients = stage == 2}, 1);
+      const run_result r = train_data_parallel<optim::sgd>(c, t, o,
+                                                           {.bucket_bytes = 1,
+                                                            .communication = comm,
+                                                            .shard_optimizer_state = stage == 1,
+                                                            .shard_gradients = stage == 2,
+                                                            .shard_parameters = stage == 3},
+                                                           1);
       index_t unexplained = 0;
       double largest = 0;
       for (std::size_t i = 0; i < w0.size(); ++i) {
