@@ -62,8 +62,8 @@ std::vector<double> single_process_losses() {
   return losses;
 }
 
-// The same on a data x tensor mesh with `Ways` tensor ranks (ZeRO-1 or ZeRO-2
-// over the data group when `zero_stage` is 1 or 2, in 4000-byte buckets:
+// The same on a data x tensor mesh with `Ways` tensor ranks (ZeRO-1, 2 or 3
+// over the data group when `zero_stage` says so, in 4000-byte buckets:
 // shards cut across tensors).
 template <int Ways>
 std::vector<double> mesh_losses(fusor::comm::mpi& world, int zero_stage = 0) {
@@ -77,7 +77,8 @@ std::vector<double> mesh_losses(fusor::comm::mpi& world, int zero_stage = 0) {
         net, grid.data(), options, fusor::optim::adamw_options{},
         {.bucket_bytes = zero_stage > 0 ? 4000 : index_t{1} << 20,
          .shard_optimizer_state = zero_stage == 1,
-         .shard_gradients = zero_stage == 2});
+         .shard_gradients = zero_stage == 2,
+         .shard_parameters = zero_stage == 3});
     if (tp != nullptr) dp.reduce_gradient_norm_with(*tp);
     dp.initialize(host_executor{});
     for (int s = 0; s < steps; ++s) {
@@ -116,10 +117,10 @@ TEST_CASE("mesh: data x tensor parallel training equals one process, at every sp
   }
 }
 
-TEST_CASE("mesh: data x tensor parallel training with ZeRO-1 and ZeRO-2 equals one process, the norm over shards and slices") {
+TEST_CASE("mesh: data x tensor parallel training with ZeRO-1, 2 and 3 equals one process, the norm over shards and slices") {
   auto& world = comm_test::world();
   const std::vector<double> want = single_process_losses();
-  for (int stage : {1, 2})
+  for (int stage : {1, 2, 3})
     for (int ways : {1, 2, 4}) {
       if (world.size() % ways != 0) continue;
       INFO("data ", world.size() / ways, " (ZeRO-", stage, ") x tensor ", ways, ", world rank ", world.rank());
