@@ -136,7 +136,7 @@ std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& 
   });
 }
 
-// Data x tensor, data-parallel (ZeRO-1 or ZeRO-2 when `zero_stage` is 1 or 2,
+// Data x tensor, data-parallel (ZeRO-1, 2 or 3 when `zero_stage` says so,
 // in small buckets so that ranks' ranges cut across tensors).
 template <int Ways>
 std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p) {
@@ -147,7 +147,10 @@ std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p) {
   if constexpr (Ways > 1) tp = std::make_unique<parallel::tensor_parallel<net_t, mpi>>(net, grid.tensor());
   parallel::data_parallel<net_t, fusor::optim::adamw, mpi> train(
       net, grid.data(), options, fusor::optim::adamw_options{},
-      {.bucket_bytes = 20000, .shard_optimizer_state = zero_stage == 1, .shard_gradients = zero_stage == 2});
+      {.bucket_bytes = 20000,
+       .shard_optimizer_state = zero_stage == 1,
+       .shard_gradients = zero_stage == 2,
+       .shard_parameters = zero_stage == 3});
   if (tp) train.reduce_gradient_norm_with(*tp);
   return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
     train.loss().reset(host_executor{});
@@ -178,7 +181,7 @@ TEST_CASE("distributed checkpoint: a data x tensor x pipeline save resumes on th
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
-TEST_CASE("distributed checkpoint: ZeRO-1 and ZeRO-2 optimizer state resumes without ZeRO, and the other way round") {
+TEST_CASE("distributed checkpoint: ZeRO-1, 2 and 3 state resumes without ZeRO, and the other way round") {
   auto& world = comm_test::world();
   if (!ranks_ok(world)) return;
   SUBCASE("saved by ZeRO-1 over every rank") {
@@ -198,6 +201,17 @@ TEST_CASE("distributed checkpoint: ZeRO-1 and ZeRO-2 optimizer state resumes wit
     const plan p = resuming(dir);
     expect_losses(data_tensor<1>(world, 2, p), uninterrupted, true);
     expect_losses(data_tensor<2>(world, 1, p), uninterrupted, false);
+    expect_losses(data_tensor<2>(world, 3, p), uninterrupted, false);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+  SUBCASE("saved by ZeRO-3 over every rank: parameters from the shards") {
+    const fs::path dir = shared_folder(world, "zero3");
+    const std::vector<double> uninterrupted = data_tensor<1>(world, 3, saving(dir));
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<1>(world, 3, p), uninterrupted, true);
+    expect_losses(single_process(world, p), uninterrupted, false);
+    expect_losses(data_tensor<2>(world, 0, p), uninterrupted, false);
     barrier(world);
     if (world.rank() == 0) fs::remove_all(dir);
   }

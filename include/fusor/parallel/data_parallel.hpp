@@ -295,8 +295,21 @@ class data_parallel {
   void for_each_optimizer(Fn&& fn) {
     for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
   }
+  // Where the parameters of `group` (one of the network's) lie on this rank,
+  // for a checkpoint: the network's buffer, or under ZeRO-3 this rank's shard.
+  template <class Element>
+  std::pair<optim::flat_view<Element, space>, optim::state_layout> parameter_values(
+      const nn::parameter_group<Element, space>& group) const {
+    std::optional<std::pair<optim::flat_view<Element, space>, optim::state_layout>> found;
+    for_each_group([&](const auto& g) {
+      if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(g)>::element_type, Element>)
+        if (&g.group() == &group) found = g.parameter_values();
+    });
+    if (!found) throw error("fusor::parallel::data_parallel::parameter_values: not a parameter group of this network");
+    return *found;
+  }
   // The network's parameters were overwritten (a checkpoint loaded): ZeRO-1's
-  // parameter shards follow them. The optimizer's state is left as it is.
+  // parameter shards follow them (ZeRO-3's shard was loaded itself). The optimizer's state is left as it is.
   template <class Executor>
   void parameters_loaded(const Executor& ex) {
     for_each_group([&](auto& g) { g.take_parameter_shard(ex); });

@@ -146,13 +146,16 @@ class data_parallel_group {
   // ZeRO-1: this rank's shard of the parameters from the group's values (after
   // a checkpoint overwrote them), leaving the optimizer's state as it is.
   // (In place, the parameters are the shard: nothing to take. ZeRO-3 after
-  // initialize: the shard is all there is.)
+  // initialize: the shard is all there is, and a checkpoint loads into it.)
   template <class Executor>
   void take_parameter_shard(const Executor& ex) {
-    if (group_->values_lent())
-      throw error("fusor::parallel::data_parallel: under ZeRO-3 (shard_parameters) the network holds no parameters "
-                  "to take a shard from once initialized");
-    if (zero_ && !in_place_) copy_shard(shard_values_.view(), ex);
+    if (zero_ && !in_place_ && !group_->values_lent()) copy_shard(shard_values_.view(), ex);
+  }
+  // Where this rank's parameters lie, for a checkpoint: the network's buffer,
+  // or under ZeRO-3 (once initialized) this rank's shard, laid out as the optimizer's state.
+  std::pair<optim::flat_view<Element, Space>, optim::state_layout> parameter_values() const {
+    if (group_->values_lent()) return {shard_values_.view(), state_layout()};
+    return {group_->values(), optim::state_layout::whole(group_->size())};
   }
 
   // Where the optimizer holds the group's elements: all of them, or under

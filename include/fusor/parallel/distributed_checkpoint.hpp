@@ -99,19 +99,27 @@ void for_each_piece(const nn::parameter_slot& slot, const nn::parameter_placemen
   }
 }
 
+// Where the trainer keeps a group's parameters on this rank: the network's
+// buffer, or (data_parallel under ZeRO-3) this rank's shard.
+template <class Trainer, class Group>
+auto parameter_values(Trainer& trainer, const Group& group) {
+  if constexpr (requires { trainer.parameter_values(group); }) return trainer.parameter_values(group);
+  else return std::pair{group.values(), optim::state_layout::whole(group.size())};
+}
+
 // fn(name, piece, flat view, saved_here) for every piece of this rank's
 // parameters and optimizer state; saved_here: this rank is the one that saves it.
 template <class Trainer, class Fn>
 void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&& fn) {
   const auto& network = trainer.network();
   trainer.for_each_optimizer([&](const auto& group, auto& optimizer, const optim::state_layout& layout) {
+    const auto [values, values_layout] = parameter_values(trainer, group);
     for (const nn::parameter_slot& slot : group.slots()) {
       const nn::parameter_placement place = network.placement(slot);
       const bool tensor_saver = place.split || where.at.tensor == 0;
-      for_each_piece(slot, place, optim::state_layout::whole(group.size()), group.values(),
-                     [&](const io::tensor_piece& piece, const auto& v) {
-                       fn(slot.name, piece, v, tensor_saver && where.at.data == 0);
-                     });
+      for_each_piece(slot, place, values_layout, values, [&](const io::tensor_piece& piece, const auto& v) {
+        fn(slot.name, piece, v, tensor_saver && (values_layout.sharded || where.at.data == 0));
+      });
       optimizer.for_each_state([&](const auto& state_name, const auto& state) {
         const std::string name = "optimizer." + slot.name + "." + std::string(state_name);
         for_each_piece(slot, place, layout, state, [&](const io::tensor_piece& piece, const auto& v) {
