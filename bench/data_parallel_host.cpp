@@ -2,9 +2,10 @@
 // (784-512-256-10, AdamW, fp32, global batch 128) data-parallel over MPI ranks
 // on the host: step time, samples/s, the communication left exposed after
 // backward, and the bytes handed to collectives per step, for bucket sizes,
-// overlap on and off, bf16 communication, ZeRO-1, ZeRO-2 and PowerSGD (ranks
+// overlap on and off, bf16 communication, ZeRO-1, 2 and 3 and PowerSGD (ranks
 // 4 and 1), and the memory each rank holds (data_parallel::memory(); the
-// parameters, 2.14 MB, are the same everywhere).
+// parameters, 2.14 MB, are the same everywhere but under ZeRO-3, where the
+// table's total includes this rank's share of them and two bucket slabs).
 // Rank 0 prints a Markdown table.
 //
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
@@ -116,7 +117,7 @@ void add_data_parallel(trainers& t, fs::comm::mpi& world, const settings& s, con
                   [train] {
                     double last = train->timeline().backward_end;
                     for (const auto& b : train->timeline().buckets) last = std::max(last, b.completed);
-                    const auto& t = train->timeline();  // ZeRO-1's all-gather is communication too
+                    const auto& t = train->timeline();  // ZeRO-1's all-gather is communication too (ZeRO-3's overlap forward and backward)
                     if (t.compression_end >= 0) last = t.compression_end;  // PowerSGD: factors and collectives
                     return last - t.backward_end + (t.gather_start >= 0 ? t.gather_end - t.gather_start : 0.0);
                   },
@@ -196,6 +197,8 @@ int main(int argc, char** argv) {
                       {.communication = parallel::gradient_communication::bf16});
     add_data_parallel(t, world, s, data, "1 MiB buckets, ZeRO-1", {.shard_optimizer_state = true});
     add_data_parallel(t, world, s, data, "1 MiB buckets, ZeRO-2", {.shard_gradients = true});
+    add_data_parallel(t, world, s, data, "1 MiB buckets, ZeRO-3", {.shard_parameters = true});
+    add_data_parallel(t, world, s, data, "256 KiB buckets, ZeRO-3", {.bucket_bytes = 1 << 18, .shard_parameters = true});
     add_data_parallel(t, world, s, data, "PowerSGD rank 4",
                       {.communication = parallel::gradient_communication::powersgd, .powersgd = {.rank = 4}});
     add_data_parallel(t, world, s, data, "PowerSGD rank 1",

@@ -14,12 +14,13 @@
 // Measured (host, fp32, mpirun -np 4 time-sliced on 2 cores): 89.75% test accuracy
 // after 10 epochs (the one-process main job: 89.94%); bench/RESULTS.md, "Data parallel (host, MPI)".
 // Extra options: --bucket-bytes N, --no-overlap, --micro-batches N, --bf16-communication,
-// --zero (ZeRO-1), --zero2 (ZeRO-2: gradients sharded too), --powersgd R (rank-R compressed gradients with error
+// --zero (ZeRO-1), --zero2 (ZeRO-2: gradients sharded too), --zero3 (ZeRO-3:
+// parameters too), --powersgd R (rank-R compressed gradients with error
 // feedback) and --powersgd-warmup N (steps before compression); the others are
 // fashion_mnist_mlp's (--help). --checkpoint names a folder here: each epoch's
 // save in its own subfolder (every rank its shard, parallel/distributed_checkpoint.hpp),
 // `latest` naming the newest; --resume continues from it on any number of
-// ranks, with or without --zero or --zero2 (PowerSGD's error feedback is not saved: it
+// ranks, with or without --zero, --zero2 or --zero3 (PowerSGD's error feedback is not saved: it
 // restarts from zero).
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
@@ -50,6 +51,7 @@ fs::parallel::data_parallel_options take_parallel_options(int& argc, char** argv
     else if (a == "--bf16-communication") p.communication = fs::parallel::gradient_communication::bf16;
     else if (a == "--zero") p.shard_optimizer_state = true;
     else if (a == "--zero2") p.shard_gradients = true;
+    else if (a == "--zero3") p.shard_parameters = true;
     else if (a == "--powersgd" && i + 1 < argc) {
       p.communication = fs::parallel::gradient_communication::powersgd;
       p.powersgd.rank = std::stoi(argv[++i]);
@@ -98,7 +100,10 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
                 p.communication == fs::parallel::gradient_communication::bf16       ? "bf16"
                 : p.communication == fs::parallel::gradient_communication::powersgd ? "PowerSGD"
                                                                                      : "native",
-                p.shard_gradients ? ", ZeRO-2" : p.shard_optimizer_state ? ", ZeRO-1" : "");
+                p.shard_parameters  ? ", ZeRO-3"
+                : p.shard_gradients ? ", ZeRO-2"
+                : p.shard_optimizer_state ? ", ZeRO-1"
+                                          : "");
     std::printf("  per rank: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, communication %.2f MB; "
                 "%.2f MB into collectives a step\n",
                 memory.parameters / 1e6, memory.gradients / 1e6, memory.optimizer_state / 1e6, memory.communication / 1e6,
