@@ -42,6 +42,7 @@ TEST_CASE("data_parallel over MPI: bucket plans, memory per rank, bytes per step
   check_memory(world());
   check_memory_against_zero_paper<fp32>(world());
   check_memory_against_zero_paper<bf16>(world());
+  check_zero3_uneven_evaluation(world());
 }
 
 TEST_CASE("data_parallel over MPI: bad configurations name their numbers") { check_errors(world()); }

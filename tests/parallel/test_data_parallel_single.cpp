@@ -40,6 +40,7 @@ TEST_CASE("data_parallel over comm::single: timeline, bucket plans, memory, erro
   check_memory(c);
   check_memory_against_zero_paper<fp32>(c);
   check_memory_against_zero_paper<bf16>(c);
+  check_zero3_uneven_evaluation(c);
   check_errors(c);
   check_accessors_and_allocation(c);
 }

@@ -298,6 +298,9 @@ class network {
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
     for_each_group([&](const auto& group) {
+      if (group.values_lent())
+        throw error("fusor::nn::network::for_each_parameter: the parameters are sharded over data-parallel ranks "
+                    "(ZeRO-3); copy them into a whole network first (data_parallel::copy_parameters_to)");
       for (const parameter_slot& slot : group.slots()) fn(slot, group.value(slot), group.gradient(slot));
     });
   }

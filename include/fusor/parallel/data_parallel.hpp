@@ -216,12 +216,17 @@ class data_parallel {
     check_labels(x.extent(0), y.extent(0));
     const index_t n = communicator_.size(), r = communicator_.rank();
     const index_t begin = x.extent(0) * r / n, end = x.extent(0) * (r + 1) / n;
-    for (index_t row = begin; row < end; row += network_.max_batch()) {
-      const index_t rows = std::min(network_.max_batch(), end - row);
+    // ZeRO-3's gathers are collectives: every rank runs as many forwards as the
+    // rank with the most rows (one with none left runs a row it does not count).
+    const index_t most = (x.extent(0) + n - 1) / n, batch = network_.max_batch();
+    const index_t passes = parallel_.shard_parameters ? (most + batch - 1) / batch : (end - begin + batch - 1) / batch;
+    for (index_t p = 0; p < passes; ++p) {
+      const index_t row = begin + p * batch, rows = std::min(batch, end - row);
+      const bool counted = rows > 0;
       begin_forward_gathers(ex);
-      const auto logits = network_.forward(detail::batch_rows(x, row, rows), ex, nn::evaluation,
+      const auto logits = network_.forward(detail::batch_rows(x, counted ? row : 0, counted ? rows : 1), ex, nn::evaluation,
                                            [&](std::size_t layer) { before_forward_layer(layer, ex); });
-      loss_.evaluate(logits, detail::batch_rows(y, row, rows), ex);
+      if (counted) loss_.evaluate(logits, detail::batch_rows(y, row, rows), ex);
     }
   }
 
