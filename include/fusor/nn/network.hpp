@@ -276,7 +276,9 @@ class network {
   // groups: after parameter_group::lend_gradients or lend_values moved them (ZeRO-2/3).
   void rebind_layers(std::size_t lowest, std::size_t highest) {
     for_each_index([&]<std::size_t I>() {
-      if (I >= lowest && I <= highest && holds(I)) bind_layer<I>();
+      bool in_range = lowest == 0;  // layer 0 (spelled so: nvcc warns of "0 >= lowest")
+      if constexpr (I > 0) in_range = I >= lowest && I <= highest;
+      if (in_range && holds(I)) bind_layer<I>();
     });
   }
 

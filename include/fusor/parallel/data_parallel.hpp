@@ -457,7 +457,7 @@ class data_parallel {
   template <class Group, class Executor>
   void start_gather(Group& g, std::size_t index, std::size_t k, const Executor& ex) {
     order_.communication_after_compute(communicator_, ex);
-    gathers_[index][k].emplace(g.gather_values(k, communicator_));
+    (void)gathers_[index][k].emplace(g.gather_values(k, communicator_));
     order_.mark(communicator_, ex, value_mark(index, k));
   }
   // ZeRO-3: bucket k's parameters are there (the compute stream waits for its
