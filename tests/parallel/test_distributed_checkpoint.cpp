@@ -107,19 +107,20 @@ std::vector<double> single_process(mpi& world, const plan& p) {
 
 // Data x tensor x pipeline: each replica's pipeline on its rows of the batch,
 // every stage's layers split over the tensor group; the loss averaged over replicas.
+// ZeRO-1 over the data group when `zero1` says so.
 template <int Ways>
-std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& p) {
+std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& p, bool zero1 = false) {
   parallel::mesh grid(world, shape);
   using pipeline_t = parallel::pipeline<split_mlp<Ways>, fp32, host_space, fusor::optim::adamw, mpi>;
   using tensor_parallel_t = parallel::tensor_parallel<typename pipeline_t::network_type, mpi>;
-  pipeline_t train(grid.pipeline(), global_batch / shape.data, {.seed = 5}, options, fusor::optim::adamw_options{},
-                   {.micro_batches = 2});
+  pipeline_t train(grid.pipeline(), grid.data(), global_batch / shape.data, {.seed = 5}, options,
+                   fusor::optim::adamw_options{}, {.micro_batches = 2},
+                   {.bucket_bytes = 20000, .shard_optimizer_state = zero1});
   std::vector<std::unique_ptr<tensor_parallel_t>> tp;
   if constexpr (Ways > 1) {
     train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<tensor_parallel_t>(net, grid.tensor())); });
     train.reduce_gradient_norm_with(*tp.front());
   }
-  if (shape.data > 1) train.average_gradients_over(grid.data());
   const index_t rows = global_batch / shape.data, first = grid.at().data * rows;
   return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
     const auto x_all = batch_images(s);
@@ -177,6 +178,25 @@ TEST_CASE("distributed checkpoint: a data x tensor x pipeline save resumes on th
   SUBCASE("data x pipeline, no tensor split") {
     expect_losses(mesh_3d<1>(world, {.data = world.size() / 2, .tensor = 1, .pipeline = 2}, resume), uninterrupted, false);
   }
+  SUBCASE("data x pipeline, ZeRO-1 over the data group") {
+    expect_losses(mesh_3d<1>(world, {.data = world.size() / 2, .tensor = 1, .pipeline = 2}, resume, true),
+                  uninterrupted, false);
+  }
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("distributed checkpoint: a data x tensor x pipeline save under ZeRO-1 resumes bit for bit, and without ZeRO") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const fs::path dir = shared_folder(world, "3d-zero1");
+  const parallel::mesh_shape saving_mesh{.data = world.size() / 4, .tensor = 2, .pipeline = 2};
+  const std::vector<double> uninterrupted = mesh_3d<2>(world, saving_mesh, saving(dir), true);
+  const plan resume = resuming(dir);
+  INFO("saved on ", to_string(saving_mesh), " with ZeRO-1, world rank ", world.rank());
+  expect_losses(mesh_3d<2>(world, saving_mesh, resume, true), uninterrupted, true);
+  expect_losses(single_process(world, resume), uninterrupted, false);
+  expect_losses(mesh_3d<1>(world, {.data = world.size() / 2, .tensor = 1, .pipeline = 2}, resume), uninterrupted, false);
   barrier(world);
   if (world.rank() == 0) fs::remove_all(dir);
 }

@@ -184,13 +184,20 @@ std::vector<double> replica_losses(Pipeline& train, Grid& grid, index_t batch, s
 }
 
 // Each replica's pipeline on its rows; the loss averaged over the replicas.
-std::vector<double> data_pipeline_losses(fusor::comm::mpi& world, int stages) {
+// ZeRO-1 over the data group in small buckets (ranks' chunks cut across tensors).
+std::vector<double> data_pipeline_losses(fusor::comm::mpi& world, int stages, bool zero1) {
   parallel::mesh grid(world, {.data = world.size() / stages, .tensor = 1, .pipeline = stages});
   parallel::pipeline<deep_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi> train(
-      grid.pipeline(), pipeline_batch / grid.shape().data, {.seed = 9}, options, fusor::optim::adamw_options{},
-      {.micro_batches = 2});
-  train.average_gradients_over(grid.data());
+      grid.pipeline(), grid.data(), pipeline_batch / grid.shape().data, {.seed = 9}, options,
+      fusor::optim::adamw_options{}, {.micro_batches = 2}, {.bucket_bytes = 300, .shard_optimizer_state = zero1});
   train.initialize(host_executor{});
+  // The optimizer holds this rank's chunks only where there are replicas to share with.
+  train.for_each_optimizer([&](const auto& group, const auto& optimizer, const fusor::optim::state_layout& layout) {
+    CHECK(layout.sharded == (zero1 && grid.shape().data > 1));
+    index_t held = 0;
+    optimizer.for_each_state([&](const auto&, const auto& state) { held = std::max(held, state.size()); });
+    if (layout.sharded) CHECK(held < group.size());
+  });
   return replica_losses(train, grid, pipeline_batch, 300, 5, 400);
 }
 }  // namespace
@@ -200,28 +207,48 @@ TEST_CASE("mesh: data x pipeline parallel training equals one process, at every 
   const std::vector<double> want = deep_single_process_losses();
   for (int stages : {1, 2, 4, 8}) {
     if (world.size() % stages != 0) continue;
-    INFO("data ", world.size() / stages, " x pipeline ", stages, ", world rank ", world.rank());
-    const std::vector<double> got = data_pipeline_losses(world, stages);
-    expect_same_losses(got, want);
+    for (bool zero1 : {false, true}) {
+      INFO("data ", world.size() / stages, " x pipeline ", stages, std::string(zero1 ? ", ZeRO-1" : ""), ", world rank ",
+           world.rank());
+      const std::vector<double> got = data_pipeline_losses(world, stages, zero1);
+      expect_same_losses(got, want);
+    }
   }
   CHECK(want.back() < want.front() - 0.05);
+}
+
+TEST_CASE("mesh: ZeRO-2/3, PowerSGD and the data options' micro-batches are refused over a pipeline's data group") {
+  auto& world = comm_test::world();
+  parallel::mesh grid(world, {.data = world.size(), .tensor = 1, .pipeline = 1});
+  using pipeline_t = parallel::pipeline<deep_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi>;
+  const auto make = [&](parallel::data_parallel_options o) {
+    pipeline_t train(grid.pipeline(), grid.data(), pipeline_batch, {.seed = 9}, options, fusor::optim::adamw_options{},
+                     {.micro_batches = 2}, o);
+  };
+  fusor_test::expect_error<fusor::error>([&] { make({.shard_gradients = true}); },
+                                         {"ZeRO-2 (shard_gradients)", "pipeline", "shard_optimizer_state (ZeRO-1)"});
+  fusor_test::expect_error<fusor::error>([&] { make({.shard_parameters = true}); }, {"ZeRO-3 (shard_parameters)"});
+  fusor_test::expect_error<fusor::error>(
+      [&] { make({.communication = parallel::gradient_communication::powersgd}); }, {"PowerSGD", "bf16"});
+  fusor_test::expect_error<fusor::error>([&] { make({.micro_batches = 2}); },
+                                         {"micro_batches is 2", "pipeline_options::micro_batches"});
 }
 
 namespace {
 // Data x tensor x pipeline: each replica's pipeline on its rows, every stage's
 // layers split over the tensor group.
 template <int Ways>
-std::vector<double> mesh_3d_losses(fusor::comm::mpi& world, int stages) {
+std::vector<double> mesh_3d_losses(fusor::comm::mpi& world, int stages, bool zero1) {
   parallel::mesh grid(world, {.data = world.size() / (Ways * stages), .tensor = Ways, .pipeline = stages});
   using split_mlp = mlp<column<Ways>, row<Ways>>;
   using pipeline_t = parallel::pipeline<split_mlp, fp32, host_space, fusor::optim::adamw, fusor::comm::mpi>;
   using tensor_parallel_t = parallel::tensor_parallel<typename pipeline_t::network_type, fusor::comm::mpi>;
-  pipeline_t train(grid.pipeline(), global_batch / grid.shape().data, {.seed = 5}, options,
-                   fusor::optim::adamw_options{}, {.micro_batches = 2});
+  pipeline_t train(grid.pipeline(), grid.data(), global_batch / grid.shape().data, {.seed = 5}, options,
+                   fusor::optim::adamw_options{}, {.micro_batches = 2},
+                   {.bucket_bytes = 20000, .shard_optimizer_state = zero1});
   std::vector<std::unique_ptr<tensor_parallel_t>> tp;
   train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<tensor_parallel_t>(net, grid.tensor())); });
   train.reduce_gradient_norm_with(*tp.front());
-  train.average_gradients_over(grid.data());
   train.initialize(host_executor{});
   return replica_losses(train, grid, global_batch, 100, 32, 200);
 }
@@ -231,13 +258,15 @@ TEST_CASE("mesh: data x tensor x pipeline training equals one process") {
   auto& world = comm_test::world();
   const std::vector<double> want = single_process_losses();
   for (int ways : {2, 4})
-    for (int stages : {2, 4}) {
-      if (world.size() % (ways * stages) != 0) continue;
-      INFO("data ", world.size() / (ways * stages), " x tensor ", ways, " x pipeline ", stages, ", world rank ",
-           world.rank());
-      const std::vector<double> got = ways == 2 ? mesh_3d_losses<2>(world, stages) : mesh_3d_losses<4>(world, stages);
-      expect_same_losses(got, want);
-    }
+    for (int stages : {2, 4})
+      for (bool zero1 : {false, true}) {
+        if (world.size() % (ways * stages) != 0) continue;
+        INFO("data ", world.size() / (ways * stages), " x tensor ", ways, " x pipeline ", stages,
+             std::string(zero1 ? ", ZeRO-1" : ""), ", world rank ", world.rank());
+        const std::vector<double> got =
+            ways == 2 ? mesh_3d_losses<2>(world, stages, zero1) : mesh_3d_losses<4>(world, stages, zero1);
+        expect_same_losses(got, want);
+      }
 }
 
 TEST_CASE("mesh: a split network trained data-parallel with clipping needs the tensor group's norm") {

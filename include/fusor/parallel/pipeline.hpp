@@ -26,17 +26,23 @@
 //
 // Data parallelism across pipelines (a mesh's data x pipeline ranks,
 // parallel/mesh.hpp): a pipeline over the mesh's pipeline group per replica,
-// each stepping on its own rows, and average_gradients_over(grid.data()): the
-// accumulated gradients are averaged over the replicas before the update (one
-// all-reduce per parameter group), so every replica applies the update of the
-// global batch. Tensor parallelism inside a stage: a network split over the
-// mesh's tensor group (nn::column_parallel / row_parallel layers), every
-// context connected to it, and the tensor group making the norm global:
+// each stepping on its own rows, constructed with the data group too:
+//   parallel::pipeline<...> train(grid.pipeline(), grid.data(), replica_batch, {.seed = 1}, {...},
+//                                 optim::adamw_options{}, {.micro_batches = 8},
+//                                 {.shard_optimizer_state = true});    // ZeRO-1 over the data group
+// The update is the data-parallel engine's (parallel/data_parallel_group.hpp,
+// the same as parallel::data_parallel's): after the last micro-batch's
+// backward each bucket of the stage's gradients (the fp32 sum of its
+// micro-batches) is summed over the replicas — all_reduce, or under ZeRO-1
+// reduce_scatter, each rank updating its shard and all_gather bringing the
+// parameters back — in native or bf16 communication, so every replica applies
+// the update of the global batch. ZeRO-2/3 are refused there (below).
+// Tensor parallelism inside a stage: a network split over the mesh's tensor
+// group (nn::column_parallel / row_parallel layers), every context connected
+// to it, and the tensor group making the norm global:
 //   std::vector<std::unique_ptr<parallel::tensor_parallel<...>>> tp;
 //   train.for_each_context([&](auto& net) { tp.push_back(std::make_unique<...>(net, grid.tensor())); });
 //   train.reduce_gradient_norm_with(*tp.front());
-// (then the accumulated gradients are written back into the network's buffers
-// before the norm: exact in fp32, rounded once to the parameters' type otherwise).
 //
 // With a communicator whose calls are ordered on a CUDA stream (nccl) the
 // executor must run on that stream; the host never waits for a message, so the
@@ -47,6 +53,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +72,8 @@
 #include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
+#include "fusor/parallel/data_parallel_group.hpp"
+#include "fusor/parallel/data_parallel_options.hpp"
 #include "fusor/parallel/pipeline_messages.hpp"
 #include "fusor/parallel/pipeline_schedule.hpp"
 #include "fusor/parallel/stream_order.hpp"
@@ -100,23 +109,58 @@ class pipeline {
   using action = pipeline_action;
   using kind = pipeline_action::kind;
   using clock = std::chrono::steady_clock;
+  // Each parameter group's update: the data-parallel engine's, over the data
+  // group (one rank when there is none).
   template <class List>
-  struct optimizer_tuple;
+  struct group_tuple;
   template <class... E>
-  struct optimizer_tuple<nn::detail::type_list<E...>> {
-    using type = std::tuple<Optimizer<E, Space>...>;
+  struct group_tuple<nn::detail::type_list<E...>> {
+    using type = std::tuple<data_parallel_group<E, Space, Optimizer>...>;
   };
-  using optimizers_type = typename optimizer_tuple<typename network_type::group_elements>::type;
-  static constexpr std::size_t group_count = std::tuple_size_v<optimizers_type>;
-  using accumulator = tensor<float, dextents<index_t, 1>, row_major, Space>;
+  using groups_type = typename group_tuple<typename network_type::group_elements>::type;
+  static constexpr std::size_t group_count = std::tuple_size_v<groups_type>;
   using messages_type = pipeline_messages<network_type, Communicator>;
+  using request_type = decltype(std::declval<Communicator&>().all_reduce(
+      std::declval<optim::flat_view<float, Space>>(), comm::reduction_op::sum));
 
  public:
+  // One pipeline: `communicator` holds its stages (rank = stage), every rank
+  // steps on the whole `global_batch`.
   template <class OptimizerOptions>
   pipeline(Communicator& communicator, index_t global_batch, nn::network_options network_options,
            optim::trainer_options trainer_options, const OptimizerOptions& optimizer_options,
            pipeline_options options = {})
+      : pipeline(communicator, nullptr, global_batch, std::move(network_options), trainer_options, optimizer_options,
+                 std::move(options), {}) {}
+
+  // One of several replicas of a pipeline (data x pipeline parallelism):
+  // `stages` holds this replica's stages, `data` the ranks holding this stage
+  // in the other replicas (a mesh's pipeline() and data() groups), and
+  // `replica_batch` the rows this replica steps on (the global batch / replicas).
+  // `data_options` choose the data group's communication: bucket_bytes,
+  // communication (native or bf16) and shard_optimizer_state (ZeRO-1). The
+  // collectives start after the stage's last backward (overlap does not apply);
+  // micro-batches are pipeline_options' (leave data_options.micro_batches at 1).
+  // ZeRO-2/3 and PowerSGD are refused: a stage adds its micro-batches'
+  // gradients into one buffer of the stage's size between backwards (the
+  // schedule interleaves them), so ZeRO-2 would have to reduce-scatter after
+  // every micro-batch (m times the traffic) and ZeRO-3 gather every parameter m
+  // times in forward and again in backward; DeepSpeed refuses them with
+  // pipelines for the same reason. More stages cut memory per rank instead.
+  template <class OptimizerOptions>
+  pipeline(Communicator& stages, Communicator& data, index_t replica_batch, nn::network_options network_options,
+           optim::trainer_options trainer_options, const OptimizerOptions& optimizer_options,
+           pipeline_options options, data_parallel_options data_options = {})
+      : pipeline(stages, &data, replica_batch, std::move(network_options), trainer_options, optimizer_options,
+                 std::move(options), data_options) {}
+
+ private:
+  template <class OptimizerOptions>
+  pipeline(Communicator& communicator, Communicator* data, index_t global_batch, nn::network_options network_options,
+           optim::trainer_options trainer_options, const OptimizerOptions& optimizer_options, pipeline_options options,
+           data_parallel_options data_options)
       : comm_(communicator),
+        data_(data),
         options_(validated(std::move(options), communicator.size(), global_batch)),
         stage_(communicator.rank()),
         stages_(communicator.size()),
@@ -124,32 +168,31 @@ class pipeline {
         micro_batch_(global_batch / options_.micro_batches),
         layers_(stage_layers(options_.stage_starts, stage_, network_type::depth)),
         network_(micro_batch_, with_layers(network_options, layers_)),
+        data_options_(data_checked(data_options, options_.micro_batches, data != nullptr ? data->size() : 1)),
         controller_(trainer_options.schedule, trainer_options.clip, trainer_options.scaling, trainer_options.stream),
         scaling_(trainer_options.scaling),
-        optimizers_(make_optimizers(optimizer_options, trainer_options.stream, std::make_index_sequence<group_count>{})),
+        groups_(make_groups(optimizer_options, trainer_options.stream, std::make_index_sequence<group_count>{})),
         actions_(pipeline_actions(options_.schedule, stage_, stages_, options_.micro_batches)),
         messages_(communicator, pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches)),
         totals_buffer_(dextents<index_t, 1>(3), trainer_options.stream) {
+    optim::require_skip_on_nonfinite(trainer_options, "fusor::parallel::pipeline");
     for (index_t c = 1; c < messages_.contexts(); ++c)
       extra_contexts_.push_back(
           std::make_unique<network_type>(micro_batch_, with_layers(network_options, layers_), network_));
-    // Each micro-batch's share of the global batch's mean loss.
+    // Each micro-batch's share of the global batch's mean loss (the replicas'
+    // gradients are summed: the mean costs no pass).
     if (last_stage())
-      loss_.emplace(micro_batch_, cross_entropy_options{.grad_scale = 1.0f / float(options_.micro_batches)},
+      loss_.emplace(micro_batch_,
+                    cross_entropy_options{.grad_scale = 1.0f / float(options_.micro_batches * index_t(replicas()))},
                     trainer_options.stream);
-    if (options_.micro_batches > 1)
-      for_each_group([&](auto& group, auto&, accumulator& sum) {
-        sum = accumulator(dextents<index_t, 1>(group.size()), trainer_options.stream);
-      });
+    std::size_t buckets = 1;
+    for_each_group([&](auto& g) { buckets += g.plan().buckets.size(); });
+    requests_.reserve(buckets);
   }
+
+ public:
   pipeline(const pipeline&) = delete;
   pipeline& operator=(const pipeline&) = delete;
-
-  // Data parallelism across pipelines: before each update the gradients are
-  // averaged over `data` (the ranks holding this stage in the other replicas,
-  // each stepping on its own rows). Set it before the first step; `data` must
-  // outlive the steps.
-  void average_gradients_over(Communicator& data) { data_ = &data; }
 
   // Tensor parallelism inside the stage: `reduction` (the parallel::tensor_parallel
   // of context 0) makes each stage's squared gradient norm global over the tensor
@@ -163,10 +206,21 @@ class pipeline {
     for (auto& c : extra_contexts_) fn(*c);
   }
 
-  // Master weights and moments from the stage's current parameters (as trainer::initialize).
+  // Master weights and moments from the stage's current parameters (as
+  // trainer::initialize); with replicas, data rank 0's parameters first go to
+  // every replica (a collective over the data group), and under ZeRO-1 each
+  // rank's optimizer takes its shard of them.
   template <class Executor>
   void initialize(const Executor& ex) {
-    for_each_group([&](auto& group, auto& optimizer, accumulator&) { optimizer.initialize(group.values(), ex); });
+    if (replicas() > 1) {
+      order_.communication_after_compute(*data_, ex);
+      network_.for_each_group([&](auto& group) {
+        if (group.size() > 0) data_->broadcast(group.values(), 0).wait();
+      });
+      order_.compute_after_communication(*data_, ex);
+      wait_for(ex);
+    }
+    for_each_group([&](auto& g) { g.initialize(ex); });
   }
 
   // One training step on the global batch: images [global batch, features...]
@@ -199,7 +253,9 @@ class pipeline {
       } else {
         messages_.receive_output_gradient(net, a);
         net.backward(ex);
-        accumulate_gradients(backwards++, ex);
+        // Every backward but the step's last adds into the fp32 sum (one pass);
+        // the update adds the last one as it reads the gradients.
+        if (++backwards < options_.micro_batches) for_each_group([&](auto& g) { g.accumulate(backwards == 1, ex); });
       }
       messages_.send_after(net, a);
     }
@@ -275,8 +331,8 @@ class pipeline {
   }
 
   // The stage's network (its layers only) and its parameters, named as in the
-  // whole network: fn(slot, values, gradients). The gradients are the last
-  // micro-batch's share; the step used the sum of every micro-batch's.
+  // whole network: fn(slot, values, gradients). The gradients are the step's
+  // working buffers (a micro-batch's share, or the sum the update read).
   network_type& network() { return network_; }
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
@@ -291,13 +347,20 @@ class pipeline {
   // After loading a checkpoint, the host-side step count (dropout's stream of masks).
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
   // fn(parameter group, its optimizer, where the optimizer holds the group's
-  // elements) for each group this stage holds: the whole group.
+  // elements) for each group this stage holds: the whole group, or under
+  // ZeRO-1 this rank's chunk of each bucket.
   template <class Fn>
   void for_each_optimizer(Fn&& fn) {
-    for_each_group([&](auto& group, auto& optimizer, accumulator&) {
-      fn(group, optimizer, optim::state_layout::whole(group.size()));
-    });
+    for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
   }
+  // The stage's parameters were overwritten (a checkpoint loaded): ZeRO-1's
+  // parameter shards follow them. The optimizer's state is left as it is.
+  template <class Executor>
+  void parameters_loaded(const Executor& ex) {
+    for_each_group([&](auto& g) { g.take_parameter_shard(ex); });
+  }
+  // Replicas of this pipeline (the data group's size; 1 without one).
+  int replicas() const { return data_ != nullptr ? data_->size() : 1; }
 
  private:
   static pipeline_options validated(pipeline_options o, int ranks, index_t global_batch) {
@@ -316,20 +379,50 @@ class pipeline {
     o.layers = layers;
     return o;
   }
-  template <class OptimizerOptions, std::size_t... I>
-  optimizers_type make_optimizers(const OptimizerOptions& o, stream_t stream, std::index_sequence<I...>) {
-    return optimizers_type{
-        std::tuple_element_t<I, optimizers_type>(std::get<I>(network_.groups()).size(), o, stream)...};
+  // What the data group may do under a pipeline (see the constructor).
+  static data_parallel_options data_checked(data_parallel_options o, index_t micro_batches, int replicas) {
+    const char* who = "fusor::parallel::pipeline: ";
+    if (o.shard_gradients || o.shard_parameters)
+      throw error(std::string(who) + (o.shard_parameters ? "ZeRO-3 (shard_parameters)" : "ZeRO-2 (shard_gradients)") +
+                  " over a pipeline's data group is not supported: a stage adds its micro-batches' gradients into "
+                  "one buffer of the stage's size, so ZeRO-2 would reduce-scatter after every micro-batch and ZeRO-3 "
+                  "gather every parameter for each micro-batch; use shard_optimizer_state (ZeRO-1), or more stages");
+    if (o.communication == gradient_communication::powersgd)
+      throw error(std::string(who) + "PowerSGD over a pipeline's data group is not supported; use native or bf16 "
+                  "communication");
+    if (o.micro_batches != 1)
+      throw error(std::string(who) + "data_parallel_options::micro_batches is " + std::to_string(o.micro_batches) +
+                  "; a pipeline's micro-batches are pipeline_options::micro_batches (leave the data options' at 1)");
+    if (o.bucket_bytes < 1)
+      throw error(std::string(who) + "bucket_bytes must be at least 1, not " + std::to_string(o.bucket_bytes));
+    o.micro_batches = micro_batches;  // the fp32 sum of micro-batches lives in the groups
+    if (replicas == 1) {  // nothing to send or shard: one pass per group
+      o.bucket_bytes = std::numeric_limits<index_t>::max();
+      o.shard_optimizer_state = false;
+    }
+    return o;
   }
-  // fn(group, optimizer, fp32 gradient sum) for each parameter group this stage holds.
+  template <class OptimizerOptions, std::size_t... I>
+  groups_type make_groups(const OptimizerOptions& o, stream_t stream, std::index_sequence<I...>) {
+    const int ranks = replicas(), rank = data_ != nullptr ? data_->rank() : 0;
+    return groups_type{std::tuple_element_t<I, groups_type>(
+        std::get<I>(network_.groups()), reverse_layers<typename std::tuple_element_t<I, groups_type>::element_type>(),
+        ranks, rank, data_options_, o, stream)...};
+  }
+  // The stage's layers holding parameters of type Element, last first (the order backward produces them).
+  template <class Element>
+  std::vector<layer_range> reverse_layers() const {
+    std::vector<layer_range> ranges;
+    for (std::size_t layer = layers_.last; layer-- > layers_.first;) {
+      const auto [begin, end] = network_.template parameter_range<Element>(layer);
+      if (end > begin) ranges.push_back({layer, begin, end});
+    }
+    return ranges;
+  }
+  // fn(data_parallel_group&) for each parameter group this stage holds.
   template <class Fn>
   void for_each_group(Fn&& fn) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((std::get<I>(network_.groups()).size() > 0
-            ? fn(std::get<I>(network_.groups()), std::get<I>(optimizers_), accumulated_[I])
-            : void()),
-       ...);
-    }(std::make_index_sequence<group_count>{});
+    std::apply([&](auto&... g) { ((g.group().size() > 0 ? fn(g) : void()), ...); }, groups_);
   }
 
   bool last_stage() const { return stage_ + 1 == stages_; }
@@ -359,58 +452,74 @@ class pipeline {
                                                                                          count, row);
   }
 
-  // After the `done`-th backward of the step: its gradients (already scaled by
-  // 1 / micro-batches through the loss) summed in fp32, one pass.
-  template <class Executor>
-  void accumulate_gradients(index_t done, const Executor& ex) {
-    const index_t m = options_.micro_batches;
-    if (m == 1) return;  // the step reads the gradients themselves
-    for_each_group([&](auto& group, auto&, accumulator& sum) {
-      const auto g = group.gradients();
-      const auto s = sum.view();
-      if (done == 0) assign(s, g, ex);
-      else assign(s, s + g, ex);
-    });
-  }
-  // The norm of every stage's gradients, then each group's optimizer (trainer::step's order).
+  // The replicas' sum of each bucket (the fp32 sum of the micro-batches
+  // first), the norm of every stage's gradients, then each group's optimizer
+  // (trainer::step's order) and, under ZeRO-1, the parameters gathered back.
   template <class Executor>
   void update(const Executor& ex) {
-    // A norm reduction (tensor parallelism) reads the network's gradient buffers:
-    // the accumulated sums go back there first.
-    const bool in_network = options_.micro_batches == 1 || norm_reduction_ != nullptr;
-    if (options_.micro_batches > 1 && norm_reduction_ != nullptr)
-      for_each_group([&](auto& group, auto&, accumulator& sum) { assign(group.gradients(), sum.view(), ex); });
-    auto with_gradients = [&](auto& group, accumulator& sum, auto&& fn) {
-      if (in_network) fn(group.gradients());
-      else fn(sum.view());
-    };
-    if (data_ != nullptr && data_->size() > 1)  // the replicas' mean: the global batch's gradient
-      for_each_group([&](auto& group, auto&, accumulator& sum) {
-        with_gradients(group, sum, [&](const auto& g) {
-          auto request = data_->all_reduce(g, comm::reduction_op::avg);
-          messages_.wait(request);
-        });
-      });
-    controller_.begin_step(ex);
-    for_each_group([&](auto& group, auto&, accumulator& sum) {
-      with_gradients(group, sum, [&](const auto& g) { controller_.accumulate_gradient_norm(g, ex); });
+    const bool replicated = replicas() > 1;
+    for_each_group([&](auto& g) {
+      for (std::size_t k = 0; k != g.plan().buckets.size(); ++k) {
+        g.prepare(k, ex);
+        if (!replicated) continue;
+        order_.communication_after_compute(*data_, ex);
+        requests_.push_back(g.reduce(k, *data_));
+      }
     });
-    if (norm_reduction_ != nullptr)  // this stage's norm over the tensor group
+    finish_data_requests(ex);
+    controller_.begin_step(ex);
+    // A split stage: each rank sums its share (the replicated gradients on one
+    // tensor rank only) and the tensor group adds them up.
+    const auto* split = norm_reduction_ != nullptr ? norm_reduction_->replicated() : nullptr;
+    if (norm_reduction_ != nullptr && split == nullptr && (sharded() || narrow()))
+      throw error("fusor::parallel::pipeline: a split stage under ZeRO-1 or bf16 communication needs a norm "
+                  "reduction that counts replicated gradients once (parallel::tensor_parallel does)");
+    std::size_t index = 0;
+    std::apply([&](auto&... g) {
+      ((g.group().size() == 0 ? void()
+        : split == nullptr || split->counted_here ? g.add_gradient_norm(controller_, ex)
+                                                  : g.add_gradient_norm(controller_, ex, split->ranges.at(index)),
+        ++index),
+       ...);
+    }, groups_);
+    if (sharded() && replicated) {  // each replica summed its shard
+      order_.communication_after_compute(*data_, ex);
+      requests_.push_back(data_->all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum));
+      finish_data_requests(ex);
+    }
+    if (split != nullptr) norm_reduction_->sum_shares(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
+    else if (norm_reduction_ != nullptr)
       norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
     if (stages_ > 1) {
       auto request = comm_.all_reduce(controller_.scalars().gradient_norm_squared(), comm::reduction_op::sum);
       messages_.wait(request);
     }
     controller_.prepare_update(ex);
-    for_each_group([&](auto& group, auto& optimizer, accumulator& sum) {
-      with_gradients(group, sum,
-                     [&](const auto& g) { optimizer.step(group.values(), g, controller_.scalars(), ex); });
-    });
+    for_each_group([&](auto& g) { g.update(controller_.scalars(), ex); });
+    if (sharded() && replicated) {  // every replica's updated shard into every replica's parameters
+      order_.communication_after_compute(*data_, ex);
+      for_each_group([&](auto& g) {
+        for (std::size_t k = 0; k != g.plan().buckets.size(); ++k) requests_.push_back(g.gather(k, *data_));
+      });
+      finish_data_requests(ex);
+      for_each_group([&](auto& g) { g.finish_gather(ex); });
+    }
     controller_.finish_step(ex);
   }
+  // The data group's requests done (host: waited, counted as idle; stream-ordered:
+  // the compute stream waits for the communicator's).
+  template <class Executor>
+  void finish_data_requests(const Executor& ex) {
+    if (requests_.empty()) return;
+    for (request_type& r : requests_) messages_.wait(r);
+    order_.compute_after_communication(*data_, ex);
+    requests_.clear();
+  }
+  bool sharded() const { return data_options_.shard_optimizer_state; }
+  bool narrow() const { return data_options_.communication == gradient_communication::bf16; }
 
   Communicator& comm_;
-  Communicator* data_ = nullptr;  // average_gradients_over
+  Communicator* data_;  // the replicas' data group, or nullptr
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
   pipeline_options options_;
   int stage_, stages_;
@@ -418,13 +527,15 @@ class pipeline {
   nn::layer_range layers_;
   network_type network_;  // context 0; the others share its parameters and gradients
   std::vector<std::unique_ptr<network_type>> extra_contexts_;
+  data_parallel_options data_options_;
   optim::update_controller<Space> controller_;
   optim::loss_scaling scaling_;
   std::optional<nn::softmax_cross_entropy<Space>> loss_;  // the last stage's
-  optimizers_type optimizers_;
-  std::array<accumulator, group_count> accumulated_;
+  groups_type groups_;
   std::vector<action> actions_;
   messages_type messages_;
+  stream_order order_;                // the data group's collectives against the compute stream
+  std::vector<request_type> requests_;  // the data group's collectives in flight
   tensor<double, dextents<index_t, 1>, row_major, Space> totals_buffer_;
   std::uint64_t host_steps_ = 0;
   double idle_seconds_ = 0, step_seconds_ = 0;
