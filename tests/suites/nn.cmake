@@ -12,6 +12,7 @@ fusor_add_test_suite(nn
     nn/test_conv2d.cpp
     nn/test_sequence_layers.cpp
     nn/test_network_stages.cpp
+    nn/test_nonfinite_training.cpp
   HOST_TESTS
     nn/test_linear.cpp
     nn/test_layer_gradients.cpp

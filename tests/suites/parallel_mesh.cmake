@@ -14,6 +14,13 @@ if(NOT FUSOR_BLAS_FOUND)
   return()
 endif()
 fusor_add_test_suite(parallel_checkpoint HOST_TESTS parallel/test_distributed_checkpoint_single.cpp LIBRARIES fusor::blas)
+# Crash-safe saving (issue 15): a training process killed with SIGKILL 200 times
+# (seeded) while it saves; the newest complete save must always load and resume.
+add_executable(fusor_kill_during_save ${CMAKE_CURRENT_LIST_DIR}/../parallel/kill_during_save.cpp)
+target_link_libraries(fusor_kill_during_save PRIVATE fusor::fusor fusor::blas)
+target_compile_options(fusor_kill_during_save PRIVATE -Wall -Wextra)
+add_test(NAME parallel_checkpoint_kill COMMAND fusor_kill_during_save 200)
+set_tests_properties(parallel_checkpoint_kill PROPERTIES TIMEOUT 300)
 
 if(NOT FUSOR_MPI_FOUND)
   message(STATUS "fusor: MPI not found; skipping the mesh and distributed checkpoint tests under mpirun")

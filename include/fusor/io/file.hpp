@@ -6,16 +6,20 @@
 // directory, so same file system), fsyncs it, renames it over the target and
 // fsyncs the directory: at every instant the target is either the complete old
 // file or the complete new one. A process killed mid-write leaves the old file
-// and a stray ".<name>.tmp.<pid>.<n>" beside it; any failure it sees itself
-// removes the temporary and leaves the target untouched. POSIX (Linux) only.
+// and a stray ".<name>.tmp.<pid>.<n>" beside it, which the next write of the
+// same file removes (a temporary whose process is still alive is left alone);
+// any failure it sees itself removes the temporary and leaves the target
+// untouched. POSIX (Linux) only.
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstddef>
 #include <filesystem>
@@ -42,6 +46,27 @@ inline void (*write_test_hook)(std::size_t bytes_written) = nullptr;
                          std::generic_category().message(error_number));
 }
 
+// The temporaries ".<name>.tmp.<pid>.<n>" of `file` left by processes that
+// died while writing it (kill(pid, 0) fails); those of live processes, this
+// one's included, stay. Best effort: a temporary it cannot remove stays too.
+inline void remove_stale_temporaries(const std::filesystem::path& file) {
+  const std::filesystem::path directory = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  const std::string prefix = "." + file.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
+    const std::size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || !std::all_of(rest.begin(), rest.begin() + std::ptrdiff_t(dot), ::isdigit))
+      continue;  // not a name this file's writer makes
+    const long pid = std::stol(rest.substr(0, dot));
+    if (pid == long(::getpid()) || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code ignored;
+    std::filesystem::remove(it->path(), ignored);
+  }
+}
+
 // Closes the descriptor and removes the temporary unless disarmed.
 struct temporary_file {
   int descriptor = -1;
@@ -63,6 +88,7 @@ inline void write_file_atomically(const std::filesystem::path& file, std::span<c
   if (!file.has_filename()) file_failure(file, "the path names no file", EISDIR);
   const std::filesystem::path directory = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
 
+  detail::remove_stale_temporaries(file);
   static std::atomic<unsigned long> serial{0};
   detail::temporary_file temp;
   for (int attempt = 0;; ++attempt) {

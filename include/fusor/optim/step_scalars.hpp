@@ -33,6 +33,9 @@ struct step_values {
   float gradient_multiplier = 1.0f;    // (1 / loss_scale) * clip coefficient; 0 on a skipped step
   float skip = 0.0f;                   // 1: Inf/NaN in the gradients, this step changes nothing
   float loss_scale = 1.0f;             // what the loss is multiplied by before backward
+  // 0 while training goes on; N: step N (1-based) had Inf/NaN gradients under
+  // a controller that stops on them, and every step since changes nothing.
+  std::int64_t stopped_at_step = 0;
 };
 
 template <class P, class Space>
@@ -57,6 +60,9 @@ class step_scalars {
   scalar_view<float, Space> loss_scale() const { return field<float>(offsetof(step_values, loss_scale)); }
   scalar_view<std::int64_t, Space> clean_steps() const {
     return field<std::int64_t>(offsetof(step_values, clean_steps));
+  }
+  scalar_view<std::int64_t, Space> stopped_at_step() const {
+    return field<std::int64_t>(offsetof(step_values, stopped_at_step));
   }
 
   // Where the values are, for tasks that update several at once.
@@ -83,6 +89,7 @@ class step_scalars {
   std::int64_t read_step() const { return read().step; }
   float read_loss_scale() const { return read().loss_scale; }
   std::int64_t read_clean_steps() const { return read().clean_steps; }
+  std::int64_t read_stopped_at_step() const { return read().stopped_at_step; }
 
   // Replaces every value (construction, a restored checkpoint, tests); waits.
   void write(const step_values& v) {

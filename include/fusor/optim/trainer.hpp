@@ -17,12 +17,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "fusor/core/copy.hpp"
 #include "fusor/core/stream_binding.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/graph/host_effects.hpp"
@@ -30,6 +33,7 @@
 #include "fusor/nn/network.hpp"
 #include "fusor/nn/sharding.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/optim/nonfinite_note.hpp"
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
@@ -38,12 +42,37 @@
 
 namespace fusor::optim {
 
+// What a step whose gradients hold Inf or NaN does.
+enum class nonfinite_gradients {
+  automatic,  // stop; skip under a dynamic loss scale (fp16), whose overflows are expected: the scale backs off
+  stop,       // training stops with an error naming the step and the first layer (the parameters stay those before it)
+  skip,       // that step changes nothing, training goes on
+};
+
+// A step had Inf or NaN gradients and training stopped (nonfinite_gradients::stop).
+struct nonfinite_error : error {
+  nonfinite_error(const std::string& what, std::int64_t step) : error(what), step(step) {}
+  std::int64_t step;  // 1-based: the step that had them
+};
+
 struct trainer_options {
   learning_rate_schedule schedule = learning_rate_schedule::constant(1e-3f);
   clip_options clip = {};
   loss_scaling scaling = {};
   stream_t stream = {};  // where the optimizer state, loss and step scalars live (see network_options::stream)
+  // optim::trainer only (data_parallel and pipeline skip such a step, and refuse `stop`).
+  nonfinite_gradients on_nonfinite = nonfinite_gradients::automatic;
 };
+inline bool stops_on_nonfinite(const trainer_options& o) {
+  return o.on_nonfinite == nonfinite_gradients::stop ||
+         (o.on_nonfinite == nonfinite_gradients::automatic && !o.scaling.dynamic);
+}
+// For the trainers that skip a step with Inf/NaN gradients and cannot stop yet.
+inline void require_skip_on_nonfinite(const trainer_options& o, const char* who) {
+  if (o.on_nonfinite == nonfinite_gradients::stop)
+    throw error(std::string(who) + ": on_nonfinite = stop is optim::trainer's; this trainer skips a step with Inf or "
+                "NaN gradients (leave on_nonfinite at automatic, or skip)");
+}
 
 template <class Network, template <class, class> class Optimizer>
 class trainer {
@@ -72,6 +101,7 @@ class trainer {
       if constexpr (requires { std::remove_cvref_t<decltype(layer)>::shard_ways; })
         split_ways_ = std::max(split_ways_, int(std::remove_cvref_t<decltype(layer)>::shard_ways));
     });
+    controller_.stop_on_nonfinite(stops_on_nonfinite(options));
   }
 
   // Master weights and moments from the network's current parameters (after
@@ -110,6 +140,21 @@ class trainer {
         [&](auto& group, auto& optimizer) { optimizer.step(group.values(), group.gradients(), controller_.scalars(), ex); });
     if (pruning_applies_) apply_pruning(ex);
     controller_.finish_step(ex);
+    stop_note_.record(controller_.scalars(), ex);
+    check_not_stopped();
+  }
+
+  // Throws nonfinite_error if a step had Inf/NaN gradients under
+  // nonfinite_gradients::stop (the default without a dynamic loss scale),
+  // naming the step and the first layer backward found them in. step() and
+  // evaluate() call it. On the host it sees the step just taken; on a GPU it
+  // reads a copy that each step leaves in pinned memory, without waiting, so
+  // it sees the note of a step the GPU has finished (a few steps later at
+  // most; the steps since changed nothing). A loop replaying a captured step
+  // calls it itself.
+  void check_not_stopped() {
+    const std::int64_t at = stop_note_.seen(controller_.scalars());
+    if (at != 0) throw nonfinite_error(describe_nonfinite(at), at);
   }
 
   // Makes the squared gradient norm global before clipping and the Inf/NaN
@@ -120,6 +165,7 @@ class trainer {
   // Loss and accuracy on a batch, without learning.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    check_not_stopped();
     streams_.use_on(executor_stream(ex));
     loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
   }
@@ -190,6 +236,37 @@ class trainer {
     if (pruning_[k].parameter_count() != size) pruning_[k] = magnitude_pruning<space>(size, options_.stream);
     return pruning_[k];
   }
+  // Where the gradients first hold Inf/NaN in backward's order (the last layer
+  // first): the parameter names of the highest layer with such a gradient.
+  // Read when the error is raised, from the latest step's gradients.
+  std::string describe_nonfinite(std::int64_t step) {
+    std::string first;
+    long first_layer = -1;
+    network_.for_each_group([&](auto& group) {
+      using element = typename std::remove_cvref_t<decltype(group)>::element_type;
+      std::vector<element> host(std::size_t(group.size()));
+      if (group.size() == 0 || group.gradients_lent()) return;
+      copy(view<element, dextents<index_t, 1>, row_major, host_space>(host.data(), group.size()), group.gradients());
+      for (const nn::parameter_slot& slot : group.slots()) {
+        const long layer = std::stol(slot.name.substr(0, slot.name.find('.')));
+        if (layer < first_layer) continue;
+        const auto begin = host.begin() + slot.offset;
+        if (std::all_of(begin, begin + slot.size, [](const element& v) { return std::isfinite(float(v)); })) continue;
+        if (layer > first_layer) first.clear();
+        first_layer = layer;
+        first += (first.empty() ? "" : ", ") + slot.name;
+      }
+    });
+    const std::string where =
+        first_layer >= 0 ? "first in layer " + std::to_string(first_layer) + " (" + first +
+                               ") in backward's order, from the last layer"
+                         : "the latest step's gradients are finite again (the fault came with that step's batch)";
+    return "fusor::optim::trainer: step " + std::to_string(step) + " had Inf or NaN gradients; " + where +
+           ". Training stopped: the parameters are those after step " + std::to_string(step - 1) +
+           ". Check the inputs, lower the learning rate or clip (clip.max_norm), or set "
+           "trainer_options::on_nonfinite = nonfinite_gradients::skip to skip such steps";
+  }
+
   // Parameters and, for bf16/fp16 groups, their fp32 master weights: one pass.
   template <class Executor>
   void apply_pruning(const Executor& ex) {
@@ -205,6 +282,7 @@ class trainer {
   optimizers_type optimizers_;
   std::vector<magnitude_pruning<space>> pruning_;
   bool pruning_applies_ = false;
+  nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
   std::uint64_t host_steps_ = 0;
   gradient_norm_reduction<space>* norm_reduction_ = nullptr;
   int split_ways_ = 1;  // the most ways a layer is split (tensor parallelism)

@@ -22,6 +22,10 @@
 //   gradient_multiplier = (1 / s) * min(1, max_norm / (||g|| / s + 1e-6))
 //                         (PyTorch's clip_grad_norm_ on unscaled gradients; no
 //                         clipping when max_norm is 0; 0 on a skipped step)
+// With stop_on_nonfinite (optim::trainer's default without a dynamic loss
+// scale) the first step whose norm is not finite is noted in stopped_at_step
+// and every step from it on is skipped: the parameters stay those before it,
+// and the trainer reports it as an error (it reads the note on the host).
 // finish_step: step += !skip; with dynamic loss scaling (PyTorch's GradScaler):
 //   on skip s *= backoff_factor and the clean count restarts; otherwise the
 //   clean count grows and at growth_interval s *= growth_factor (kept finite)
@@ -70,10 +74,13 @@ struct prepare_update_task {
   step_values* values;
   learning_rate_schedule schedule;
   float max_norm;
+  bool stop_on_nonfinite;
   FUSOR_HOST_DEVICE void operator()() const {
     const double norm_squared = values->gradient_norm_squared;
     // False for NaN and for +Inf: the comparison is the finiteness test.
-    const bool finite = norm_squared <= ::cuda::std::numeric_limits<double>::max();
+    bool finite = norm_squared <= ::cuda::std::numeric_limits<double>::max();
+    if (!finite && stop_on_nonfinite && values->stopped_at_step == 0) values->stopped_at_step = values->step + 1;
+    finite = finite && values->stopped_at_step == 0;  // stopped: every later step is skipped too
     const double inverse_scale = 1.0 / double(values->loss_scale);
     double clip = 1.0;
     if (max_norm > 0.0f) {
@@ -134,12 +141,17 @@ class update_controller {
   }
   template <class Ex>
   void prepare_update(const Ex& executor) {
-    run_task(detail::prepare_update_task{scalars_.values(), schedule_, clip_.max_norm}, executor);
+    run_task(detail::prepare_update_task{scalars_.values(), schedule_, clip_.max_norm, stop_on_nonfinite_}, executor);
   }
   template <class Ex>
   void finish_step(const Ex& executor) {
     run_task(detail::finish_step_task{scalars_.values(), scaling_}, executor);
   }
+
+  // Inf/NaN gradients stop training (noted in stopped_at_step, every later
+  // step skipped) instead of skipping that step alone.
+  void stop_on_nonfinite(bool stop) { stop_on_nonfinite_ = stop; }
+  bool stops_on_nonfinite() const { return stop_on_nonfinite_; }
 
   step_scalars<Space>& scalars() { return scalars_; }
   const step_scalars<Space>& scalars() const { return scalars_; }
@@ -165,6 +177,7 @@ class update_controller {
   loss_scaling scaling_;
   step_scalars<Space> scalars_;
   gradient_norm_workspace<Space> workspace_;
+  bool stop_on_nonfinite_ = false;
 };
 
 }  // namespace fusor::optim

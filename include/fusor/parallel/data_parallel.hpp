@@ -104,6 +104,7 @@ class data_parallel {
               {.grad_scale = 1.0f / float(index_t(communicator.size()) * parallel.micro_batches)}, options.stream),
         groups_(make_groups(optimizer_options, std::make_index_sequence<group_count>{})),
         totals_buffer_(dextents<index_t, 1>(3), options.stream) {
+    optim::require_skip_on_nonfinite(options, "fusor::parallel::data_parallel");
     std::size_t buckets = 0, index = 0;
     for_each_group([&](auto& g) {
       buckets += g.plan().buckets.size();

@@ -296,12 +296,17 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
     try {
       const std::span<const std::byte> id(reinterpret_cast<const std::byte*>(save_id.data()), save_id.size());
       io::write_file_atomically(root / latest_name, id);
-      // Older saves (folders holding a manifest or a shard, unfinished ones too) go.
+      // Older saves (folders holding a manifest or a shard, unfinished ones too,
+      // even where a crash left only a temporary file in them) go. (Each file's
+      // own stale temporaries go when it is written again: io/file.hpp.)
       for (const auto& entry : std::filesystem::directory_iterator(root)) {
         if (!entry.is_directory() || entry.path().filename() == save_id) continue;
         bool is_save = std::filesystem::exists(entry.path() / io::detail::manifest_name);
-        for (const auto& file : std::filesystem::directory_iterator(entry.path()))
-          is_save = is_save || file.path().filename().string().rfind("shard-", 0) == 0;
+        for (const auto& file : std::filesystem::directory_iterator(entry.path())) {
+          const std::string name = file.path().filename().string();
+          is_save = is_save || name.rfind("shard-", 0) == 0 || name.rfind(".shard-", 0) == 0 ||
+                    name.rfind(std::string(".") + io::detail::manifest_name, 0) == 0;
+        }
         if (is_save) std::filesystem::remove_all(entry.path());
       }
     } catch (const std::exception& e) {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/run_fuzzers.sh — builds the libFuzzer targets of tests/fuzz with clang
+# (-fsanitize=fuzzer,address,undefined), replays every kept input (the
+# committed seed corpus and tests/fuzz/regressions/<target>/, the inputs of
+# earlier findings), then fuzzes each target for FUSOR_FUZZ_SECONDS (30) from
+# a copy of its corpus with its dictionary. Exits non-zero on any finding:
+# a crash, a sanitizer report, a leak, or an exception other than the one the
+# reader documents; the input is left in build-fuzz/findings/<target>/.
+#
+#   bash scripts/run_fuzzers.sh                      # every target, 30 s each (CI)
+#   FUSOR_FUZZ_SECONDS=600 bash scripts/run_fuzzers.sh idx   # one target, longer
+#
+# A finding, once fixed, is kept: copy its input into tests/fuzz/regressions/<target>/.
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+FUSOR_PACKAGES=(clang libclang-rt-14-dev zlib1g-dev)
+fusor_install_packages
+fusor_find_cuda
+cuda_include="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/include"
+[ -d "$cuda_include/cccl" ] || { fusor_say "the CUDA Toolkit's headers are needed (not found at $cuda_include)"; exit 1; }
+
+seconds="${FUSOR_FUZZ_SECONDS:-30}"
+fuzz="$FUSOR_ROOT/tests/fuzz"
+build="${FUSOR_FUZZ_BUILD_DIR:-$FUSOR_ROOT/build-fuzz}"
+if [ $# -gt 0 ]; then targets=("$@"); else targets=(json safetensors checkpoint_reader idx fashion_mnist); fi
+mkdir -p "$build"
+
+cxx="$(command -v clang++ || command -v clang++-14)"
+failed=()
+for t in "${targets[@]}"; do
+  [ -f "$fuzz/fuzz_$t.cpp" ] || { fusor_say "no target tests/fuzz/fuzz_$t.cpp"; exit 2; }
+  fusor_say "$t: building"
+  "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -I "$FUSOR_ROOT/include" -isystem "$cuda_include" -isystem "$cuda_include/cccl" \
+    "$fuzz/fuzz_$t.cpp" -o "$build/fuzz_$t" -lz
+  kept=("$fuzz/corpus/$t")
+  [ -d "$fuzz/regressions/$t" ] && kept+=("$fuzz/regressions/$t")
+  findings="$build/findings/$t"
+  rm -rf "$findings" "$build/corpus/$t"
+  mkdir -p "$findings" "$build/corpus/$t"
+  cp "$fuzz/corpus/$t"/* "$build/corpus/$t/"
+  export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  fusor_say "$t: replaying the kept inputs, then fuzzing for $seconds s"
+  # -runs=0 over folders runs each input once: the kept findings must stay fixed.
+  if ! "$build/fuzz_$t" -runs=0 "${kept[@]}" >"$build/$t.replay.log" 2>&1 ||
+     ! "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -dict="$fuzz/dict/$t.dict" \
+        -artifact_prefix="$findings/" -print_final_stats=1 "$build/corpus/$t" >"$build/$t.log" 2>&1; then
+    tail -n 40 "$build/$t.replay.log" "$build/$t.log" 2>/dev/null || true
+    fusor_say "$t: FINDING (input in $findings/; once fixed, copy it into tests/fuzz/regressions/$t/)"
+    failed+=("$t")
+    continue
+  fi
+  fusor_say "$t: $(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$build/$t.log" | sed 's/.*: //') inputs, no finding"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  fusor_say "fuzz findings in: ${failed[*]}"
+  exit 1
+fi
+fusor_say "every fuzz target ran clean: ${targets[*]}"
