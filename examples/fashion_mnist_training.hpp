@@ -88,7 +88,9 @@ inline void usage(const char* program, const options& o) {
       "  --checkpoint FILE    save parameters and optimizer state there after every epoch (safetensors)\n"
       "  --resume             continue from --checkpoint\n"
       "  --require-accuracy X exit with status 1 when the final test accuracy is below X\n"
-      "  --quiet              no progress bar\n",
+      "  --quiet              no progress bar\n"
+      "exit status: 0 done; 1 the data set, the checkpoint, Inf/NaN gradients, or an accuracy below\n"
+      "--require-accuracy; 2 the command line\n",
       program, o.epochs, (long long)o.batch, o.learning_rate, (unsigned long long)o.seed, o.data.c_str());
 }
 
@@ -278,6 +280,7 @@ int train(const options& o, const Executor& ex, const std::string& device, const
           fs::copy_async(graph_labels.view(), batch->labels, stream);
           if (captured.captured()) {
             captured.replay();
+            trainer.check_not_stopped();  // Inf/NaN gradients: the error, without waiting for the GPU
           } else {
             trainer.step(graph_images, graph_labels, ex);  // eager once: plans and pools settle
             captured.capture(stream, [&] { trainer.step(graph_images, graph_labels, ex); });
@@ -305,6 +308,12 @@ int train(const options& o, const Executor& ex, const std::string& device, const
     report_epoch(o, epoch, trained, test, seconds);
     if (!o.checkpoint.empty())
       fs::optim::save_training_state(o.checkpoint, trainer, {{"epoch", std::to_string(epoch + 1)}});
+  }
+  if (first_epoch == o.epochs) {  // resumed after the last epoch: the verdict is the saved network's
+    trainer.loss().reset(ex);
+    test_loader.start_epoch(0);
+    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
+    test = trainer.loss().totals();
   }
   return verdict(o, test, device);
 }
@@ -336,7 +345,16 @@ int main(int argc, char** argv, const char* network_name, options defaults = {})
 #endif
     return train<Sequential, fs::fp32, fs::host_space>(*o, fs::host_executor{}, "the host (fp32, OpenMP + OpenBLAS)",
                                                        network_name);
-  } catch (const std::exception& e) {
+  } catch (const fs::data_error& e) {  // the data set: missing, truncated, corrupt
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const fs::io::checkpoint_error& e) {  // --checkpoint: cannot be written or read
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const fs::optim::nonfinite_error& e) {  // training diverged (Inf/NaN gradients)
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // the command line
     std::fprintf(stderr, "\nerror: %s\n", e.what());
     return 2;
   }
