@@ -11,6 +11,7 @@
 #include "comm/mpi_world.hpp"
 #include "parallel/data_parallel_cases.hpp"
 #include "parallel/data_parallel_reports.hpp"
+#include "parallel/nonfinite_checks.hpp"
 #include "parallel/powersgd_cases.hpp"
 
 using namespace dp_test;
@@ -57,4 +58,8 @@ TEST_CASE("PowerSGD over MPI: every rank's gradients against the algorithm in do
 
 TEST_CASE("PowerSGD over MPI: data_parallel trains with it, warm-up steps uncompressed, its bytes per step") {
   check_powersgd_training(world());
+}
+
+TEST_CASE("data_parallel and pipeline over MPI: a NaN in one rank's rows stops every rank at that step") {
+  nonfinite_test::check_parallel_cases(world());
 }

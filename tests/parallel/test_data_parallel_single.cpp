@@ -7,6 +7,7 @@
 
 #include "parallel/data_parallel_cases.hpp"
 #include "parallel/data_parallel_reports.hpp"
+#include "parallel/nonfinite_checks.hpp"
 #include "parallel/powersgd_cases.hpp"
 
 using namespace dp_test;
@@ -91,4 +92,9 @@ TEST_CASE("PowerSGD over comm::single: the algorithm in double, and data_paralle
   fusor::comm::single c;
   check_powersgd_against_reference(c);
   check_powersgd_training(c);
+}
+
+TEST_CASE("data_parallel and pipeline over comm::single: Inf/NaN gradients stop (or skip) the step") {
+  fusor::comm::single one;
+  nonfinite_test::check_parallel_cases(one);
 }

@@ -1,6 +1,7 @@
 // fusor/optim/nonfinite_note.hpp — how the host learns, without waiting for
 // the GPU, that a controller stopped training on Inf/NaN gradients
-// (step_values::stopped_at_step, update_controller.hpp).
+// (step_values::stopped_at_step, update_controller.hpp), and the error that
+// says so (nonfinite_error, naming the step and the first layer).
 //
 // On the host the note is the step scalars themselves, read as they are. On a
 // GPU each step ends with a stream-ordered copy of the note into pinned host
@@ -9,9 +10,16 @@
 // a value the host had to wait for.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "fusor/config.hpp"
+#include "fusor/core/copy.hpp"
+#include "fusor/core/error.hpp"
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/memory.hpp"
 #include "fusor/exec/cuda.hpp"
@@ -19,6 +27,46 @@
 #include "fusor/optim/step_scalars.hpp"
 
 namespace fusor::optim {
+
+// A step had Inf or NaN gradients and training stopped (nonfinite_gradients::stop).
+struct nonfinite_error : error {
+  nonfinite_error(const std::string& what, std::int64_t step) : error(what), step(step) {}
+  std::int64_t step;  // 1-based: the step that had them
+};
+
+// The error's text: the step, and where this rank's gradients first hold
+// Inf/NaN in backward's order (the last layer first): the parameter names of
+// the highest such layer. Read when the error is raised, from the latest
+// step's gradients (gradients lent to a data-parallel slab are not looked at).
+template <class Network>
+std::string nonfinite_message(const std::string& who, std::int64_t step, Network& network) {
+  std::string first;
+  long first_layer = -1;
+  network.for_each_group([&](auto& group) {
+    using element = typename std::remove_cvref_t<decltype(group)>::element_type;
+    if (group.size() == 0 || group.gradients_lent()) return;
+    std::vector<element> host(std::size_t(group.size()));
+    copy(view<element, dextents<index_t, 1>, row_major, host_space>(host.data(), group.size()), group.gradients());
+    for (const auto& slot : group.slots()) {
+      const long layer = std::stol(slot.name.substr(0, slot.name.find('.')));
+      if (layer < first_layer) continue;
+      const auto begin = host.begin() + slot.offset;
+      if (std::all_of(begin, begin + slot.size, [](const element& v) { return std::isfinite(float(v)); })) continue;
+      if (layer > first_layer) first.clear();
+      first_layer = layer;
+      first += (first.empty() ? "" : ", ") + slot.name;
+    }
+  });
+  const std::string where =
+      first_layer >= 0 ? "first in layer " + std::to_string(first_layer) + " (" + first +
+                             ") in backward's order, from the last layer"
+                       : "no gradient this rank holds is Inf or NaN now (another rank's or stage's were, or that "
+                         "step's batch)";
+  return who + ": step " + std::to_string(step) + " had Inf or NaN gradients; " + where +
+         ". Training stopped: the parameters are those after step " + std::to_string(step - 1) +
+         ". Check the inputs, lower the learning rate or clip (clip.max_norm), or set "
+         "trainer_options::on_nonfinite = nonfinite_gradients::skip to skip such steps";
+}
 
 template <class Space>
 class nonfinite_note {

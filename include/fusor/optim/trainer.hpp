@@ -49,31 +49,19 @@ enum class nonfinite_gradients {
   skip,       // that step changes nothing, training goes on
 };
 
-// A step had Inf or NaN gradients and training stopped (nonfinite_gradients::stop).
-struct nonfinite_error : error {
-  nonfinite_error(const std::string& what, std::int64_t step) : error(what), step(step) {}
-  std::int64_t step;  // 1-based: the step that had them
-};
-
 struct trainer_options {
   learning_rate_schedule schedule = learning_rate_schedule::constant(1e-3f);
   clip_options clip = {};
   loss_scaling scaling = {};
   stream_t stream = {};  // where the optimizer state, loss and step scalars live (see network_options::stream)
-  // optim::trainer only (data_parallel and pipeline skip such a step, and refuse `stop`).
+  // Inf/NaN gradients: stop with an error, or skip the step (optim::trainer,
+  // parallel::data_parallel and parallel::pipeline alike).
   nonfinite_gradients on_nonfinite = nonfinite_gradients::automatic;
 };
 inline bool stops_on_nonfinite(const trainer_options& o) {
   return o.on_nonfinite == nonfinite_gradients::stop ||
          (o.on_nonfinite == nonfinite_gradients::automatic && !o.scaling.dynamic);
 }
-// For the trainers that skip a step with Inf/NaN gradients and cannot stop yet.
-inline void require_skip_on_nonfinite(const trainer_options& o, const char* who) {
-  if (o.on_nonfinite == nonfinite_gradients::stop)
-    throw error(std::string(who) + ": on_nonfinite = stop is optim::trainer's; this trainer skips a step with Inf or "
-                "NaN gradients (leave on_nonfinite at automatic, or skip)");
-}
-
 template <class Network, template <class, class> class Optimizer>
 class trainer {
  public:
@@ -154,7 +142,7 @@ class trainer {
   // calls it itself.
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen(controller_.scalars());
-    if (at != 0) throw nonfinite_error(describe_nonfinite(at), at);
+    if (at != 0) throw nonfinite_error(nonfinite_message("fusor::optim::trainer", at, network_), at);
   }
 
   // Makes the squared gradient norm global before clipping and the Inf/NaN
@@ -236,37 +224,6 @@ class trainer {
     if (pruning_[k].parameter_count() != size) pruning_[k] = magnitude_pruning<space>(size, options_.stream);
     return pruning_[k];
   }
-  // Where the gradients first hold Inf/NaN in backward's order (the last layer
-  // first): the parameter names of the highest layer with such a gradient.
-  // Read when the error is raised, from the latest step's gradients.
-  std::string describe_nonfinite(std::int64_t step) {
-    std::string first;
-    long first_layer = -1;
-    network_.for_each_group([&](auto& group) {
-      using element = typename std::remove_cvref_t<decltype(group)>::element_type;
-      std::vector<element> host(std::size_t(group.size()));
-      if (group.size() == 0 || group.gradients_lent()) return;
-      copy(view<element, dextents<index_t, 1>, row_major, host_space>(host.data(), group.size()), group.gradients());
-      for (const nn::parameter_slot& slot : group.slots()) {
-        const long layer = std::stol(slot.name.substr(0, slot.name.find('.')));
-        if (layer < first_layer) continue;
-        const auto begin = host.begin() + slot.offset;
-        if (std::all_of(begin, begin + slot.size, [](const element& v) { return std::isfinite(float(v)); })) continue;
-        if (layer > first_layer) first.clear();
-        first_layer = layer;
-        first += (first.empty() ? "" : ", ") + slot.name;
-      }
-    });
-    const std::string where =
-        first_layer >= 0 ? "first in layer " + std::to_string(first_layer) + " (" + first +
-                               ") in backward's order, from the last layer"
-                         : "the latest step's gradients are finite again (the fault came with that step's batch)";
-    return "fusor::optim::trainer: step " + std::to_string(step) + " had Inf or NaN gradients; " + where +
-           ". Training stopped: the parameters are those after step " + std::to_string(step - 1) +
-           ". Check the inputs, lower the learning rate or clip (clip.max_norm), or set "
-           "trainer_options::on_nonfinite = nonfinite_gradients::skip to skip such steps";
-  }
-
   // Parameters and, for bf16/fp16 groups, their fp32 master weights: one pass.
   template <class Executor>
   void apply_pruning(const Executor& ex) {

@@ -104,7 +104,7 @@ class data_parallel {
               {.grad_scale = 1.0f / float(index_t(communicator.size()) * parallel.micro_batches)}, options.stream),
         groups_(make_groups(optimizer_options, std::make_index_sequence<group_count>{})),
         totals_buffer_(dextents<index_t, 1>(3), options.stream) {
-    optim::require_skip_on_nonfinite(options, "fusor::parallel::data_parallel");
+    controller_.stop_on_nonfinite(optim::stops_on_nonfinite(options));
     std::size_t buckets = 0, index = 0;
     for_each_group([&](auto& g) {
       buckets += g.plan().buckets.size();
@@ -206,12 +206,25 @@ class data_parallel {
     controller_.finish_step(ex);
     ++steps_;
     timeline_.step_end = since(start);
+    stop_note_.record(controller_.scalars(), ex);
+    check_not_stopped();
+  }
+
+  // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
+  // nonfinite_gradients::stop (the default without a dynamic loss scale): the
+  // norm is global, so every rank stops at the same step. As optim::trainer's
+  // (step() and evaluate() call it; on a GPU it reads the note of the last
+  // step the GPU finished, without waiting).
+  void check_not_stopped() {
+    const std::int64_t at = stop_note_.seen(controller_.scalars());
+    if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::data_parallel", at, network_), at);
   }
 
   // Loss and accuracy of this rank's rows of a batch, without learning (any
   // batch size: rank r takes rows [r * B / ranks, (r + 1) * B / ranks)).
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    check_not_stopped();
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
     check_labels(x.extent(0), y.extent(0));
@@ -589,6 +602,7 @@ class data_parallel {
   std::array<std::size_t, group_count> forward_next_{};                        // ZeRO-3: buckets forward has yet to reach
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
+  optim::nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
 
   // The most ways a layer of the network is split (tensor parallelism): a

@@ -175,7 +175,7 @@ class pipeline {
         actions_(pipeline_actions(options_.schedule, stage_, stages_, options_.micro_batches)),
         messages_(communicator, pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches)),
         totals_buffer_(dextents<index_t, 1>(3), trainer_options.stream) {
-    optim::require_skip_on_nonfinite(trainer_options, "fusor::parallel::pipeline");
+    controller_.stop_on_nonfinite(optim::stops_on_nonfinite(trainer_options));
     for (index_t c = 1; c < messages_.contexts(); ++c)
       extra_contexts_.push_back(
           std::make_unique<network_type>(micro_batch_, with_layers(network_options, layers_), network_));
@@ -264,6 +264,17 @@ class pipeline {
     ++host_steps_;
     idle_seconds_ = messages_.idle_seconds();
     step_seconds_ = std::chrono::duration<double>(clock::now() - start).count();
+    stop_note_.record(controller_.scalars(), ex);
+    check_not_stopped();
+  }
+
+  // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
+  // nonfinite_gradients::stop (the default without a dynamic loss scale): the
+  // norm is summed over every stage, so every rank stops at the same step, each
+  // naming its own stage's first layer. As optim::trainer's.
+  void check_not_stopped() {
+    const std::int64_t at = stop_note_.seen(controller_.scalars());
+    if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::pipeline", at, network_), at);
   }
 
   // Loss and accuracy on a batch of at most the global batch, without learning
@@ -272,6 +283,7 @@ class pipeline {
   // rank when batches may be smaller. Every rank must call it.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    check_not_stopped();
     require_stream(ex);
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
@@ -539,6 +551,7 @@ class pipeline {
   tensor<double, dextents<index_t, 1>, row_major, Space> totals_buffer_;
   std::uint64_t host_steps_ = 0;
   double idle_seconds_ = 0, step_seconds_ = 0;
+  optim::nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
 };
 
 }  // namespace fusor::parallel
