@@ -6,8 +6,11 @@
 // On the host the note is the step scalars themselves, read as they are. On a
 // GPU each step ends with a stream-ordered copy of the note into pinned host
 // memory (a plain memcpy node, so a captured step records it too), and the host
-// reads that copy: it holds the note of the last step the GPU finished, never
-// a value the host had to wait for.
+// reads that copy: seen() the note of the last step the GPU finished, never a
+// value the host had to wait for (optim::trainer, one process); or
+// seen_in_step_order() that of the step two before, once the GPU has finished
+// it (data_parallel, pipeline: every rank must stop at the same step, or the
+// others would wait in the next collective).
 #pragma once
 
 #include <algorithm>
@@ -71,11 +74,16 @@ std::string nonfinite_message(const std::string& who, std::int64_t step, Network
 template <class Space>
 class nonfinite_note {
  public:
-  nonfinite_note() {
+  // `in_step_order`: the note is read by seen_in_step_order (trainers of
+  // several ranks, which must all stop at the same step); each step's copy
+  // then also records an event.
+  explicit nonfinite_note(bool in_step_order = false) : in_step_order_(in_step_order) {
 #if FUSOR_HAS_CUDA
     if constexpr (!Space::host_accessible) {  // made here: a first step under capture must not allocate
-      pinned_ = static_cast<std::int64_t*>(allocate<pinned_space>(sizeof(std::int64_t)));
-      *pinned_ = 0;
+      pinned_ = static_cast<std::int64_t*>(allocate<pinned_space>(sizeof(std::int64_t) * slots));
+      for (int i = 0; i != slots; ++i) pinned_[i] = 0;
+      if (in_step_order_)
+        for (cudaEvent_t& e : copied_) FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
 #endif
   }
@@ -83,30 +91,61 @@ class nonfinite_note {
   nonfinite_note& operator=(const nonfinite_note&) = delete;
   ~nonfinite_note() {
 #if FUSOR_HAS_CUDA
+    for (cudaEvent_t e : copied_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
     if (pinned_ != nullptr) deallocate<pinned_space>(const_cast<std::int64_t*>(pinned_));
 #endif
   }
 
   // After a step's finish_step: nothing to copy on the host.
-  void record(const step_scalars<Space>&, const host_executor&) {}
+  void record(const step_scalars<Space>&, const host_executor&) { ++recorded_; }
 #if FUSOR_HAS_CUDA
   void record(const step_scalars<Space>& scalars, const cuda_executor& ex) {
+    const int slot = int(recorded_++ % slots);
     if (pinned_ == nullptr) return;  // host-accessible scalars: read directly
-    FUSOR_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::int64_t*>(pinned_), &scalars.values()->stopped_at_step,
+    FUSOR_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::int64_t*>(pinned_ + slot), &scalars.values()->stopped_at_step,
                                      sizeof(std::int64_t), cudaMemcpyDeviceToHost, ex.stream));
+    if (in_step_order_) FUSOR_CUDA_CHECK(cudaEventRecord(copied_[slot], ex.stream));
   }
 #endif
 
-  // The step that stopped training (1-based), or 0: as of the latest step
-  // finished (host: the one just taken).
+  // The step that stopped training (1-based), or 0, as of the latest step the
+  // GPU finished (host: the one just taken). Never waits.
   std::int64_t seen(const step_scalars<Space>& scalars) const {
-    if (pinned_ != nullptr) return *pinned_;
     if constexpr (Space::host_accessible) return scalars.values()->stopped_at_step;
+    std::int64_t newest = 0;  // the notes only grow (0, then the step, for good): the largest is the latest
+    if (pinned_ != nullptr)
+      for (int i = 0; i != slots; ++i) {
+        const std::int64_t note = pinned_[i];
+        if (note > newest) newest = note;
+      }
+    return newest;
+  }
+  // The note as of the step `lag` steps before the last one recorded, waiting
+  // for that step on a GPU (the host is then at most `lag` steps ahead of it);
+  // on the host, as of the step just taken. Every rank reads the same step's
+  // note, so every rank stops at the same step.
+  std::int64_t seen_in_step_order(const step_scalars<Space>& scalars) const {
+    if constexpr (Space::host_accessible) return scalars.values()->stopped_at_step;
+#if FUSOR_HAS_CUDA
+    if (!in_step_order_ || recorded_ <= lag) return 0;
+    const int slot = int((recorded_ - 1 - lag) % slots);
+    FUSOR_CUDA_CHECK(cudaEventSynchronize(copied_[slot]));
+    return pinned_[slot];
+#else
     return 0;
+#endif
   }
 
  private:
-  volatile std::int64_t* pinned_ = nullptr;  // written by the GPU's copies
+  static constexpr std::uint64_t lag = 2;
+  static constexpr int slots = int(lag) + 1;  // a copy per step in flight
+  bool in_step_order_;
+  std::uint64_t recorded_ = 0;
+  volatile std::int64_t* pinned_ = nullptr;  // written by the GPU's copies, one slot per step
+#if FUSOR_HAS_CUDA
+  cudaEvent_t copied_[slots] = {};
+#endif
 };
 
 }  // namespace fusor::optim

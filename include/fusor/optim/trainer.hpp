@@ -17,7 +17,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -25,7 +24,6 @@
 #include <utility>
 #include <vector>
 
-#include "fusor/core/copy.hpp"
 #include "fusor/core/stream_binding.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/graph/host_effects.hpp"
@@ -62,6 +60,7 @@ inline bool stops_on_nonfinite(const trainer_options& o) {
   return o.on_nonfinite == nonfinite_gradients::stop ||
          (o.on_nonfinite == nonfinite_gradients::automatic && !o.scaling.dynamic);
 }
+
 template <class Network, template <class, class> class Optimizer>
 class trainer {
  public:

@@ -212,11 +212,12 @@ class data_parallel {
 
   // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
   // nonfinite_gradients::stop (the default without a dynamic loss scale): the
-  // norm is global, so every rank stops at the same step. As optim::trainer's
-  // (step() and evaluate() call it; on a GPU it reads the note of the last
-  // step the GPU finished, without waiting).
+  // norm is global, so every rank stops at the same step. step() and
+  // evaluate() call it. On a GPU it reads the note of the step two before the
+  // last, waiting for that step if the GPU has not finished it: every rank
+  // reads the same step's note and throws at the same step.
   void check_not_stopped() {
-    const std::int64_t at = stop_note_.seen(controller_.scalars());
+    const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
     if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::data_parallel", at, network_), at);
   }
 
@@ -602,7 +603,7 @@ class data_parallel {
   std::array<std::size_t, group_count> forward_next_{};                        // ZeRO-3: buckets forward has yet to reach
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
-  optim::nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
+  optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
 
   // The most ways a layer of the network is split (tensor parallelism): a

@@ -271,9 +271,10 @@ class pipeline {
   // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
   // nonfinite_gradients::stop (the default without a dynamic loss scale): the
   // norm is summed over every stage, so every rank stops at the same step, each
-  // naming its own stage's first layer. As optim::trainer's.
+  // naming its own stage's first layer. As data_parallel's (on a GPU, the
+  // note of the step two before the last, the same step on every rank).
   void check_not_stopped() {
-    const std::int64_t at = stop_note_.seen(controller_.scalars());
+    const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
     if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::pipeline", at, network_), at);
   }
 
@@ -551,7 +552,7 @@ class pipeline {
   tensor<double, dextents<index_t, 1>, row_major, Space> totals_buffer_;
   std::uint64_t host_steps_ = 0;
   double idle_seconds_ = 0, step_seconds_ = 0;
-  optim::nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
+  optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
 };
 
 }  // namespace fusor::parallel
