@@ -91,13 +91,14 @@ TEST_CASE("a process killed in the middle of a checkpoint write leaves the previ
   // process's temporary (this one's pid: it is alive) and another file's stay.
   const std::filesystem::path live = dir / (".model.safetensors.tmp." + std::to_string(::getpid()) + ".999");
   const std::filesystem::path other = dir / ".other.safetensors.tmp.1.0";
-  for (const auto& p : {live, other}) fio::write_file_atomically(p, std::span<const std::byte>{});
+  const std::filesystem::path odd = dir / ".model.safetensors.tmp.99999999999999999999999.0";  // no pid: left alone
+  for (const auto& p : {live, other, odd}) fio::write_file_atomically(p, std::span<const std::byte>{});
   const fio::checkpoint_writer next = big_checkpoint(2, 23);
   next.save(file);
   CHECK(fio::checkpoint_reader(file).metadata("seed") == "23");
   std::vector<std::filesystem::path> left = entries(dir.path);
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::filesystem::path>{live.filename(), other.filename(), "model.safetensors"});
+  CHECK(left == std::vector<std::filesystem::path>{live.filename(), odd.filename(), other.filename(), "model.safetensors"});
 }
 
 TEST_CASE("a failure during the write removes the temporary and leaves the previous file untouched") {

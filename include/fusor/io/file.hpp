@@ -19,10 +19,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <string>
 #include <system_error>
@@ -58,9 +59,11 @@ inline void remove_stale_temporaries(const std::filesystem::path& file) {
     if (name.rfind(prefix, 0) != 0) continue;
     const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
     const std::size_t dot = rest.find('.');
-    if (dot == 0 || dot == std::string::npos || !std::all_of(rest.begin(), rest.begin() + std::ptrdiff_t(dot), ::isdigit))
+    long pid = 0;  // from_chars: a digit run too long for a pid is skipped, not thrown
+    const auto [digits_end, error] = std::from_chars(rest.data(), rest.data() + (dot == std::string::npos ? 0 : dot), pid);
+    if (dot == 0 || dot == std::string::npos || error != std::errc{} || digits_end != rest.data() + dot || pid <= 0 ||
+        pid > long(std::numeric_limits<pid_t>::max()))
       continue;  // not a name this file's writer makes
-    const long pid = std::stol(rest.substr(0, dot));
     if (pid == long(::getpid()) || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
     std::error_code ignored;
     std::filesystem::remove(it->path(), ignored);
