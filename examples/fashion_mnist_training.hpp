@@ -318,6 +318,15 @@ int train(const options& o, const Executor& ex, const std::string& device, const
   return verdict(o, test, device);
 }
 
+// 1 for the data set (missing, truncated, corrupt), a checkpoint (cannot be
+// written or read) and Inf/NaN gradients; 2 for the rest: the command line.
+inline int exit_status_of(const std::exception& e) {
+  const bool data_or_run = dynamic_cast<const fs::data_error*>(&e) != nullptr ||
+                           dynamic_cast<const fs::io::checkpoint_error*>(&e) != nullptr ||
+                           dynamic_cast<const fs::optim::nonfinite_error*>(&e) != nullptr;
+  return data_or_run ? 1 : 2;
+}
+
 // Parses the options, picks the device and runs: GPU (bf16 with fp32 master
 // weights) when one is present and the program was built by nvcc, else the host (fp32).
 template <class Sequential>
@@ -345,18 +354,9 @@ int main(int argc, char** argv, const char* network_name, options defaults = {})
 #endif
     return train<Sequential, fs::fp32, fs::host_space>(*o, fs::host_executor{}, "the host (fp32, OpenMP + OpenBLAS)",
                                                        network_name);
-  } catch (const fs::data_error& e) {  // the data set: missing, truncated, corrupt
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  } catch (const fs::io::checkpoint_error& e) {  // --checkpoint: cannot be written or read
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  } catch (const fs::optim::nonfinite_error& e) {  // training diverged (Inf/NaN gradients)
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {  // the command line
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 2;
+    return exit_status_of(e);
   }
 }
 
