@@ -7,6 +7,7 @@ fusor_add_test_suite(io
     io/test_safetensors.cpp
     io/test_safetensors_errors.cpp
     io/test_atomic_write.cpp
+    io/test_check_destination.cpp
     io/test_sharded_checkpoint.cpp
 )
 

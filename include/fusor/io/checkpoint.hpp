@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -32,8 +33,30 @@
 #include "fusor/core/memory.hpp"
 #include "fusor/io/file.hpp"
 #include "fusor/io/safetensors.hpp"
+#include "fusor/io/text_number.hpp"
 
 namespace fusor::io {
+
+// The number saved as metadata `key` of the checkpoint `file` (a step, an
+// epoch), read strictly; a missing key or a value that is not such a number is
+// a checkpoint_error naming the file, the key and what was found.
+template <text_number_type T>
+T metadata_number(const std::map<std::string, std::string>& metadata, const std::string& key,
+                  const std::filesystem::path& file) {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) {
+    std::string present;
+    for (const auto& [k, v] : metadata) present += (present.empty() ? "'" : ", '") + k + "'";
+    throw checkpoint_error("fusor: checkpoint '" + file.string() + "' has no metadata '" + key +
+                           "' (was it saved by this program?); the keys present are: " +
+                           (present.empty() ? std::string("none") : present));
+  }
+  const text_number<T> n = parse_number<T>(it->second);
+  if (!n)
+    throw checkpoint_error("fusor: checkpoint '" + file.string() + "': metadata '" + key + "' should be " +
+                           number_kind<T>() + ", but " + number_fault_text<T>(it->second, n.fault));
+  return n.value;
+}
 
 namespace detail {
 // Calls visit(i, offset) for each element: i its position in row-major order
@@ -207,6 +230,12 @@ class checkpoint_reader {
   const safetensors_file& contents() const { return contents_; }
   bool contains(const std::string& name) const { return contents_.find(name) != nullptr; }
   const std::filesystem::path& file() const { return file_; }
+
+  // The number saved as `key` (metadata_number above).
+  template <text_number_type T>
+  T metadata_number(const std::string& key) const {
+    return io::metadata_number<T>(contents_.metadata, key, file_);
+  }
 
   // Throws checkpoint_error when the header has no such key.
   std::string metadata(const std::string& key) const {

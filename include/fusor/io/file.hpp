@@ -1,6 +1,7 @@
 // fusor/io/file.hpp — whole-file writes that a crash cannot half-do, and
 // whole-file reads; both throw checkpoint_error naming the file and the
-// system's reason.
+// system's reason. check_destination proves, before a program trains, that
+// its saves will be able to write where they are asked to.
 //
 // write_file_atomically writes a temporary file beside the target (same
 // directory, so same file system), fsyncs it, renames it over the target and
@@ -14,7 +15,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +25,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <random>
 #include <span>
 #include <string>
 #include <system_error>
@@ -133,6 +138,66 @@ inline void write_file_atomically(const std::filesystem::path& file, std::span<c
   const int why = errno;
   ::close(dir);
   if (synced != 0) file_failure(file, "the new file is in place, but fsync of its directory failed", why);
+}
+
+// What a save writes at its destination: one file, or a folder of files (a
+// distributed checkpoint: every rank its shard).
+enum class destination_kind { file, folder };
+
+// Throws checkpoint_error, naming the path and the fault, unless a save of
+// about `bytes` could be written at `destination` now: the path is of the
+// right kind (not a folder where a file is wanted, nor the reverse), the folder
+// it goes into exists (a folder destination may be created by the save: then
+// its parent must exist), a file can be created there (one is created and
+// removed), the file system has `bytes` free and the file-size limit
+// (ulimit -f) allows them. For programs to call before training, so that a
+// destination that cannot work fails in the first second, not at the first save.
+inline void check_destination(const std::filesystem::path& destination, destination_kind kind, std::uint64_t bytes = 0) {
+  namespace fs = std::filesystem;
+  const auto fail = [&](const std::string& why) {
+    throw checkpoint_error("fusor: checkpoint destination '" + destination.string() + "': " + why);
+  };
+  if (destination.empty()) fail("the path is empty");
+  std::error_code ec;
+  const fs::file_status status = fs::status(destination, ec);
+  const bool exists = fs::exists(status);
+  if (kind == destination_kind::file && (!destination.has_filename() || fs::is_directory(status)))
+    fail("is a folder; give the checkpoint file's name");
+  if (kind == destination_kind::folder && exists && !fs::is_directory(status))
+    fail("is a file; this program saves into a folder (each rank its shard)");
+
+  // The folder the save creates its files in (a folder destination's own, when it exists).
+  fs::path directory = kind == destination_kind::folder && exists ? destination : destination.parent_path();
+  if (kind == destination_kind::folder && !exists && !destination.has_filename())
+    directory = destination.parent_path().parent_path();  // "saves/": the parent of "saves"
+  if (directory.empty()) directory = ".";
+  const fs::file_status folder = fs::status(directory, ec);
+  if (!fs::exists(folder)) fail("the folder '" + directory.string() + "' does not exist (create it first)");
+  if (!fs::is_directory(folder)) fail("'" + directory.string() + "' is not a folder");
+
+  // Proof that files can be made there: permissions, read-only mounts, ACLs.
+  // (random part: ranks on other hosts may share the folder and the pid)
+  const fs::path probe =
+      directory / (".fusor-probe." + std::to_string(::getpid()) + "." + std::to_string(std::random_device{}()));
+  const int descriptor = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (descriptor < 0)
+    fail("cannot create a file in '" + directory.string() + "': " + std::generic_category().message(errno));
+  ::close(descriptor);
+  ::unlink(probe.c_str());
+
+  const auto megabytes = [](std::uint64_t b) { return std::to_string((b + 999'999) / 1'000'000) + " MB"; };
+  struct statvfs space{};
+  if (bytes > 0 && ::statvfs(directory.c_str(), &space) == 0) {
+    const std::uint64_t free_bytes = std::uint64_t(space.f_bavail) * space.f_frsize;
+    if (free_bytes < bytes)
+      fail("'" + directory.string() + "' has " + megabytes(free_bytes) + " free, a checkpoint needs about " +
+           megabytes(bytes));
+  }
+  struct rlimit limit{};
+  if (bytes > 0 && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      std::uint64_t(limit.rlim_cur) < bytes)
+    fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur) + " bytes, a checkpoint needs about " +
+         std::to_string(bytes));
 }
 
 // The whole file's bytes.

@@ -84,7 +84,7 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
   const io::checkpoint_reader reader(file);
   detail::read_parameters(reader, trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v) { reader.read(name, v); });
-  trainer.set_steps_taken(std::stoull(reader.metadata("fusor.steps_taken")));
+  trainer.set_steps_taken(reader.metadata_number<std::uint64_t>("fusor.steps_taken"));
   return reader.contents().metadata;
 }
 

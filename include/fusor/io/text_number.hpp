@@ -1,0 +1,80 @@
+// fusor/io/text_number.hpp — numbers read from text a person or a file wrote
+// (command lines, checkpoint metadata), strictly: the whole text must be the
+// number, in the type's range, finite. "1x", " 3", "+2", "0x10", "nan" and
+// "1e99" for a float are all refused, where std::stoi would take "1x" as 1
+// and report others as "stoi".
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace fusor::io {
+
+enum class number_fault {
+  none,
+  not_a_number,     // empty, trailing characters, a sign where none is allowed
+  beyond_the_type,  // a number, but too large (or small) for the type
+  not_finite,       // "nan", "inf" for a floating-point type
+};
+
+template <class T>
+struct text_number {
+  T value{};
+  number_fault fault = number_fault::none;
+  explicit operator bool() const { return fault == number_fault::none; }
+};
+
+template <class T>
+concept text_number_type = (std::integral<T> && !std::same_as<T, bool>) || std::floating_point<T>;
+
+// `text` as a T, or the fault that stops it.
+template <text_number_type T>
+text_number<T> parse_number(std::string_view text) {
+  text_number<T> out;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  // from_chars accepts a leading '-' for unsigned types as an error, and no
+  // '+' or space at all: exactly the strictness wanted.
+  const auto [end, error] = std::from_chars(first, last, out.value);
+  if (text.empty() || end != last || error == std::errc::invalid_argument)
+    out.fault = number_fault::not_a_number;
+  else if (error == std::errc::result_out_of_range)
+    out.fault = number_fault::beyond_the_type;
+  else if constexpr (std::floating_point<T>) {
+    if (!std::isfinite(out.value)) out.fault = number_fault::not_finite;
+  }
+  return out;
+}
+
+// What a T is, as an error message says it: "a whole number", "a whole number (0 or more)", "a number".
+template <text_number_type T>
+std::string number_kind() {
+  if constexpr (std::floating_point<T>) return "a finite number";
+  else if constexpr (std::unsigned_integral<T>) return "a whole number, 0 or more";
+  else return "a whole number";
+}
+
+// Why `text` is not a T, for an error message ("'1x' is not a whole number").
+template <text_number_type T>
+std::string number_fault_text(std::string_view text, number_fault fault) {
+  const std::string quoted = "'" + std::string(text) + "'";
+  switch (fault) {
+    case number_fault::none: return quoted + " is fine";
+    case number_fault::not_a_number: return quoted + " is not " + number_kind<T>();
+    case number_fault::beyond_the_type:
+      if constexpr (std::floating_point<T>) return quoted + " is beyond what a " + (sizeof(T) == 4 ? "float" : "double") + " holds";
+      else
+        return quoted + " is beyond this value's range (" + std::to_string(std::numeric_limits<T>::lowest()) + " to " +
+               std::to_string(std::numeric_limits<T>::max()) + ")";
+    case number_fault::not_finite: return quoted + " is not finite";
+  }
+  return quoted;
+}
+
+}  // namespace fusor::io
