@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/expr/operators.hpp>
 #include <fusor/nn/activation.hpp>
 #include <fusor/nn/linear.hpp>
@@ -37,7 +38,9 @@ using model = nn::sequential<nn::features<12>,
                              swish,
                              nn::linear<8, 3>>;
 
-int main() {
+int main(int argc, char** argv) {
+  fs::app::command_line("Checks a custom fused activation's derived gradient against central differences; no options.")
+      .parse_or_exit(argc, argv);
   const fs::index_t batch = 4;
   nn::network<model, double, fs::host_space> net(batch, {.seed = 2024});
   const fs::host_executor ex{};

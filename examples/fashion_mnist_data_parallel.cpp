@@ -13,11 +13,11 @@
 // the whole global batch in the same order (same seed) and the rank reads its rows.
 // Measured (host, fp32, mpirun -np 4 time-sliced on 2 cores): 89.75% test accuracy
 // after 10 epochs (the one-process main job: 89.94%); bench/RESULTS.md, "Data parallel (host, MPI)".
-// Extra options: --bucket-bytes N, --no-overlap, --micro-batches N, --bf16-communication,
-// --zero (ZeRO-1), --zero2 (ZeRO-2: gradients sharded too), --zero3 (ZeRO-3:
-// parameters too), --powersgd R (rank-R compressed gradients with error
-// feedback) and --powersgd-warmup N (steps before compression); the others are
-// fashion_mnist_mlp's (--help). --checkpoint names a folder here: each epoch's
+// Extra options (--help lists them with their ranges): --bucket-bytes N,
+// --no-overlap, --micro-batches N, --bf16-communication, --zero (ZeRO-1),
+// --zero2 (ZeRO-2: gradients sharded too), --zero3 (ZeRO-3: parameters too),
+// --powersgd R (rank-R compressed gradients with error feedback) and
+// --powersgd-warmup N (steps before compression); the others are fashion_mnist_mlp's. --checkpoint names a folder here: each epoch's
 // save in its own subfolder (every rank its shard, parallel/distributed_checkpoint.hpp),
 // `latest` naming the newest; --resume continues from it on any number of
 // ranks, with or without --zero, --zero2 or --zero3 (PowerSGD's error feedback is not saved: it
@@ -39,38 +39,51 @@ namespace nn = fusor::nn;
 using mlp = nn::sequential<nn::features<784>, nn::linear<784, 512, nn::relu>, nn::linear<512, 256, nn::relu>,
                            nn::linear<256, 10>>;
 
-// The options this example adds to the Fashion-MNIST ones; the rest go to example::parse.
-fs::parallel::data_parallel_options take_parallel_options(int& argc, char** argv) {
+// The options this example adds to the Fashion-MNIST ones, declared on the same command line.
+struct parallel_settings {
   fs::parallel::data_parallel_options p;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--bucket-bytes" && i + 1 < argc) p.bucket_bytes = std::stoll(argv[++i]);
-    else if (a == "--micro-batches" && i + 1 < argc) p.micro_batches = std::stoll(argv[++i]);
-    else if (a == "--no-overlap") p.overlap = false;
-    else if (a == "--bf16-communication") p.communication = fs::parallel::gradient_communication::bf16;
-    else if (a == "--zero") p.shard_optimizer_state = true;
-    else if (a == "--zero2") p.shard_gradients = true;
-    else if (a == "--zero3") p.shard_parameters = true;
-    else if (a == "--powersgd" && i + 1 < argc) {
-      p.communication = fs::parallel::gradient_communication::powersgd;
-      p.powersgd.rank = std::stoi(argv[++i]);
-    } else if (a == "--powersgd-warmup" && i + 1 < argc) p.powersgd.warmup_steps = std::stoll(argv[++i]);
-    else argv[kept++] = argv[i];
+  std::optional<int> powersgd_rank;
+  bool bf16_communication = false;
+
+  void declare(fs::app::command_line& cli) {
+    namespace app = fs::app;
+    cli.number("--bucket-bytes", p.bucket_bytes, "gradient bucket size (a layer larger is a bucket alone)",
+               app::at_least<fs::index_t>(1))
+        .number("--micro-batches", p.micro_batches, "each rank's share of a batch runs in N pieces",
+                app::between<fs::index_t>(1, 4096))
+        .flag("--no-overlap", p.overlap, "communicate after backward instead of during it", false)
+        .flag("--bf16-communication", bf16_communication, "all-reduce gradients in bf16")
+        .flag("--zero", p.shard_optimizer_state, "ZeRO-1: each rank keeps 1/ranks of the optimizer state")
+        .flag("--zero2", p.shard_gradients, "ZeRO-2: gradients reduce-scattered, each rank keeps its shard")
+        .flag("--zero3", p.shard_parameters, "ZeRO-3: parameters sharded, gathered per layer")
+        .number("--powersgd", powersgd_rank, "compress gradients with PowerSGD of rank N (error feedback)",
+                app::between(1, 256))
+        .number("--powersgd-warmup", p.powersgd.warmup_steps, "steps communicated uncompressed first",
+                app::at_least<fs::index_t>(0));
   }
-  argc = kept;
-  return p;
-}
+  // The options as the trainer takes them; options that exclude each other are a usage_error.
+  fs::parallel::data_parallel_options resolved() const {
+    if (bf16_communication && powersgd_rank)
+      throw fs::app::usage_error("--bf16-communication and --powersgd exclude each other: choose one");
+    fs::parallel::data_parallel_options out = p;
+    if (bf16_communication) out.communication = fs::parallel::gradient_communication::bf16;
+    if (powersgd_rank) {
+      out.communication = fs::parallel::gradient_communication::powersgd;
+      out.powersgd.rank = *powersgd_rank;
+    }
+    return out;
+  }
+};
 
 template <class Precision, class Space, class Communicator, class Executor>
 int train(const example::options& o, const fs::parallel::data_parallel_options& p, Communicator& ranks,
           const Executor& ex, const std::string& device) {
   const bool speaker = ranks.rank() == 0;
-  const auto [train_set, test_set] = example::load_data(o);
   const fs::index_t pieces = fs::index_t(ranks.size()) * p.micro_batches;
   if (o.batch % pieces != 0)
-    throw fs::error("the global batch (" + std::to_string(o.batch) + ") must be a multiple of ranks x micro-batches (" +
-                    std::to_string(pieces) + ")");
+    throw fs::app::usage_error("the global batch (--batch " + std::to_string(o.batch) +
+                               ") must be a multiple of ranks x micro-batches (" + std::to_string(pieces) + ")");
+  const auto [train_set, test_set] = example::load_data(o);
 
   fs::stream_t stream{};
   if constexpr (!std::is_same_v<Executor, fs::host_executor>) stream = ex.stream;
@@ -86,7 +99,9 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
   trainer.initialize(ex);
   // Checkpoints: each rank its shard, saved after every epoch into a folder of saves.
   const fs::parallel::checkpoint_rank where{{.data = ranks.size()}, {.data = ranks.rank()}};
-  const int first_epoch = example::resume_distributed(o, trainer, where, ex, speaker);
+  const auto held = trainer.memory();  // this rank's share of parameters and optimizer state: its shard's bytes
+  const int first_epoch =
+      example::resume_distributed(o, trainer, where, ex, speaker, std::uint64_t(held.parameters + held.optimizer_state));
 
   fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
@@ -142,32 +157,32 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
 
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
-    const fs::parallel::data_parallel_options p = take_parallel_options(argc, argv);
-    std::optional<example::options> o;
-    try {
-      o = example::parse(argc, argv, {});
-    } catch (const std::exception& e) {  // every rank parses the same arguments: all stop here
-      if (world.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
-    if (!o) return 0;
+    return example::on_every_rank(world.rank(), [&] {
+      parallel_settings settings;
+      const std::optional<example::options> o = example::parse(
+          argc, argv, {}, [&](fs::app::command_line& cli) { settings.declare(cli); },
+          "Trains fashion_mnist_mlp's MLP data-parallel over MPI ranks (one GPU a rank over NCCL in the _cuda build).");
+      if (!o) return 0;
+      const fs::parallel::data_parallel_options p = settings.resolved();
 #if FUSOR_HAS_CUDA
-    if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
-      fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
-      cudaStream_t compute{}, communication{};
-      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking));
-      int status = 0;
-      {
-        auto gpus = fs::comm::nccl::over(world, communication);
-        status = train<fs::bf16, fs::device_space>(*o, p, gpus, fs::cuda_executor{compute}, "GPUs over NCCL (bf16)");
+      if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
+        fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
+        cudaStream_t compute{}, communication{};
+        FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+        FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking));
+        int status = 0;
+        {
+          auto gpus = fs::comm::nccl::over(world, communication);
+          status = train<fs::bf16, fs::device_space>(*o, p, gpus, fs::cuda_executor{compute}, "GPUs over NCCL (bf16)");
+        }
+        FUSOR_CUDA_CHECK(cudaStreamDestroy(communication));
+        FUSOR_CUDA_CHECK(cudaStreamDestroy(compute));
+        return status;
       }
-      FUSOR_CUDA_CHECK(cudaStreamDestroy(communication));
-      FUSOR_CUDA_CHECK(cudaStreamDestroy(compute));
-      return status;
-    }
 #endif
-    if (o->device == "cuda") throw fs::error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
-    return train<fs::fp32, fs::host_space>(*o, p, world, fs::host_executor{}, "host, fp32, MPI");
+      if (o->device == "cuda")
+        throw fs::app::usage_error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
+      return train<fs::fp32, fs::host_space>(*o, p, world, fs::host_executor{}, "host, fp32, MPI");
+    });
   });
 }

@@ -10,16 +10,17 @@
 // (ten times an epoch) and at the end of an epoch.
 #pragma once
 
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/data/fashion_mnist.hpp>
 #include <fusor/data/loader.hpp>
 #include <fusor/nn/network.hpp>
@@ -39,19 +40,13 @@ namespace nn = fusor::nn;
 // The epoch a checkpoint was saved after (its "epoch" metadata), or an error naming the file and the key.
 inline int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
                        int epochs) {
-  const auto it = metadata.find("epoch");
-  if (it == metadata.end())
-    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "' has no 'epoch' in its metadata: it was not "
-                                   "saved by this program");
-  int epoch = -1;
-  const std::string& text = it->second;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), epoch);
-  if (error != std::errc{} || end != text.data() + text.size() || epoch < 0)
-    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is '" + text +
-                                   "', not a whole number of epochs");
+  const int epoch = fs::io::metadata_number<int>(metadata, "epoch", file);
+  if (epoch < 0)
+    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is " + std::to_string(epoch) +
+                                   ", not a number of epochs");
   if (epoch > epochs)
-    throw fs::error("checkpoint '" + file.string() + "' was saved after epoch " + text + ", beyond --epochs " +
-                    std::to_string(epochs) + ": ask for more epochs to continue it");
+    throw fs::app::usage_error("checkpoint '" + file.string() + "' was saved after epoch " + std::to_string(epoch) +
+                               ", beyond --epochs " + std::to_string(epochs) + ": ask for more epochs to continue it");
   return epoch;
 }
 
@@ -66,62 +61,54 @@ struct options {
   fs::index_t test_limit = 0;   // 0: all 10000
   std::string device = "auto";  // auto | host | cuda
   bool graph = true;            // CUDA graph of the step (GPU only)
-  std::string checkpoint;       // saved after every epoch when set
+  std::filesystem::path checkpoint;  // saved after every epoch when set
   bool resume = false;          // continue from `checkpoint`
   double require_accuracy = 0;  // exit 1 when the final test accuracy is lower
   bool quiet = false;           // no progress bar (logs, tests)
 };
 
-inline void usage(const char* program, const options& o) {
-  std::printf(
-      "usage: %s [options]\n"
-      "  --epochs N           epochs (default %d)\n"
-      "  --batch N            batch size (default %lld)\n"
-      "  --lr X               peak learning rate of AdamW, cosine schedule (default %g)\n"
-      "  --seed N             weights, data order and dropout (default %llu)\n"
-      "  --data DIR           Fashion-MNIST directory (default %s; Debian: apt-get install dataset-fashion-mnist)\n"
-      "  --train-limit N      use only the first N training images (0: all)\n"
-      "  --test-limit N       use only the first N test images (0: all)\n"
-      "  --device D           auto | host | cuda (default auto: the GPU when there is one;\n"
-      "                       cuda without a GPU: \"skipped: no GPU\", exit status 77)\n"
-      "  --no-graph           run the GPU step eagerly instead of replaying a CUDA graph\n"
-      "  --checkpoint FILE    save parameters and optimizer state there after every epoch (safetensors)\n"
-      "  --resume             continue from --checkpoint\n"
-      "  --require-accuracy X exit with status 1 when the final test accuracy is below X\n"
-      "  --quiet              no progress bar\n"
-      "exit status: 0 done; 1 the data set, the checkpoint, Inf/NaN gradients, or an accuracy below\n"
-      "--require-accuracy; 2 the command line\n",
-      program, o.epochs, (long long)o.batch, o.learning_rate, (unsigned long long)o.seed, o.data.c_str());
+inline constexpr const char* exit_statuses =
+    "exit status: 0 done; 1 the data set, the checkpoint, Inf/NaN gradients, or an accuracy below\n"
+    "--require-accuracy; 2 the command line";
+
+// The options every Fashion-MNIST example takes, declared on `cli` and bound to `o`.
+inline void declare_options(fs::app::command_line& cli, options& o) {
+  namespace app = fs::app;
+  cli.number("--epochs", o.epochs, "epochs", app::between(1, 100000))
+      .number("--batch", o.batch, "batch size", app::between<fs::index_t>(1, 60000))
+      .number("--lr", o.learning_rate, "peak learning rate of AdamW, warmup + cosine schedule", app::above_up_to(0.f, 10.f))
+      .number("--seed", o.seed, "weights, data order and dropout")
+      .path("--data", o.data, "Fashion-MNIST folder (Debian: apt-get install dataset-fashion-mnist)", "DIR")
+      .number("--train-limit", o.train_limit, "use only the first N training images (0: all)",
+              app::between<fs::index_t>(0, 60000))
+      .number("--test-limit", o.test_limit, "use only the first N test images (0: all)", app::between<fs::index_t>(0, 10000))
+      .choice("--device", o.device, {"auto", "host", "cuda"},
+              "auto: the GPU when there is one; cuda without a GPU: \"skipped: no GPU\", exit status 77")
+      .flag("--no-graph", o.graph, "run the GPU step eagerly instead of replaying a CUDA graph", false)
+      .path("--checkpoint", o.checkpoint, "save parameters and optimizer state there after every epoch (safetensors)")
+      .flag("--resume", o.resume, "continue from --checkpoint")
+      .number("--require-accuracy", o.require_accuracy, "exit with status 1 when the final test accuracy is below X",
+              app::between(0.0, 1.0))
+      .flag("--quiet", o.quiet, "no progress bar");
 }
 
-inline std::optional<options> parse(int argc, char** argv, options o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw fs::error("option " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--epochs") o.epochs = std::stoi(value());
-    else if (a == "--batch") o.batch = std::stoll(value());
-    else if (a == "--lr") o.learning_rate = std::stof(value());
-    else if (a == "--seed") o.seed = std::stoull(value());
-    else if (a == "--data") o.data = value();
-    else if (a == "--train-limit") o.train_limit = std::stoll(value());
-    else if (a == "--test-limit") o.test_limit = std::stoll(value());
-    else if (a == "--device") o.device = value();
-    else if (a == "--no-graph") o.graph = false;
-    else if (a == "--checkpoint") o.checkpoint = value();
-    else if (a == "--resume") o.resume = true;
-    else if (a == "--require-accuracy") o.require_accuracy = std::stod(value());
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "--help" || a == "-h") return usage(argv[0], o), std::nullopt;
-    else throw fs::error("unknown option " + a + " (--help lists them)");
-  }
-  if (o.device != "auto" && o.device != "host" && o.device != "cuda")
-    throw fs::error("--device is auto, host or cuda, not " + o.device);
-  if (o.resume && o.checkpoint.empty()) throw fs::error("--resume needs --checkpoint FILE");
+// Parses argv into `o` (the example's defaults). `more` declares the example's
+// own options on the same command line (its --help lists them all). Empty
+// when --help was given.
+inline std::optional<options> parse(int argc, char** argv, options o,
+                                    const std::function<void(fs::app::command_line&)>& more = {},
+                                    const char* summary = "Trains on Fashion-MNIST.") {
+  fs::app::command_line cli(summary);
+  declare_options(cli, o);
+  if (more) more(cli);
+  cli.epilogue(exit_statuses);
+  if (!cli.parse(argc, argv)) return std::nullopt;
+  if (o.resume && o.checkpoint.empty()) throw fs::app::usage_error("--resume needs --checkpoint");
   return o;
 }
+
+// Bytes a checkpoint of `parameters` needs, about: fp32 weights and AdamW's two moments.
+inline std::uint64_t checkpoint_bytes(fs::index_t parameters) { return std::uint64_t(parameters) * 3 * sizeof(float); }
 
 // "epoch 3/10 [##########..........]  50%  loss 0.4123  acc 85.2%"
 inline void progress(bool quiet, int epoch, int epochs, double fraction, const nn::loss_totals& t) {
@@ -151,15 +138,19 @@ inline int verdict(const options& o, const nn::loss_totals& test, const std::str
   return 1;
 }
 
-// The training and test sets, cut to --train-limit and --test-limit.
+// The training and test sets, cut to --train-limit and --test-limit; at
+// least one batch (`batch`: the global batch, every rank's together) to train on.
 struct data_sets {
   fs::data::labelled_images train, test;
 };
-inline data_sets load_data(const options& o) {
+inline data_sets load_data(const options& o, fs::index_t batch = 0) {
   data_sets d{fs::data::load_fashion_mnist(fs::data::split::train, o.data),
               fs::data::load_fashion_mnist(fs::data::split::test, o.data)};
   if (o.train_limit > 0) d.train = fs::data::take_first(d.train, std::min(o.train_limit, d.train.count));
   if (o.test_limit > 0) d.test = fs::data::take_first(d.test, std::min(o.test_limit, d.test.count));
+  if (d.train.count < std::max(batch, o.batch))
+    throw fs::app::usage_error("the training set (" + std::to_string(d.train.count) + " images) is smaller than one batch (" +
+                               std::to_string(std::max(batch, o.batch)) + "): lower --batch or raise --train-limit");
   return d;
 }
 
@@ -188,11 +179,14 @@ inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
 // --resume continues from it on any number of ranks and any split.
 //
 // The epoch to start from: 0, or the one after the latest save (loaded into `trainer`).
+//
+// Before anything is loaded, the folder is proven writable for this rank's
+// shard of about `shard_bytes` (io::check_destination): a save that cannot
+// work fails now, not after the first epoch.
 template <class Trainer, class Executor>
 int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::checkpoint_rank& where,
-                       const Executor& ex, bool speaker) {
-  if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint) && !std::filesystem::is_directory(o.checkpoint))
-    throw fs::error("--checkpoint " + o.checkpoint + " is a file; this program saves into a folder (each rank its shard)");
+                       const Executor& ex, bool speaker, std::uint64_t shard_bytes) {
+  if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::folder, shard_bytes);
   if (!o.resume) return 0;
   const auto last = fs::parallel::latest_distributed_save(o.checkpoint);
   if (!last) {
@@ -219,9 +213,6 @@ void save_distributed_epoch(const options& o, Trainer& trainer, Communicator& wo
 template <class Sequential, class Precision, class Space, class Executor>
 int train(const options& o, const Executor& ex, const std::string& device, const char* network_name) {
   const auto [train_set, test_set] = load_data(o);
-  if (train_set.count < o.batch)
-    throw fs::error("the training set (" + std::to_string(train_set.count) + " images) is smaller than one batch (" +
-                    std::to_string(o.batch) + ")");
 
   fs::stream_t stream{};
   if constexpr (!std::is_same_v<Executor, fs::host_executor>) stream = ex.stream;
@@ -239,6 +230,9 @@ int train(const options& o, const Executor& ex, const std::string& device, const
   fs::data::loader<Space> train_loader(train_set, loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, loader_settings(o, false), stream);
 
+  // A save that cannot work fails now, not after the first epoch.
+  if (!o.checkpoint.empty())
+    fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, checkpoint_bytes(net.parameter_count()));
   int first_epoch = 0;
   if (o.resume && std::filesystem::exists(o.checkpoint)) {
     const auto metadata = fs::optim::load_training_state(o.checkpoint, trainer);
@@ -318,13 +312,25 @@ int train(const options& o, const Executor& ex, const std::string& device, const
   return verdict(o, test, device);
 }
 
-// 1 for the data set (missing, truncated, corrupt), a checkpoint (cannot be
-// written or read) and Inf/NaN gradients; 2 for the rest: the command line.
+// 2 for the command line (an option, or options that do not fit together or
+// with the data); 1 for everything else: the data set (missing, truncated,
+// corrupt), a checkpoint (cannot be written or read), Inf/NaN gradients, the GPU.
 inline int exit_status_of(const std::exception& e) {
-  const bool data_or_run = dynamic_cast<const fs::data_error*>(&e) != nullptr ||
-                           dynamic_cast<const fs::io::checkpoint_error*>(&e) != nullptr ||
-                           dynamic_cast<const fs::optim::nonfinite_error*>(&e) != nullptr;
-  return data_or_run ? 1 : 2;
+  return dynamic_cast<const fs::app::usage_error*>(&e) != nullptr ? 2 : 1;
+}
+
+// The programs of several ranks (mpirun): runs `body` and turns a usage_error
+// into exit status 2, said once by rank 0 (every rank meets it alike: it comes
+// from the arguments and the data set, which all ranks read); any other error
+// goes on to comm::run_ranks, which reports it and ends the job with status 1.
+template <class Body>
+int on_every_rank(int rank, Body&& body) {
+  try {
+    return body();
+  } catch (const fs::app::usage_error& e) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }
 
 // Parses the options, picks the device and runs: GPU (bf16 with fp32 master
@@ -332,7 +338,8 @@ inline int exit_status_of(const std::exception& e) {
 template <class Sequential>
 int main(int argc, char** argv, const char* network_name, options defaults = {}) {
   try {
-    const std::optional<options> o = parse(argc, argv, defaults);
+    const std::optional<options> o =
+        parse(argc, argv, defaults, {}, ("Trains the " + std::string(network_name) + " on Fashion-MNIST.").c_str());
     if (!o) return 0;
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::cuda::available()) {
@@ -350,7 +357,8 @@ int main(int argc, char** argv, const char* network_name, options defaults = {})
       return 77;
     }
 #else
-    if (o->device == "cuda") throw fs::error("--device cuda, but this program was built without CUDA (use the _cuda build)");
+    if (o->device == "cuda")
+      throw fs::app::usage_error("--device cuda, but this program was built without CUDA (use the _cuda build)");
 #endif
     return train<Sequential, fs::fp32, fs::host_space>(*o, fs::host_executor{}, "the host (fp32, OpenMP + OpenBLAS)",
                                                        network_name);

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/data/character_corpus.hpp>
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/trainer.hpp>
@@ -54,9 +55,9 @@ struct options {
   long eval_every = 200;
   long eval_batches = 20;
   std::uint64_t seed = 1;
-  std::string data;             // default: $FUSOR_DATA_DIR or ~/.cache/fusor, shakespeare.txt
+  std::filesystem::path data;   // default: $FUSOR_DATA_DIR or ~/.cache/fusor, shakespeare.txt
   std::string device = "auto";  // auto | host | cuda
-  std::string checkpoint;
+  std::filesystem::path checkpoint;
   bool resume = false;
   std::string prompt = "\n";
   long generate = 300;
@@ -73,66 +74,34 @@ std::string default_corpus() {
   return std::string(home ? home : ".") + "/.cache/fusor/shakespeare.txt";
 }
 
-void usage(const char* program, const options& o) {
-  std::printf(
-      "usage: %s [options]\n"
-      "  --model small|nanogpt   model size (default %s)\n"
-      "  --steps N               training steps in all (default %ld; 0: only generate)\n"
-      "  --batch N               windows a step (default %lld)\n"
-      "  --lr X                  peak learning rate (default %g)\n"
-      "  --eval-every N          validation loss (and checkpoint) every N steps (default %ld)\n"
-      "  --eval-batches N        batches a validation (default %ld)\n"
-      "  --checkpoint FILE       save there at every validation; with --resume, continue from it\n"
-      "  --resume\n"
-      "  --prompt TEXT           what generation starts from (default a newline)\n"
-      "  --generate N            characters to write after training (default %ld)\n"
-      "  --temperature X         (default %g)\n"
-      "  --top-k K               sample among the K likeliest (default %d; 0: all)\n"
-      "  --seed N                initialisation, batches and sampling (default %llu)\n"
-      "  --data FILE             the corpus (default %s)\n"
-      "  --device auto|host|cuda (default auto: the GPU in the _cuda build when there is one;\n"
-      "                          cuda without a GPU: \"skipped: no GPU\", exit status 77)\n"
-      "  --require-below-baseline X   exit 1 unless the last validation loss is X below the unigram baseline\n"
-      "  --quiet                 no progress bar\n",
-      program, o.model.c_str(), o.steps, (long long)o.batch, o.learning_rate, o.eval_every, o.eval_batches,
-      o.generate, o.temperature, o.top_k, (unsigned long long)o.seed, default_corpus().c_str());
-}
-
+// The options, strictly parsed and range-checked (fusor/app/command_line.hpp); empty after --help.
 std::optional<options> parse(int argc, char** argv) {
+  namespace app = fs::app;
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw fs::error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") { usage(argv[0], o); return std::nullopt; }
-    else if (a == "--model") o.model = value();
-    else if (a == "--steps") o.steps = std::stol(value());
-    else if (a == "--batch") o.batch = std::stol(value());
-    else if (a == "--lr") o.learning_rate = std::stof(value());
-    else if (a == "--eval-every") o.eval_every = std::stol(value());
-    else if (a == "--eval-batches") o.eval_batches = std::stol(value());
-    else if (a == "--checkpoint") o.checkpoint = value();
-    else if (a == "--resume") o.resume = true;
-    else if (a == "--prompt") o.prompt = value();
-    else if (a == "--generate") o.generate = std::stol(value());
-    else if (a == "--temperature") o.temperature = std::stof(value());
-    else if (a == "--top-k") o.top_k = std::stoi(value());
-    else if (a == "--seed") o.seed = std::stoull(value());
-    else if (a == "--data") o.data = value();
-    else if (a == "--device") o.device = value();
-    else if (a == "--require-below-baseline") o.require_below_baseline = std::stod(value());
-    else if (a == "--quiet") o.quiet = true;
-    else throw fs::error("unknown option " + a + " (--help lists them)");
-  }
-  if (o.model != "small" && o.model != "nanogpt") throw fs::error("--model is small or nanogpt, not " + o.model);
-  if (o.device != "auto" && o.device != "host" && o.device != "cuda")
-    throw fs::error("--device is auto, host or cuda, not " + o.device);
-  if (o.resume && o.checkpoint.empty()) throw fs::error("--resume needs --checkpoint FILE");
-  if (o.batch < 1 || o.eval_every < 1 || o.eval_batches < 1 || o.steps < 0)
-    throw fs::error("--batch, --eval-every and --eval-batches must be positive, --steps not negative");
-  if (!(o.temperature > 0)) throw fs::error("--temperature must be positive");
+  app::command_line cli("A character-level GPT trained on Shakespeare's plays, then asked to write some more.");
+  cli.choice("--model", o.model, {"small", "nanogpt"}, "model size")
+      .number("--steps", o.steps, "training steps in all (0: only generate)", app::between(0L, 10'000'000L))
+      .number("--batch", o.batch, "windows a step", app::between<fs::index_t>(1, 4096))
+      .number("--lr", o.learning_rate, "peak learning rate", app::above_up_to(0.f, 10.f))
+      .number("--eval-every", o.eval_every, "validation loss (and checkpoint) every N steps", app::at_least(1L))
+      .number("--eval-batches", o.eval_batches, "batches a validation", app::between(1L, 100'000L))
+      .path("--checkpoint", o.checkpoint, "save there at every validation; with --resume, continue from it")
+      .flag("--resume", o.resume, "continue from --checkpoint")
+      .text("--prompt", o.prompt, "what generation starts from", "TEXT")
+      .number("--generate", o.generate, "characters to write after training", app::between(0L, 1'000'000L))
+      .number("--temperature", o.temperature, "sampling temperature", app::above_up_to(0.f, 100.f))
+      .number("--top-k", o.top_k, "sample among the K likeliest (0: all)", app::between(0, int(vocabulary::size)))
+      .number("--seed", o.seed, "initialisation, batches and sampling")
+      .path("--data", o.data, "the corpus (default " + default_corpus() + "; scripts/fetch_shakespeare.sh fetches it)")
+      .choice("--device", o.device, {"auto", "host", "cuda"},
+              "auto: the GPU in the _cuda build when there is one; cuda without a GPU: \"skipped: no GPU\", exit 77")
+      .number("--require-below-baseline", o.require_below_baseline,
+              "exit 1 unless the last validation loss is X below the unigram baseline", app::at_least(0.0))
+      .flag("--quiet", o.quiet, "no progress bar")
+      .epilogue("exit status: 0 done; 1 the corpus, the checkpoint, Inf/NaN gradients, or a loss above\n"
+                "--require-below-baseline; 2 the command line");
+  if (!cli.parse(argc, argv)) return std::nullopt;
+  if (o.resume && o.checkpoint.empty()) throw app::usage_error("--resume needs --checkpoint");
   if (o.data.empty()) o.data = default_corpus();
   return o;
 }
@@ -177,7 +146,7 @@ class run {
     long first = 0;
     if (o_.resume && std::filesystem::exists(o_.checkpoint)) {
       const auto metadata = fs::optim::load_training_state(o_.checkpoint, trainer_);
-      first = std::stol(metadata.at("step"));
+      first = fs::io::metadata_number<long>(metadata, "step", o_.checkpoint);
       std::printf("resumed from %s at step %ld\n", o_.checkpoint.c_str(), first);
     }
     double validation_loss = std::nan("");
@@ -290,6 +259,9 @@ template <class Config, class Precision, class Space, class Executor>
 int train_and_write(const options& o, const Executor& ex, fs::stream_t stream, const std::string& device) {
   const auto corpus = fs::data::character_corpus::load(o.data);
   run<Config, Precision, Space, Executor> r(o, ex, stream, corpus);
+  // A save that cannot work fails now, not at the first validation: fp32 weights and AdamW's two moments.
+  if (!o.checkpoint.empty())
+    fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, std::uint64_t(r.parameter_count()) * 12);
   std::printf("fusor GPT (%s: context %zu, %zu blocks, %zu channels, %zu heads), %lld parameters, on %s\n",
               o.model.c_str(), Config::context, Config::blocks, Config::channels, Config::heads,
               (long long)r.parameter_count(), device.c_str());
@@ -334,11 +306,12 @@ int main(int argc, char** argv) {
       return 77;
     }
 #else
-    if (o->device == "cuda") throw fs::error("--device cuda, but this program was built without CUDA (use gpt_char_cuda)");
+    if (o->device == "cuda")
+      throw fs::app::usage_error("--device cuda, but this program was built without CUDA (use gpt_char_cuda)");
 #endif
     return by_model<fs::fp32, fs::host_space>(*o, fs::host_executor{}, fs::stream_t{}, "the host (fp32)");
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // 2: the command line; 1: the rest (corpus, checkpoint, Inf/NaN, GPU)
     std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 2;
+    return dynamic_cast<const fs::app::usage_error*>(&e) ? 2 : 1;
   }
 }

@@ -17,13 +17,12 @@
 // on the stream and the host never waits, so the idle time shows as 0 there.
 // Data: Debian's dataset-fashion-mnist (or --data DIR).
 // Extra options: --schedule 1f1b|gpipe, --micro-batches M, --stage-map A,B,...;
-// the others are fashion_mnist_mlp's (--help). --checkpoint names a folder of
+// the others are fashion_mnist_mlp's (--help lists them all, with their ranges). --checkpoint names a folder of
 // saves, each stage saving its layers (see fashion_mnist_training.hpp);
 // --resume continues on any number of stages.
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,27 +45,30 @@ namespace parallel = fusor::parallel;
 using mlp = nn::sequential<nn::features<784>, nn::linear<784, 512, nn::relu>, nn::linear<512, 256, nn::relu>,
                            nn::linear<256, 256, nn::relu>, nn::linear<256, 128, nn::relu>, nn::linear<128, 10>>;
 
-// The options this example adds to the Fashion-MNIST ones; the rest go to example::parse.
-parallel::pipeline_options take_pipeline_options(int& argc, char** argv) {
-  parallel::pipeline_options p;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--schedule" && i + 1 < argc) {
-      const std::string s = argv[++i];
-      if (s != "1f1b" && s != "gpipe") throw fs::error("--schedule is 1f1b or gpipe, not " + s);
-      p.schedule = s == "gpipe" ? parallel::pipeline_schedule::gpipe : parallel::pipeline_schedule::one_forward_one_backward;
-    } else if (a == "--micro-batches" && i + 1 < argc) {
-      p.micro_batches = std::stoll(argv[++i]);
-    } else if (a == "--stage-map" && i + 1 < argc) {
-      std::stringstream list(argv[++i]);
-      for (std::string start; std::getline(list, start, ',');) p.stage_starts.push_back(std::stoul(start));
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  return p;
+// The options this example adds to the Fashion-MNIST ones, declared on the same command line.
+void declare_pipeline_options(fs::app::command_line& cli, parallel::pipeline_options& p) {
+  cli.choice("--schedule", p.schedule,
+             {{"1f1b", parallel::pipeline_schedule::one_forward_one_backward}, {"gpipe", parallel::pipeline_schedule::gpipe}},
+             "pipeline schedule")
+      .number("--micro-batches", p.micro_batches, "micro-batches per batch (must divide --batch)",
+              fs::app::between<fs::index_t>(1, 4096))
+      .numbers("--stage-map", p.stage_starts, "first layer of each stage, one per rank (default: layers split evenly)",
+               fs::app::at_least<std::size_t>(0));
+}
+
+// What the options mean together, for `stages` ranks: a usage_error otherwise.
+void check_pipeline_options(const example::options& o, const parallel::pipeline_options& p, int stages) {
+  if (o.batch % p.micro_batches != 0)
+    throw fs::app::usage_error("--micro-batches " + std::to_string(p.micro_batches) + " does not divide --batch " +
+                               std::to_string(o.batch));
+  if (p.stage_starts.empty()) return;
+  const std::size_t layers = mlp::depth;
+  bool increasing = p.stage_starts.front() == 0;
+  for (std::size_t i = 1; i < p.stage_starts.size(); ++i) increasing = increasing && p.stage_starts[i] > p.stage_starts[i - 1];
+  if (p.stage_starts.size() != std::size_t(stages) || !increasing || p.stage_starts.back() >= layers)
+    throw fs::app::usage_error("--stage-map needs " + std::to_string(stages) +
+                               " first layers (one per rank), from 0, increasing, each below " + std::to_string(layers) +
+                               " (the MLP's layers)");
 }
 
 // Trains with `stages` (the communicator the messages travel on); `world` (MPI)
@@ -76,7 +78,6 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
           const Executor& ex, fs::stream_t stream, const std::string& device) {
   const auto [train_set, test_set] = example::load_data(o);
   const fs::index_t steps_per_epoch = train_set.count / o.batch;  // the last partial batch is dropped
-  if (steps_per_epoch < 1) throw fs::error("the training set is smaller than one batch");
 
   parallel::pipeline<mlp, Precision, Space, fs::optim::adamw, Communicator> pipe(
       stages, o.batch, {.seed = o.seed, .stream = stream},
@@ -86,7 +87,8 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
       fs::optim::adamw_options{.weight_decay = o.weight_decay}, p);
   pipe.initialize(ex);
   const parallel::checkpoint_rank where{{.pipeline = world.size()}, {.pipeline = world.rank()}};
-  const int first_epoch = example::resume_distributed(o, pipe, where, ex, world.rank() == 0);
+  const int first_epoch = example::resume_distributed(o, pipe, where, ex, world.rank() == 0,
+                                                      example::checkpoint_bytes(pipe.network().parameter_count()));
   fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
 
@@ -151,42 +153,33 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
 
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
-    std::optional<example::options> o;
-    parallel::pipeline_options p;
-    try {
-      p = take_pipeline_options(argc, argv);
-      o = example::parse(argc, argv, {});
-    } catch (const std::exception& e) {  // every rank parses the same arguments: all stop here
-      if (world.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
-    if (!o) {  // --help: example::parse printed the common options
-      if (world.rank() == 0)
-        std::printf("  --schedule S         1f1b (default) or gpipe\n"
-                    "  --micro-batches M    micro-batches per batch (default 4; must divide the batch)\n"
-                    "  --stage-map A,B,...  first layer of each stage (default: layers split evenly over the ranks)\n");
-      return 0;
-    }
+    return example::on_every_rank(world.rank(), [&] {
+      parallel::pipeline_options p;
+      const std::optional<example::options> o = example::parse(
+          argc, argv, {}, [&](fs::app::command_line& cli) { declare_pipeline_options(cli, p); },
+          "Trains a five-layer MLP pipeline-parallel, one stage per MPI rank (per GPU over NCCL in the _cuda build).");
+      if (!o) return 0;
+      check_pipeline_options(*o, p, world.size());
 #if FUSOR_HAS_CUDA
-    if (o->device != "host" && fs::cuda::available()) {
-      // One GPU per rank (by local rank); NCCL carries the stages' messages.
-      fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
-      cudaStream_t stream{};
-      FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      int status = 0;
-      {
-        auto gpus = fs::comm::nccl::over(world, stream);
-        status = train<fs::bf16, fs::device_space>(*o, p, world, gpus, fs::cuda_executor{stream}, stream,
-                                                  "GPUs (NCCL, bf16)");
+      if (o->device != "host" && fs::cuda::available()) {
+        // One GPU per rank (by local rank); NCCL carries the stages' messages.
+        fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
+        cudaStream_t stream{};
+        FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        int status = 0;
+        {
+          auto gpus = fs::comm::nccl::over(world, stream);
+          status = train<fs::bf16, fs::device_space>(*o, p, world, gpus, fs::cuda_executor{stream}, stream,
+                                                    "GPUs (NCCL, bf16)");
+        }
+        FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+        return status;
       }
-      FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
-      return status;
-    }
-    if (o->device == "cuda") throw fs::error("--device cuda, but no CUDA GPU is available");
-#else
-    if (o->device == "cuda") throw fs::error("--device cuda, but this program was built without CUDA (use the _cuda build)");
 #endif
-    return train<fs::fp32, fs::host_space>(*o, p, world, world, fs::host_executor{}, fs::stream_t{},
-                                           "CPUs (MPI, fp32)");
+      if (o->device == "cuda")
+        throw fs::app::usage_error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
+      return train<fs::fp32, fs::host_space>(*o, p, world, world, fs::host_executor{}, fs::stream_t{},
+                                             "CPUs (MPI, fp32)");
+    });
   });
 }

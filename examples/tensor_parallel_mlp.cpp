@@ -61,7 +61,8 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
   trainer.reduce_gradient_norm_with(tp);  // the global gradient norm: every rank clips and skips alike
   trainer.initialize(ex);
   const fs::parallel::checkpoint_rank where{{.tensor = Ways}, {.tensor = ranks.rank()}};
-  const int first_epoch = example::resume_distributed(o, trainer, where, ex, speaker);
+  const int first_epoch =
+      example::resume_distributed(o, trainer, where, ex, speaker, example::checkpoint_bytes(net.parameter_count()));
 
   // Every rank reads the same batches (same seed): tensor parallelism splits the model, not the data.
   const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
@@ -108,33 +109,33 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
 
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
-    std::optional<example::options> o;
-    try {
-      o = example::parse(argc, argv, {});
-    } catch (const std::exception& e) {  // every rank parses the same arguments: all stop here
-      if (world.rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
-    }
-    if (!o) return 0;
-    // The degree compiled for the number of ranks; 512 is the width the two split layers divide.
-    return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {
+    return example::on_every_rank(world.rank(), [&] {
+      const std::optional<example::options> o = example::parse(
+          argc, argv, {}, {},
+          "Trains fashion_mnist_mlp's MLP with its hidden layer split over 1, 2, 4 or 8 MPI ranks (GPUs over NCCL in the "
+          "_cuda build).");
+      if (!o) return 0;
+      // The degree compiled for the number of ranks; 512 is the width the two split layers divide.
+      return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {
 #if FUSOR_HAS_CUDA
-      if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
-        fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
-        cudaStream_t stream{};
-        FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        int status = 0;
-        {
-          // NCCL on the compute stream: the all-reduces queue behind the matmuls, nothing waits.
-          auto gpus = fs::comm::nccl::over(world, stream);
-          status = train<Ways, fs::bf16, fs::device_space>(*o, gpus, fs::cuda_executor{stream}, "GPUs over NCCL, bf16");
+        if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
+          fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
+          cudaStream_t stream{};
+          FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+          int status = 0;
+          {
+            // NCCL on the compute stream: the all-reduces queue behind the matmuls, nothing waits.
+            auto gpus = fs::comm::nccl::over(world, stream);
+            status = train<Ways, fs::bf16, fs::device_space>(*o, gpus, fs::cuda_executor{stream}, "GPUs over NCCL, bf16");
+          }
+          FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
+          return status;
         }
-        FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
-        return status;
-      }
 #endif
-      if (o->device == "cuda") throw fs::error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
-      return train<Ways, fs::fp32, fs::host_space>(*o, world, fs::host_executor{}, "host, fp32, MPI");
+        if (o->device == "cuda")
+          throw fs::app::usage_error("--device cuda, but no CUDA GPU (or no CUDA build: use the _cuda program)");
+        return train<Ways, fs::fp32, fs::host_space>(*o, world, fs::host_executor{}, "host, fp32, MPI");
+      });
     });
   });
 }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -103,10 +104,10 @@ class command_line {
   template <io::text_number_type T>
   command_line& numbers(std::string name, std::vector<T>& target, std::string meaning, bounds<T> accepted = {}) {
     std::string shown;
-    for (const T& v : target) shown += (shown.empty() ? "" : ",") + detail::show(v);
+    for (const T& v : target) shown.append(shown.empty() ? "" : ",").append(detail::show(v));
     const std::string each = accepted.text();
     return add(std::move(name), std::integral<T> ? "N,N,..." : "X,X,...", std::move(meaning), shown,
-               each.empty() ? "" : "each " + each, [&target, accepted](std::string_view text) {
+               each.empty() ? std::string() : std::string("each ").append(each), [&target, accepted](std::string_view text) {
                  std::vector<T> values;
                  for (std::size_t start = 0;;) {
                    const std::size_t comma = text.find(',', start);
@@ -210,6 +211,18 @@ class command_line {
     return true;
   }
   bool parse(int argc, char** argv) { return parse(argc, const_cast<const char* const*>(argv)); }
+
+  // For a main() with nothing to clean up: parse(), but --help exits with
+  // status 0 after printing, and a mistake prints "error: ..." to stderr and
+  // exits with status 2.
+  void parse_or_exit(int argc, char** argv) {
+    try {
+      if (!parse(argc, argv)) std::exit(0);
+    } catch (const usage_error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::exit(2);
+    }
+  }
 
   // --help: usage, summary, one line per option (meaning; default; accepted values), epilogue.
   std::string help() const {
