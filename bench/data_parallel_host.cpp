@@ -27,9 +27,11 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/network.hpp>
@@ -163,23 +165,24 @@ void measure(fs::comm::mpi& world, const settings& s, trainers& t) {
   std::fflush(stdout);
 }
 
-settings parse(int argc, char** argv) {
+// Empty after --help; a mistake throws (run_ranks reports it and ends the job).
+std::optional<settings> parse(int argc, char** argv) {
   settings s;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--steps") s.steps = std::stoi(argv[i + 1]);
-    else if (a == "--rounds") s.rounds = std::stoi(argv[i + 1]);
-    else if (a == "--batch") s.batch = std::stoll(argv[i + 1]);
-    else throw fs::error("unknown option " + a + " (--steps N, --rounds N, --batch N)");
-  }
-  return s;
+  const bool go_on = fs::app::command_line("Data-parallel training steps over MPI ranks: buckets, overlap, bf16, ZeRO.")
+                         .number("--steps", s.steps, "timed steps a round", fs::app::at_least(1))
+                         .number("--rounds", s.rounds, "rounds (the median is reported)", fs::app::at_least(1))
+                         .number("--batch", s.batch, "global batch", fs::app::at_least<fs::index_t>(1))
+                         .parse(argc, argv);
+  return go_on ? std::optional<settings>(s) : std::nullopt;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
-    const settings s = parse(argc, argv);
+    const std::optional<settings> parsed = parse(argc, argv);
+    if (!parsed) return 0;
+    const settings& s = *parsed;
     const batches data(s.batch);
     if (world.rank() == 0)
       std::printf("MLP 784-512-256-10, AdamW, fp32, global batch %lld, %d ranks, %d steps x %d rounds\n\n"

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/optim/adamw.hpp>
@@ -75,8 +76,10 @@ void run(fs::comm::mpi& world, parallel::pipeline_schedule schedule, fs::index_t
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
     int steps = 20;
-    for (int i = 1; i + 1 < argc; ++i)
-      if (std::string(argv[i]) == "--steps") steps = std::stoi(argv[i + 1]);
+    const bool go_on = fs::app::command_line("Pipeline-parallel MLP steps over MPI ranks, GPipe and 1F1B.")
+        .number("--steps", steps, "timed steps", fs::app::at_least(1))
+        .parse(argc, argv);  // false after --help; a mistake throws (run_ranks ends the job)
+    if (!go_on) return 0;
     if (world.rank() == 0)
       std::printf("| ranks | schedule | m | step ms | idle per stage | bubble of step (p-1)/(m+p-1) | (p-1)/m |\n"
                   "|---|---|---|---|---|---|---|\n");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <fusor/app/command_line.hpp>
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/optim/adamw.hpp>
@@ -135,8 +136,10 @@ void run(fs::comm::mpi& world, const char* name, int ways, int steps) {
 int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
     int steps = 10;
-    for (int i = 1; i + 1 < argc; ++i)
-      if (std::string(argv[i]) == "--steps") steps = std::stoi(argv[i + 1]);
+    const bool go_on = fs::app::command_line("Tensor-parallel MLP steps over MPI ranks.")
+        .number("--steps", steps, "timed steps", fs::app::at_least(1))
+        .parse(argc, argv);  // false after --help; a mistake throws (run_ranks ends the job)
+    if (!go_on) return 0;
     if (world.rank() == 0) {
       std::printf("| model | ranks | step ms | all-reduce ms (of step) | all-reduces a step | kB a step a rank | parameters a rank |\n");
       std::printf("|---|---|---|---|---|---|---|\n");

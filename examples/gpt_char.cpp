@@ -90,9 +90,11 @@ std::optional<options> parse(int argc, char** argv) {
       .text("--prompt", o.prompt, "what generation starts from", "TEXT")
       .number("--generate", o.generate, "characters to write after training", app::between(0L, 1'000'000L))
       .number("--temperature", o.temperature, "sampling temperature", app::above_up_to(0.f, 100.f))
-      .number("--top-k", o.top_k, "sample among the K likeliest (0: all)", app::between(0, int(vocabulary::size)))
+      .number("--top-k", o.top_k, "sample among the N likeliest (0: all)", app::between(0, int(vocabulary::size)))
       .number("--seed", o.seed, "initialisation, batches and sampling")
-      .path("--data", o.data, "the corpus (default " + default_corpus() + "; scripts/fetch_shakespeare.sh fetches it)")
+      .path("--data", o.data,
+            "the corpus (default $FUSOR_DATA_DIR/shakespeare.txt, else ${XDG_CACHE_HOME:-~/.cache}/fusor/shakespeare.txt; "
+            "scripts/fetch_shakespeare.sh fetches it)")
       .choice("--device", o.device, {"auto", "host", "cuda"},
               "auto: the GPU in the _cuda build when there is one; cuda without a GPU: \"skipped: no GPU\", exit 77")
       .number("--require-below-baseline", o.require_below_baseline,

@@ -122,7 +122,7 @@ class command_line {
   command_line& text(std::string name, std::string& target, std::string meaning, std::string metavar = "TEXT",
                      bool non_empty = true) {
     return add(std::move(name), std::move(metavar), std::move(meaning), target.empty() ? "" : "'" + escaped(target) + "'",
-               non_empty ? "not empty" : "", [&target, non_empty](std::string_view text) {
+               "", [&target, non_empty](std::string_view text) {
                  if (non_empty && text.empty()) throw usage_error("an empty value is not accepted");
                  target = std::string(text);
                });
