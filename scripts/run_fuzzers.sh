@@ -22,6 +22,7 @@ cuda_include="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bi
 [ -d "$cuda_include/cccl" ] || { fusor_say "the CUDA Toolkit's headers are needed (not found at $cuda_include)"; exit 1; }
 
 seconds="${FUSOR_FUZZ_SECONDS:-30}"
+[[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { fusor_say "FUSOR_FUZZ_SECONDS is a whole number of seconds, 1 or more, not '$seconds'"; exit 2; }
 fuzz="$FUSOR_ROOT/tests/fuzz"
 build="${FUSOR_FUZZ_BUILD_DIR:-$FUSOR_ROOT/build-fuzz}"
 if [ $# -gt 0 ]; then targets=("$@"); else targets=(json safetensors checkpoint_reader idx fashion_mnist); fi
