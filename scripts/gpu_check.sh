@@ -33,7 +33,9 @@
 # (default build-gpu), FUSOR_GPU_ONLY (a regex: only the targets it matches, for
 # a quick kit), FUSOR_GPU_KEEP_SYMBOLS=1 (host symbols kept, so that
 # compute-sanitizer's backtraces name the calling functions; with
-# FUSOR_GPU_ONLY, to stay under 64 MiB), FUSOR_JOBS.
+# FUSOR_GPU_ONLY, to stay under 64 MiB) or =REGEX (kept in the targets it
+# matches only), FUSOR_GPU_ASSEMBLE_ONLY=1 (pack what is built, build nothing:
+# to re-pack with other symbols without rebuilding), FUSOR_JOBS.
 set -euo pipefail
 
 # Test accuracy after 10 epochs on the host (bench/RESULTS.md, fp32): the GPU
@@ -72,9 +74,13 @@ kit_build() {
   targets=$(cmake --build "$build" --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*\).*/\1/p' |
             grep -E '(_cuda_tests|_nccl_tests|_cuda)$|^bench_cuda_' | grep -E "${FUSOR_GPU_ONLY:-.}" | sort -u)
   [ -n "$targets" ] || die "no CUDA targets in $build (is FUSOR_ENABLE_CUDA on?)"
-  say "building $(echo "$targets" | wc -l) CUDA targets with $FUSOR_JOBS jobs"
-  # shellcheck disable=SC2086  # one word per target
-  cmake --build "$build" --parallel "$FUSOR_JOBS" --target $targets
+  if [ -n "${FUSOR_GPU_ASSEMBLE_ONLY:-}" ]; then
+    say "packing the $(echo "$targets" | wc -l) CUDA targets as built (FUSOR_GPU_ASSEMBLE_ONLY: no build)"
+  else
+    say "building $(echo "$targets" | wc -l) CUDA targets with $FUSOR_JOBS jobs"
+    # shellcheck disable=SC2086  # one word per target
+    cmake --build "$build" --parallel "$FUSOR_JOBS" --target $targets
+  fi
 
   say "assembling $kit"
   rm -rf "$kit" && mkdir -p "$kit/stage/bin/tests" "$kit/stage/bin/bench" "$kit/stage/bin/examples" "$kit/stage/lib" \
@@ -90,7 +96,8 @@ kit_build() {
       bench_*) folder=bench ;;
       *) folder=examples ;;
     esac
-    if [ -n "${FUSOR_GPU_KEEP_SYMBOLS:-}" ]; then
+    if [ "${FUSOR_GPU_KEEP_SYMBOLS:-}" = 1 ] ||
+       { [ -n "${FUSOR_GPU_KEEP_SYMBOLS:-}" ] && echo "$target" | grep -Eq -- "$FUSOR_GPU_KEEP_SYMBOLS"; }; then
       cp "$binary" "$kit/stage/bin/$folder/$target"  # sanitizer backtraces name host functions
     else
       strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays

@@ -13,7 +13,9 @@
 // is accepted: "--epochs 1x: '1x' is not a whole number (accepted: 1 to
 // 100000)". Numbers are read strictly (io/text_number.hpp): the whole text,
 // finite, in range. Both "--name value" and "--name=value" are read; an
-// option given twice keeps the last value.
+// option given twice keeps the last value. --help prints the table as text,
+// --help-markdown as a Markdown table (for README). The command_line keeps
+// references to the bound variables: they must outlive parse().
 #pragma once
 
 #include <algorithm>
