@@ -11,7 +11,9 @@
 #   bash KIT/gpu_check.sh run [options]       there, from the copied folder: no
 #       compiler, no network. Prints nvidia-smi, runs every CUDA test, each test
 #       binary under compute-sanitizer (memcheck, racecheck, synccheck,
-#       initcheck), the CUDA benchmarks and the CUDA examples (the Fashion-MNIST
+#       initcheck; before initcheck, a probe of whether initcheck sees cuBLAS's
+#       writes here: on an H200 with CUDA 13.0 it does not, so reads of a GEMM's
+#       output are reported falsely), the CUDA benchmarks and the CUDA examples (the Fashion-MNIST
 #       MLP and CNN must reach the host's test accuracy), and writes one
 #       Markdown report with every figure and every failure. Exit status 1 when
 #       anything failed.
@@ -103,6 +105,9 @@ kit_build() {
       strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
     fi
   done
+  # initcheck's probe (tests/gpu_check/initcheck_probe.cu): host code calling cuBLAS, no kernel of its own.
+  mkdir -p "$kit/stage/bin/probes"
+  nvcc -O2 "$FUSOR_ROOT/tests/gpu_check/initcheck_probe.cu" -o "$kit/stage/bin/probes/initcheck_probe" -lcublas
   copy_libraries "$kit/stage"
   mkdir -p "$kit/stage/tests" && cp "$FUSOR_ROOT/tests/train/gpt_pytorch_reference.py" "$kit/stage/tests/"
   cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$FUSOR_ROOT/bench/rowwise_torch_gpu.py" \
@@ -159,6 +164,10 @@ kit_run() {
   report="$kit/report/gpu_check.md"
   while [ $# -gt 0 ]; do
     case "$1" in
+      --report|--phases|--tools|--only|--timeout|--epochs)
+        [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "$1 needs a value (see the top of gpu_check.sh)" ;;
+    esac
+    case "$1" in
       --report) report="$2"; shift 2 ;;
       --phases) phases="$2"; shift 2 ;;
       --tools) tools="$2"; shift 2 ;;
@@ -167,6 +176,15 @@ kit_run() {
       --epochs) epochs="$2"; shift 2 ;;
       *) die "unknown option $1 (see the top of gpu_check.sh)" ;;
     esac
+  done
+  [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || die "--timeout is a whole number of seconds, 1 or more, not '$timeout_s'"
+  [[ "$epochs" =~ ^[1-9][0-9]*$ ]] || die "--epochs is a whole number, 1 or more, not '$epochs'"
+  local item
+  for item in ${phases//,/ }; do
+    case "$item" in tests|sanitizer|bench|examples) ;; *) die "--phases: '$item' is not one of tests, sanitizer, bench, examples" ;; esac
+  done
+  for item in ${tools//,/ }; do
+    case "$item" in memcheck|racecheck|synccheck|initcheck) ;; *) die "--tools: '$item' is not one of memcheck, racecheck, synccheck, initcheck" ;; esac
   done
   mkdir -p "$(dirname "$report")"
   REPORT="$report"
@@ -223,7 +241,7 @@ find_provided_libraries() {
   MISSING_LIBRARIES=""
   while read -r name; do
     [ -n "$name" ] || continue
-    found=$(find "${roots[@]}" -maxdepth 4 -name "$name" 2>/dev/null | head -1 || true)
+    found=$(find -H "${roots[@]}" -maxdepth 4 -name "$name" 2>/dev/null | head -1 || true)  # -H: a root may be a link (lib -> ../../lib)
     if [ -z "$found" ]; then MISSING_LIBRARIES+="$name "; continue; fi
     dir=$(dirname "$found")
     case ":$PROVIDED_PATH:" in *":$dir:"*) ;; *) PROVIDED_PATH="${PROVIDED_PATH:+$PROVIDED_PATH:}$dir" ;; esac
@@ -350,6 +368,7 @@ phase_sanitizer() {
     return
   fi
   for tool in ${tools//,/ }; do
+    [ "$tool" = initcheck ] && initcheck_probe "$sanitizer"
     for bin in $bins; do
       say "$tool $(basename "$bin")"
       run_logged "$tool $(basename "$bin")" "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
@@ -362,6 +381,28 @@ phase_sanitizer() {
     done
   done
   end_section
+}
+
+# Whether initcheck sees cuBLAS's writes here: a GEMM into a fresh buffer, then
+# a copy of it to the host (tests/gpu_check/initcheck_probe.cu). Where it does
+# not (an H200 with CUDA 13.0), every read of a GEMM's output is reported as
+# uninitialised: the report says so, so that such reports are not taken for
+# fusor's. The probe's own verdict (its values right) is a row like any other.
+initcheck_probe() {
+  local probe="$UNPACKED/bin/probes/initcheck_probe"
+  [ -x "$probe" ] || return 0
+  say "initcheck probe"
+  run_logged "initcheck probe" "$1" --tool initcheck --error-exitcode 86 --print-limit 1 "$probe"
+  local errors
+  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$OUTPUT_FILE" | tail -1 || true)
+  if [ "$RC" -eq 86 ]; then
+    record sanitizer "initcheck probe: a cuBLAS GEMM's output copied to the host" passed \
+      "initcheck does NOT see cuBLAS's writes here ($errors on the copy): its reports of reads of a GEMM's output are not evidence"
+  else
+    record sanitizer "initcheck probe: a cuBLAS GEMM's output copied to the host" "$(verdict_of)" \
+      "initcheck sees cuBLAS's writes here: every report below is a real read of unwritten memory"
+  fi
+  rm -f "$OUTPUT_FILE"
 }
 
 phase_bench() {

@@ -17,6 +17,7 @@ for f in gpu_check.sh payload.tar.xz MANIFEST.txt provided.txt data/fashion-mnis
 done
 payload=$(xz -dc "$work/kit/payload.tar.xz" | tar -tf -)
 grep -q 'bin/examples/quickstart_cuda$' <<<"$payload" || fail "quickstart_cuda is not in the payload"
+grep -q 'bin/probes/initcheck_probe$' <<<"$payload" || fail "initcheck's probe is not in the payload"
 grep -q '^commit: ' "$work/kit/MANIFEST.txt" || fail "MANIFEST.txt names no commit"
 
 FUSOR_GPU_UNPACK_DIR="$work/unpacked" bash "$work/kit/gpu_check.sh" run --phases examples,tests --report "$work/report/r.md" ||
@@ -27,7 +28,11 @@ grep -q 'everything passed' "$work/report/r.md" || fail "the report's verdict is
 [ ! -e "$work/kit/unpacked" ] || fail "run unpacked into the kit, which must stay small enough to carry"
 # An unknown option is refused with the usage's exit status.
 set +e
-bash "$work/kit/gpu_check.sh" run --no-such-option >/dev/null 2>&1
-[ $? -eq 2 ] || fail "an unknown option did not exit with 2"
+for bad in "--no-such-option" "--timeout abc" "--timeout" "--epochs 0" "--phases tests,fuzz" "--tools memcheck,asan" \
+           "--report --phases"; do
+  # shellcheck disable=SC2086  # the case's words
+  bash "$work/kit/gpu_check.sh" run $bad >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "run $bad did not exit with 2"
+done
 set -e
 echo "kit smoke test: passed"
