@@ -192,6 +192,7 @@ def main():
         (pipe, ["--schedule", "zigzag"], 2, "'zigzag' is not one of 1f1b|gpipe"),
         (pipe, ["--micro-batches", "5"], 2, "--micro-batches 5 does not divide --batch 128"),
         (tp, ["--epochs", "-2"], 2, "--epochs -2"),
+        (tp, ["--batch", "300", "--train-limit", "200"], 2, "smaller than one batch (300)"),
         (tp, ["--checkpoint", os.path.join(root, "missing", "saves")], 1, "/missing' does not exist"),
         (custom, ["--x"], 2, "unknown option --x"),
     ]

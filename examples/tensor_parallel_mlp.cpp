@@ -41,10 +41,7 @@ using mlp = nn::sequential<nn::features<784>,
 template <int Ways, class Precision, class Space, class Communicator, class Executor>
 int train(const example::options& o, Communicator& ranks, const Executor& ex, const std::string& device) {
   const bool speaker = ranks.rank() == 0;
-  fs::data::labelled_images train_set = fs::data::load_fashion_mnist(fs::data::split::train, o.data);
-  fs::data::labelled_images test_set = fs::data::load_fashion_mnist(fs::data::split::test, o.data);
-  if (o.train_limit > 0) train_set = fs::data::take_first(train_set, std::min(o.train_limit, train_set.count));
-  if (o.test_limit > 0) test_set = fs::data::take_first(test_set, std::min(o.test_limit, test_set.count));
+  const auto [train_set, test_set] = example::load_data(o);  // at least one batch, or a usage error
 
   fs::stream_t stream{};
   if constexpr (!std::is_same_v<Executor, fs::host_executor>) stream = ex.stream;
