@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
       parallel_settings settings;
       const std::optional<example::options> o = example::parse(
           argc, argv, {}, [&](fs::app::command_line& cli) { settings.declare(cli); },
-          "Trains fashion_mnist_mlp's MLP data-parallel over MPI ranks (one GPU a rank over NCCL in the _cuda build).");
+          "Trains fashion_mnist_mlp's MLP data-parallel over MPI ranks (one GPU a rank over NCCL in the _cuda build).",
+          world.rank() == 0);
       if (!o) return 0;
       const fs::parallel::data_parallel_options p = settings.resolved();
 #if FUSOR_HAS_CUDA

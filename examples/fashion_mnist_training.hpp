@@ -94,11 +94,12 @@ inline void declare_options(fs::app::command_line& cli, options& o) {
 
 // Parses argv into `o` (the example's defaults). `more` declares the example's
 // own options on the same command line (its --help lists them all). Empty
-// when --help was given.
+// when --help was given; `speaker`: whether this process prints the help (rank 0 of a job).
 inline std::optional<options> parse(int argc, char** argv, options o,
                                     const std::function<void(fs::app::command_line&)>& more = {},
-                                    const char* summary = "Trains on Fashion-MNIST.") {
+                                    const char* summary = "Trains on Fashion-MNIST.", bool speaker = true) {
   fs::app::command_line cli(summary);
+  cli.print_help(speaker);
   declare_options(cli, o);
   if (more) more(cli);
   cli.epilogue(exit_statuses);

@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
       parallel::pipeline_options p;
       const std::optional<example::options> o = example::parse(
           argc, argv, {}, [&](fs::app::command_line& cli) { declare_pipeline_options(cli, p); },
-          "Trains a five-layer MLP pipeline-parallel, one stage per MPI rank (per GPU over NCCL in the _cuda build).");
+          "Trains a five-layer MLP pipeline-parallel, one stage per MPI rank (per GPU over NCCL in the _cuda build).",
+          world.rank() == 0);
       if (!o) return 0;
       check_pipeline_options(*o, p, world.size());
 #if FUSOR_HAS_CUDA

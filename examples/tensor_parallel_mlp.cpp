@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
       const std::optional<example::options> o = example::parse(
           argc, argv, {}, {},
           "Trains fashion_mnist_mlp's MLP with its hidden layer split over 1, 2, 4 or 8 MPI ranks (GPUs over NCCL in the "
-          "_cuda build).");
+          "_cuda build).",
+          world.rank() == 0);
       if (!o) return 0;
       // The degree compiled for the number of ranks; 512 is the width the two split layers divide.
       return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {

@@ -195,6 +195,11 @@ TEST_CASE("--help stops parsing and reports it") {
   CHECK(s.epochs == 4);
   parse({"--quiet"}, &help_given);
   CHECK_FALSE(help_given);
+  // A process that is not to print (rank 1 of a job) stops at --help all the same.
+  int epochs = 3;
+  const char* argv[] = {"trainer", "--help", "--epochs", "7"};
+  CHECK_FALSE(app::command_line().number("--epochs", epochs, "epochs").print_help(false).parse(4, argv));
+  CHECK(epochs == 3);
 }
 
 TEST_CASE("a program that declares an option twice, or a malformed name, is told so") {

@@ -167,6 +167,12 @@ class command_line {
     e.act = std::move(act);
     return add_entry(std::move(e));
   }
+  // Whether --help prints (false: parse() still stops there): in a job of
+  // several processes, one prints.
+  command_line& print_help(bool yes) {
+    print_help_ = yes;
+    return *this;
+  }
   // Text after the options in --help (exit statuses, say).
   command_line& epilogue(std::string text) {
     epilogue_ = std::move(text);
@@ -179,8 +185,10 @@ class command_line {
     program_ = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "program";
     for (int i = 1; i < argc; ++i) {
       std::string_view arg = argv[i];
-      if (arg == "--help" || arg == "-h") return std::fputs(help().c_str(), stdout), false;
-      if (arg == "--help-markdown") return std::fputs(markdown().c_str(), stdout), false;
+      if (arg == "--help" || arg == "-h" || arg == "--help-markdown") {
+        if (print_help_) std::fputs((arg == "--help-markdown" ? markdown() : help()).c_str(), stdout);
+        return false;
+      }
       if (arg.substr(0, 2) != "--")
         throw usage_error("unexpected argument '" + std::string(arg) + "': every option starts with -- (--help lists them)");
       std::optional<std::string_view> inline_value;
@@ -333,6 +341,7 @@ class command_line {
   }
 
   std::string summary_, epilogue_, program_ = "program";
+  bool print_help_ = true;
   std::vector<entry> entries_;
 };
 
