@@ -37,24 +37,30 @@
 
 namespace fusor::io {
 
+// The text saved as metadata `key` of the checkpoint `file`; a missing key is
+// a checkpoint_error naming the file, the key and the keys present.
+inline const std::string& metadata_text(const std::map<std::string, std::string>& metadata, const std::string& key,
+                                        const std::filesystem::path& file) {
+  const auto it = metadata.find(key);
+  if (it != metadata.end()) return it->second;
+  std::string present;
+  for (const auto& [k, v] : metadata) present += (present.empty() ? "'" : ", '") + k + "'";
+  throw checkpoint_error("fusor: checkpoint '" + file.string() + "' has no metadata '" + key +
+                         "' (was it saved by this program?); the keys present are: " +
+                         (present.empty() ? std::string("none") : present));
+}
+
 // The number saved as metadata `key` of the checkpoint `file` (a step, an
 // epoch), read strictly; a missing key or a value that is not such a number is
 // a checkpoint_error naming the file, the key and what was found.
 template <text_number_type T>
 T metadata_number(const std::map<std::string, std::string>& metadata, const std::string& key,
                   const std::filesystem::path& file) {
-  const auto it = metadata.find(key);
-  if (it == metadata.end()) {
-    std::string present;
-    for (const auto& [k, v] : metadata) present += (present.empty() ? "'" : ", '") + k + "'";
-    throw checkpoint_error("fusor: checkpoint '" + file.string() + "' has no metadata '" + key +
-                           "' (was it saved by this program?); the keys present are: " +
-                           (present.empty() ? std::string("none") : present));
-  }
-  const text_number<T> n = parse_number<T>(it->second);
+  const std::string& text = metadata_text(metadata, key, file);
+  const text_number<T> n = parse_number<T>(text);
   if (!n)
     throw checkpoint_error("fusor: checkpoint '" + file.string() + "': metadata '" + key + "' should be " +
-                           number_kind<T>() + ", but " + number_fault_text<T>(it->second, n.fault));
+                           number_kind<T>() + ", but " + number_fault_text<T>(text, n.fault));
   return n.value;
 }
 
@@ -238,14 +244,7 @@ class checkpoint_reader {
   }
 
   // Throws checkpoint_error when the header has no such key.
-  std::string metadata(const std::string& key) const {
-    const auto it = contents_.metadata.find(key);
-    if (it != contents_.metadata.end()) return it->second;
-    std::string present;
-    for (const auto& [k, v] : contents_.metadata) present += (present.empty() ? "'" : ", '") + k + "'";
-    throw checkpoint_error("fusor: checkpoint '" + file_.string() + "' has no metadata '" + key +
-                           "'; the keys present are: " + (present.empty() ? std::string("none") : present));
-  }
+  std::string metadata(const std::string& key) const { return metadata_text(contents_.metadata, key, file_); }
 
  private:
   const tensor_record& find_or_throw(const std::string& name) const {

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <concepts>
 #include <limits>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
