@@ -20,8 +20,7 @@
 // --powersgd-warmup N (steps before compression); the others are fashion_mnist_mlp's. --checkpoint names a folder here: each epoch's
 // save in its own subfolder (every rank its shard, parallel/distributed_checkpoint.hpp),
 // `latest` naming the newest; --resume continues from it on any number of
-// ranks, with or without --zero, --zero2 or --zero3 (PowerSGD's error feedback is not saved: it
-// restarts from zero).
+// ranks, with or without --zero, --zero2 or --zero3 (PowerSGD's error feedback is saved too).
 #include <fusor/comm/mpi.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/parallel/data_parallel.hpp>

@@ -7,6 +7,8 @@
 // every data rank a range of each tensor's moments) resumes on one process and
 // on (N/2) x 2 x 1 without ZeRO, and the other way round. A rank that cannot
 // write its shard makes every rank throw, and no manifest is written.
+// PowerSGD's error feedback and warm start resume bit for bit on the same
+// mesh, and spread their sum over another number of data ranks.
 // Every step sees a different batch, so a resume at the wrong step shows.
 #include <cmath>
 #include <filesystem>
@@ -75,20 +77,25 @@ plan resuming(const fs::path& dir) { return {{}, dir, saved_after, saved_after +
 // Runs the steps [first_step, last_step) of `train` (step(s) runs step s and
 // returns its loss), saving or loading as `p` says; returns the losses after
 // the save point.
-template <class Trainer, class Step>
-std::vector<double> run(Trainer& train, mpi& world, const parallel::checkpoint_rank& where, const plan& p, Step&& step) {
+// observe(train) right after the save or the load.
+template <class Trainer, class Step, class Observe = decltype([](Trainer&) {})>
+std::vector<double> run(Trainer& train, mpi& world, const parallel::checkpoint_rank& where, const plan& p, Step&& step,
+                        Observe&& observe = {}) {
   train.initialize(host_executor{});
   if (!p.load_from.empty()) {
     const auto meta = parallel::load_distributed(p.load_from, train, where, host_executor{});
     CHECK(meta.at("epoch") == "7");
     CHECK(train.steps_taken() == std::uint64_t(p.first_step));
+    observe(train);
   }
   std::vector<double> losses;
   for (int s = p.first_step; s < p.last_step; ++s) {
     const double loss = step(s);
     if (s >= saved_after) losses.push_back(loss);
-    if (s + 1 == saved_after && !p.save_to.empty())
+    if (s + 1 == saved_after && !p.save_to.empty()) {
       parallel::save_distributed(p.save_to, train, world, where, "step-2", {{"epoch", "7"}}, host_executor{});
+      observe(train);
+    }
   }
   return losses;
 }
@@ -137,10 +144,19 @@ std::vector<double> mesh_3d(mpi& world, parallel::mesh_shape shape, const plan& 
   });
 }
 
+// PowerSGD's error feedback over the world: the sum and the sum of magnitudes
+// of every element, each data rank's counted, each unsplit matrix once.
+struct error_feedback_totals {
+  double sum = 0, magnitude = 0;
+};
+
 // Data x tensor, data-parallel (ZeRO-1, 2 or 3 when `zero_stage` says so,
-// in small buckets so that ranks' ranges cut across tensors).
+// in small buckets so that ranks' ranges cut across tensors; or with PowerSGD
+// at rank 4, every weight matrix compressed, its error feedback's totals
+// appended to `totals` after the save or the load).
 template <int Ways>
-std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p) {
+std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p, bool powersgd = false,
+                                std::vector<error_feedback_totals>* totals = nullptr) {
   parallel::mesh grid(world, {.data = world.size() / Ways, .tensor = Ways, .pipeline = 1});
   using net_t = nn::network<split_mlp<Ways>, fp32, host_space>;
   net_t net(global_batch / grid.shape().data, {.seed = 5});
@@ -149,15 +165,34 @@ std::vector<double> data_tensor(mpi& world, int zero_stage, const plan& p) {
   parallel::data_parallel<net_t, fusor::optim::adamw, mpi> train(
       net, grid.data(), options, fusor::optim::adamw_options{},
       {.bucket_bytes = 20000,
+       .communication = powersgd ? parallel::gradient_communication::powersgd : parallel::gradient_communication::native,
        .shard_optimizer_state = zero_stage == 1,
+       .powersgd = {.rank = 4},
        .shard_gradients = zero_stage == 2,
        .shard_parameters = zero_stage == 3});
   if (tp) train.reduce_gradient_norm_with(*tp);
-  return run(train, world, parallel::checkpoint_rank_of(grid), p, [&](int s) {
-    train.loss().reset(host_executor{});
-    train.step(batch_images(s), batch_labels(s), host_executor{});
-    return train.totals().mean_loss;
-  });
+  const auto observe = [&](auto& t) {
+    if (!totals) return;
+    error_feedback_totals mine;
+    int matrices = 0;
+    t.for_each_compression_state([&](const auto&, const nn::parameter_slot& slot, const auto& e, const auto&) {
+      ++matrices;
+      if (!net.placement(slot).split && grid.at().tensor != 0) return;
+      for (index_t i = 0; i < index_t(e.size()); ++i) mine.sum += e.data()[i], mine.magnitude += std::fabs(e.data()[i]);
+    });
+    CHECK(matrices == 4);
+    world.all_reduce(view<double, flat>(&mine.sum, 1), fusor::comm::reduction_op::sum).wait();
+    world.all_reduce(view<double, flat>(&mine.magnitude, 1), fusor::comm::reduction_op::sum).wait();
+    totals->push_back(mine);
+  };
+  return run(
+      train, world, parallel::checkpoint_rank_of(grid), p,
+      [&](int s) {
+        train.loss().reset(host_executor{});
+        train.step(batch_images(s), batch_labels(s), host_executor{});
+        return train.totals().mean_loss;
+      },
+      observe);
 }
 
 int ranks_ok(mpi& world) { return world.size() % 4 == 0; }
@@ -240,6 +275,58 @@ TEST_CASE("distributed checkpoint: ZeRO-1, 2 and 3 state resumes without ZeRO, a
     const std::vector<double> uninterrupted = data_tensor<2>(world, 0, saving(dir));
     const plan p = resuming(dir);
     expect_losses(data_tensor<1>(world, 1, p), uninterrupted, false);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+}
+
+// The saved error feedback's totals `saved`, spread over another number of data
+// ranks (`loaded`): the same sum, the magnitudes no larger.
+void expect_spread(const std::vector<error_feedback_totals>& saved, const std::vector<error_feedback_totals>& loaded) {
+  REQUIRE(saved.size() == 1);
+  REQUIRE(loaded.size() == 1);
+  INFO("saved: sum ", saved[0].sum, ", magnitude ", saved[0].magnitude, "; loaded: sum ", loaded[0].sum, ", magnitude ",
+       loaded[0].magnitude);
+  CHECK(saved[0].magnitude > 0);
+  CHECK(std::fabs(loaded[0].sum - saved[0].sum) <= 1e-5 * saved[0].magnitude);
+  CHECK(loaded[0].magnitude > 0);
+  CHECK(loaded[0].magnitude <= saved[0].magnitude * (1 + 1e-5));
+}
+
+TEST_CASE("distributed checkpoint: PowerSGD's error feedback and warm start resume bit for bit, or spread over other data ranks") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const bool powersgd = true;
+  SUBCASE("saved by data parallel over every rank") {
+    const fs::path dir = shared_folder(world, "powersgd");
+    std::vector<error_feedback_totals> saved, loaded;
+    const std::vector<double> uninterrupted = data_tensor<1>(world, 0, saving(dir), powersgd, &saved);
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<1>(world, 0, p, powersgd), uninterrupted, true);
+    data_tensor<2>(world, 0, p, powersgd, &loaded);  // half the data ranks, each matrix split in two
+    expect_spread(saved, loaded);
+    data_tensor<1>(world, 0, p);  // without PowerSGD: its state is left aside
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+  SUBCASE("saved by data x tensor") {
+    const fs::path dir = shared_folder(world, "powersgd_tensor");
+    std::vector<error_feedback_totals> saved, loaded;
+    const std::vector<double> uninterrupted = data_tensor<2>(world, 0, saving(dir), powersgd, &saved);
+    const plan p = resuming(dir);
+    expect_losses(data_tensor<2>(world, 0, p, powersgd), uninterrupted, true);
+    data_tensor<1>(world, 0, p, powersgd, &loaded);
+    expect_spread(saved, loaded);
+    barrier(world);
+    if (world.rank() == 0) fs::remove_all(dir);
+  }
+  SUBCASE("saved without PowerSGD: the error feedback starts at zero") {
+    const fs::path dir = shared_folder(world, "powersgd_none");
+    std::vector<error_feedback_totals> loaded;
+    data_tensor<1>(world, 0, saving(dir));
+    data_tensor<1>(world, 0, resuming(dir), powersgd, &loaded);
+    REQUIRE(loaded.size() == 1);
+    CHECK(loaded[0].magnitude == 0);
     barrier(world);
     if (world.rank() == 0) fs::remove_all(dir);
   }

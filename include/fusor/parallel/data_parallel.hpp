@@ -315,6 +315,16 @@ class data_parallel {
   void for_each_optimizer(Fn&& fn) {
     for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
   }
+  // fn(parameter group, slot, E, Q) for each weight matrix PowerSGD compresses
+  // on this rank (none without PowerSGD): its error feedback (this rank's) and
+  // warm start (the same on every rank), kept by checkpoints beside the
+  // optimizer's state (parallel/distributed_checkpoint.hpp).
+  template <class Fn>
+  void for_each_compression_state(Fn&& fn) {
+    for_each_group([&](auto& g) {
+      g.for_each_compression_state([&](const nn::parameter_slot& slot, const auto& e, const auto& q) { fn(g.group(), slot, e, q); });
+    });
+  }
   // Where the parameters of `group` (one of the network's) lie on this rank,
   // for a checkpoint: the network's buffer, or under ZeRO-3 this rank's shard.
   template <class Element>

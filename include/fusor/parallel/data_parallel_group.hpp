@@ -288,6 +288,12 @@ class data_parallel_group {
     compressed_step_ = true;
   }
   bool compresses() const { return compressor_.has_value(); }
+  // fn(slot, E, Q) for each matrix PowerSGD compresses (parallel/powersgd.hpp); none without it.
+  template <class Fn>
+  void for_each_compression_state(Fn&& fn) {
+    if (compressor_)
+      compressor_->for_each_matrix_state([&](std::size_t slot, const auto& e, const auto& q) { fn(group_->slots()[slot], e, q); });
+  }
 
   // The reduced gradients' sum of squares into the controller (this rank's
   // shard under ZeRO-1). `skipped`: group ranges left out (under ZeRO-1 with

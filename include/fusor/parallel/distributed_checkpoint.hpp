@@ -22,7 +22,9 @@
 // optimizer state that ZeRO-1 shards over the data group, which every data
 // rank saves its part of; a tensor-parallel slice by its tensor rank, a
 // parameter that every tensor rank holds whole by tensor rank 0; a pipeline
-// stage its own layers; the step scalars world rank 0.
+// stage its own layers; the step scalars world rank 0. Under PowerSGD, its
+// error feedback and warm start too ("powersgd.3.weight.error", every data
+// rank its row; see detail::save_compression_state).
 //
 // The files are io/sharded_checkpoint.hpp's: one shard per rank, written
 // atomically, then (after every rank agreed that its shard is written) the
@@ -40,6 +42,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fusor/comm/communicator.hpp"
 #include "fusor/core/copy.hpp"
@@ -130,6 +133,85 @@ void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&&
   });
 }
 
+// PowerSGD's state (data_parallel with communication = powersgd), for each
+// weight matrix it compresses: "powersgd.<name>.error", the error feedback E
+// of every data rank as one tensor [data ranks, the unsplit parameter's
+// shape], each data rank its row; "powersgd.<name>.q", the warm start Q of
+// each tensor rank [tensor ranks, columns x r], by data rank 0 (Q is the same
+// on every data rank). On another number of data ranks each rank starts from
+// the saved E's sum over ranks divided by the new number, so the sum that the
+// next step adds to the gradients stays the same; Q is read only where the
+// tensor split is the saved one (else the seed's Q: a warm start, not state).
+struct ignore_compression_state {
+  template <class... Args>
+  void operator()(Args&&...) const {}
+};
+template <class Trainer>
+inline constexpr bool keeps_compression_state =
+    requires(Trainer& t) { t.for_each_compression_state(ignore_compression_state{}); };
+
+inline std::string error_feedback_name(const nn::parameter_slot& slot) { return "powersgd." + slot.name + ".error"; }
+inline std::string warm_start_name(const nn::parameter_slot& slot) { return "powersgd." + slot.name + ".q"; }
+
+// `piece` of a parameter, as data rank `rank`'s row of [ranks, the parameter's shape].
+inline io::tensor_piece of_data_rank(io::tensor_piece piece, index_t rank, index_t ranks) {
+  piece.global_shape.insert(piece.global_shape.begin(), ranks);
+  piece.begin.insert(piece.begin.begin(), rank);
+  piece.shape.insert(piece.shape.begin(), 1);
+  return piece;
+}
+// Tensor rank `where.at.tensor`'s row of [tensor ranks, elements].
+inline io::tensor_piece of_tensor_rank(const checkpoint_rank& where, index_t elements) {
+  return io::tensor_piece::slice({where.shape.tensor, elements}, 0, where.at.tensor, where.shape.tensor);
+}
+// A compressed matrix's own state: its elements of the group, from 0.
+inline optim::state_layout own_elements(const nn::parameter_slot& slot) {
+  return {{{slot.offset, slot.offset + slot.size, 0}}, false};
+}
+
+template <class Trainer>
+void save_compression_state(io::shard_writer& shard, Trainer& trainer, const checkpoint_rank& where) {
+  if constexpr (keeps_compression_state<Trainer>) {
+    const auto& network = trainer.network();
+    trainer.for_each_compression_state([&](const auto&, const nn::parameter_slot& slot, const auto& e, const auto& q) {
+      const nn::parameter_placement place = network.placement(slot);
+      if (place.split || where.at.tensor == 0)  // an unsplit matrix's E is the same on every tensor rank
+        for_each_piece(slot, place, own_elements(slot), e, [&](const io::tensor_piece& piece, const auto& v) {
+          shard.add(error_feedback_name(slot), of_data_rank(piece, where.at.data, where.shape.data), v);
+        });
+      if (where.at.data == 0) shard.add(warm_start_name(slot), of_tensor_rank(where, index_t(q.size())), q);
+    });
+  }
+}
+
+// E and Q from `reader`; E is zero where the checkpoint has none (saved without PowerSGD).
+template <class Trainer>
+void load_compression_state(const io::sharded_checkpoint_reader& reader, Trainer& trainer, const checkpoint_rank& where) {
+  if constexpr (keeps_compression_state<Trainer>) {
+    const auto& network = trainer.network();
+    trainer.for_each_compression_state([&](const auto&, const nn::parameter_slot& slot, const auto& e, const auto& q) {
+      const std::string errors = error_feedback_name(slot);
+      const bool saved = reader.contains(errors) && !reader.global_shape(errors).empty();
+      const index_t saved_ranks = saved ? reader.global_shape(errors).front() : 0;
+      for_each_piece(slot, network.placement(slot), own_elements(slot), e, [&](const io::tensor_piece& piece, const auto& v) {
+        if (saved_ranks == where.shape.data) return reader.read(errors, of_data_rank(piece, where.at.data, saved_ranks), v);
+        std::vector<float> sum(std::size_t(v.size()), 0.0f), one(sum.size());
+        const view<float, dextents<index_t, 1>> one_view(one.data(), index_t(one.size()));
+        for (index_t r = 0; r < saved_ranks; ++r) {
+          reader.read(errors, of_data_rank(piece, r, saved_ranks), one_view);
+          for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += one[i];
+        }
+        for (float& x : sum) x /= float(where.shape.data);
+        copy(v, view<float, dextents<index_t, 1>>(sum.data(), index_t(sum.size())));
+      });
+      const std::string warm_start = warm_start_name(slot);
+      const io::tensor_piece mine = of_tensor_rank(where, index_t(q.size()));
+      if (reader.contains(warm_start) && reader.global_shape(warm_start) == mine.global_shape)
+        reader.read(warm_start, mine, q);
+    });
+  }
+}
+
 template <class Executor>
 void finish_work(const Executor& ex) {
   if constexpr (requires { ex.synchronize(); }) ex.synchronize();
@@ -189,6 +271,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                                                        const auto& values, bool saved_here) {
       if (saved_here) shard.add(name, piece, values);
     });
+    detail::save_compression_state(shard, trainer, where);
     if (where.world_rank() == 0)
       trainer.controller().for_each_state([&](const auto& name, const auto& v) {
         shard.add("controller." + std::string(name), io::tensor_piece::whole({}), v);
@@ -241,6 +324,7 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
                                  [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool) {
                                    reader.read(name, piece, values);
                                  });
+  detail::load_compression_state(reader, trainer, where);
   trainer.controller().for_each_state([&](const auto& name, const auto& v) {
     reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
   });

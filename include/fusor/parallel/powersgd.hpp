@@ -115,6 +115,7 @@ template <class Element, class Space>
 class powersgd {
   // One compressed matrix: its place in the group and in the packed buffers.
   struct matrix {
+    std::size_t slot;               // the group's slot it is
     index_t offset, rows, columns;  // in the group: rows x columns elements from offset
     index_t error_at, p_at, q_at;   // in error_, p_, q_
   };
@@ -127,11 +128,12 @@ class powersgd {
       : options_(checked(options)) {
     const index_t r = options.rank;
     index_t error = 0, p = 0, q = 0, packed = 0, largest = 0;
-    for (const nn::parameter_slot& slot : group.slots()) {
+    for (std::size_t i = 0; i < group.slots().size(); ++i) {
+      const nn::parameter_slot& slot = group.slots()[i];
       const index_t rows = slot.shape.empty() ? 1 : slot.shape[0], columns = rows ? slot.size / rows : 0;
       const bool worth_it = slot.shape.size() >= 2 && 2 * r * (rows + columns) <= rows * columns;
       if (worth_it) {
-        matrices_.push_back({slot.offset, rows, columns, error, p, q});
+        matrices_.push_back({i, slot.offset, rows, columns, error, p, q});
         error += slot.size, p += rows * r, q += columns * r, largest = std::max(largest, slot.size);
       } else {
         vectors_at_.push_back({slot.offset, slot.size, packed});
@@ -158,6 +160,16 @@ class powersgd {
   // Bytes it holds: the error feedback, P, Q, one matrix's approximation, the packed vectors.
   index_t bytes_held() const {
     return (error_.size() + p_.size() + q_.size() + approximation_.size() + vectors_.size()) * index_t(sizeof(float));
+  }
+
+  // fn(slot index in the group, E, Q) for each compressed matrix: the state
+  // that carries from step to step, for a checkpoint. E (rows x columns,
+  // row-major like the gradient) is this rank's; Q (columns x r) the same on
+  // every rank of the group.
+  template <class Fn>
+  void for_each_matrix_state(Fn&& fn) {
+    for (const matrix& m : matrices_)
+      fn(m.slot, part(error_.view(), m.error_at, m.rows * m.columns), part(q_.view(), m.q_at, m.columns * options_.rank));
   }
 
   // `source`: this rank's gradients of the group (its element type, or the fp32
