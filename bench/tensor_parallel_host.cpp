@@ -1,5 +1,5 @@
 // bench/tensor_parallel_host.cpp — a tensor-parallel training step on the host
-// over MPI: its time at 1, 2 and 4 ranks, the part of it spent in all-reduces
+// over MPI: its time at 1, 2, 4 and 8 ranks, the part of it spent in all-reduces
 // (issue to completion; with one thread a rank that is also the time the rank
 // waits for the slowest), and the bytes each rank puts into them.
 //
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       std::printf("| model | ranks | step ms | all-reduce ms (of step) | all-reduces a step | kB a step a rank | parameters a rank |\n");
       std::printf("|---|---|---|---|---|---|---|\n");
     }
-    fs::parallel::dispatch_tensor_parallel<1, 2, 4>(world.size(), {512, 4096}, [&]<int Ways>() {
+    fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512, 4096}, [&]<int Ways>() {
       run<small_mlp<Ways>>(world, "784-512-256-10", Ways, steps);
       run<wide_mlp<Ways>>(world, "1024-4096-1024 x2 -10", Ways, steps);
     });
