@@ -129,3 +129,27 @@ function(fusor_link_mpi target)
     target_link_libraries(${target} INTERFACE $<BUILD_INTERFACE:MPI::MPI_CXX>)
   endif()
 endfunction()
+
+# A project that compiles CUDA with fusor: CMake's default architecture when
+# none is given is nvcc's oldest (sm_75 for CUDA 13), below what fusor's
+# kernels are written for (sm_80 and newer: bf16 tensor cores, cp.async). Say
+# so at configure time instead of compiling for the wrong GPU in silence.
+function(fusor_check_cuda_architectures)
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "CUDA" IN_LIST languages OR CMAKE_CUDA_ARCHITECTURES MATCHES "^(native|all|all-major)$")
+    return()
+  endif()
+  set(old "")
+  foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+    if(arch MATCHES "^([0-9]+)" AND CMAKE_MATCH_1 LESS 80)
+      list(APPEND old ${arch})
+    endif()
+  endforeach()
+  if(old)
+    message(WARNING "fusor: CMAKE_CUDA_ARCHITECTURES is '${CMAKE_CUDA_ARCHITECTURES}', older than the sm_80 that "
+                    "fusor's kernels are written for (when none is given, CMake picks nvcc's oldest). Configure with "
+                    "-DCMAKE_CUDA_ARCHITECTURES=native (this machine's GPUs) or e.g. \"80;90\" (A100, H100/H200).")
+  else()
+    message(STATUS "fusor: CUDA code for architectures ${CMAKE_CUDA_ARCHITECTURES}")
+  endif()
+endfunction()

@@ -7,7 +7,10 @@
 #      package: configure, build; run only where a GPU is present;
 #   4. the consumer with add_subdirectory(fusor's source tree): configure,
 #      build (its CUDA variant too with WITH_CUDA), run the C++ program (and the
-#      CUDA one where a GPU is present).
+#      CUDA one where a GPU is present);
+#   5. add_subdirectory into a CPU-only project (CUDA must stay off);
+#   6. FetchContent of a source archive, CPU-only;
+#   7. pkg-config with a plain Makefile (consumer/Makefile).
 # Any failing step stops the script with an error, which fails the test.
 cmake_minimum_required(VERSION 3.25)
 
@@ -126,5 +129,57 @@ endif()
 if(WITH_CUDA AND gpu)
   step("run the CUDA consumer (add_subdirectory)" ${build}/consumer_cuda)
 endif()
+
+# A CPU-only project: fusor must not have enabled the CUDA language in it.
+function(expect_no_cuda build_dir)
+  file(STRINGS ${build_dir}/CMakeCache.txt cuda_compiler REGEX "^CMAKE_CUDA_COMPILER:")
+  if(cuda_compiler)
+    message(FATAL_ERROR "install_consumer: a CPU-only consumer got the CUDA language from fusor (${cuda_compiler})")
+  endif()
+endfunction()
+
+# 5. add_subdirectory into a CPU-only project, fusor's options at their
+#    defaults: nvcc may be on this machine, CUDA stays off.
+set(build ${WORK_DIR}/add_subdirectory_cpu)
+step("configure the CPU-only consumer (add_subdirectory)"
+  ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${common_args} -DFUSOR_SOURCE_DIR=${FUSOR_SOURCE_DIR})
+expect_no_cuda(${build})
+step("build the CPU-only consumer (add_subdirectory)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs} --target consumer)
+step("run the CPU-only consumer (add_subdirectory)" ${build}/consumer)
+
+# 6. FetchContent of a source archive (what a release's tarball holds of fusor:
+#    include/, cmake/, CMakeLists.txt), into a CPU-only project.
+set(staging ${WORK_DIR}/archive/fusor-src)
+file(MAKE_DIRECTORY ${staging})
+file(COPY ${FUSOR_SOURCE_DIR}/include ${FUSOR_SOURCE_DIR}/cmake ${FUSOR_SOURCE_DIR}/CMakeLists.txt DESTINATION ${staging})
+step("pack fusor's sources" ${CMAKE_COMMAND} -E chdir ${WORK_DIR}/archive ${CMAKE_COMMAND} -E tar czf fusor-src.tar.gz fusor-src)
+set(build ${WORK_DIR}/fetch_content)
+step("configure the consumer (FetchContent)"
+  ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${build} ${common_args}
+  -DFUSOR_ARCHIVE=file://${WORK_DIR}/archive/fusor-src.tar.gz)
+expect_no_cuda(${build})
+step("build the consumer (FetchContent)" ${CMAKE_COMMAND} --build ${build} --parallel ${jobs})
+step("run the C++ consumer (FetchContent)" ${build}/consumer)
+step("run the data consumer (FetchContent)" ${build}/consumer_data)
+
+# 7. pkg-config and a plain Makefile, against the installed package.
+find_program(make_program NAMES make gmake)
+find_program(pkg_config NAMES pkg-config pkgconf)
+if(NOT make_program OR NOT pkg_config)
+  message(FATAL_ERROR "install_consumer: the pkg-config consumer needs make and pkg-config (Debian: make pkg-config)")
+endif()
+file(GLOB_RECURSE pc_files ${prefix}/*/fusor.pc)
+if(NOT pc_files)
+  message(FATAL_ERROR "install_consumer: no fusor.pc under ${prefix}")
+endif()
+list(GET pc_files 0 pc_file)
+get_filename_component(pc_dir ${pc_file} DIRECTORY)
+set(build ${WORK_DIR}/pkg_config)
+file(MAKE_DIRECTORY ${build})
+step("build the consumer with make and pkg-config"
+  ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} PKG_CONFIG=${pkg_config} CXX=${CXX_COMPILER}
+  ${make_program} -C ${CONSUMER_SOURCE_DIR} OUT=${build} --no-print-directory)
+step("run the C++ consumer (pkg-config)" ${build}/consumer_pc)
+step("run the data consumer (pkg-config)" ${build}/consumer_data_pc)
 
 message(STATUS "install_consumer: all steps passed")
