@@ -110,7 +110,7 @@ bool run(const shape& s, cudaStream_t stream) {
 }  // namespace
 
 int main() {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::printf("skipped: no GPU\n");
     return 77;
   }

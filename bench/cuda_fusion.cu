@@ -124,7 +124,7 @@ bool run(const char* precision, float tolerance, cudaStream_t stream) {
 }  // namespace
 
 int main() try {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::fprintf(stderr, "bench_cuda_fusion: no CUDA GPU available\n");
     return 77;
   }

@@ -186,7 +186,7 @@ void column_sums(const device_matrix<P>& x, const device_vector<P>& out, float* 
   FUSOR_CUDA_CHECK(cudaGetLastError());
   column_total<<<(cols + 255) / 256, 256, 0, stream>>>(partial, cols, out.data());
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  fusor::cuda::launch_counter().fetch_add(2);
+  fusor::gpu::launch_counter().fetch_add(2);
 }
 
 template <class P>
@@ -362,9 +362,9 @@ void mlp_row(int tokens, int width, int hidden, cudaStream_t stream) {
   const fusor::cuda_executor executor{stream};
   mlp_block<P> fused(tokens, width, hidden), separate(tokens, width, hidden);
   auto count = [&](auto&& step) {
-    const auto before = fusor::cuda::launch_count();
+    const auto before = fusor::gpu::launch_count();
     step();
-    return fusor::cuda::launch_count() - before;
+    return fusor::gpu::launch_count() - before;
   };
   const auto fused_launches = count([&] { fused.fused(executor); });
   const auto separate_launches = count([&] { separate.separate(executor); });
@@ -392,7 +392,7 @@ void mlp_row(int tokens, int width, int hidden, cudaStream_t stream) {
 }  // namespace
 
 int main() {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::printf("skipped: no GPU (bench_matmul_cuda compiled, cannot run here)\n");
     return 77;
   }

@@ -143,7 +143,7 @@ bool run(const char* precision, cudaStream_t stream) {
 }  // namespace
 
 int main() try {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::fprintf(stderr, "bench_reduce_cuda: no CUDA GPU available\n");
     return 77;
   }

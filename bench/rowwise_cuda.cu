@@ -205,7 +205,7 @@ void cross_entropy_rows(index_t rows, index_t n, cudaStream_t stream) {
 }  // namespace
 
 int main() {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::printf("skipped: no GPU\n");
     return 77;
   }

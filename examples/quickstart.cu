@@ -14,7 +14,7 @@
 #include <random>
 
 #include <fusor/core/copy.hpp>          // fusor::copy between host and device
-#include <fusor/core/cuda_runtime.hpp>  // fusor::cuda::available, launch_count
+#include <fusor/core/cuda_runtime.hpp>  // fusor::gpu::available, launch_count
 #include <fusor/core/tensor.hpp>        // fusor::tensor, fusor::extents, memory spaces
 #include <fusor/exec/assign.hpp>        // fusor::assign
 #include <fusor/exec/cuda.hpp>          // fusor::cuda_executor
@@ -35,7 +35,7 @@ int main() {
   auto fill = [&](auto& t) { for (fusor::index_t i = 0; i < t.size(); ++i) t.data()[i] = uniform(rng); };
   fill(x), fill(w), fill(b);
 
-  const bool gpu = fusor::cuda::available();
+  const bool gpu = fusor::gpu::available();
   std::uint64_t launches = 0;
   if (gpu) {
     // Device copies of the inputs, one kernel for the whole expression, and the result back.
@@ -43,10 +43,10 @@ int main() {
     float_tensor<row, fusor::device_space> db(b.extents());
     fusor::copy(dx, x), fusor::copy(dw, w), fusor::copy(db, b);
     const fusor::cuda_executor gpu_executor{};  // the default stream, launch shape from the occupancy API
-    const std::uint64_t before = fusor::cuda::launch_count();
+    const std::uint64_t before = fusor::gpu::launch_count();
     fusor::assign(dy, fusor::gelu(dx * dw + db), gpu_executor);
     gpu_executor.synchronize();
-    launches = fusor::cuda::launch_count() - before;
+    launches = fusor::gpu::launch_count() - before;
     fusor::copy(y, dy);
   } else {
     std::printf("fusor quickstart (CUDA build): no CUDA GPU is present on this machine;\n"

@@ -8,7 +8,7 @@
 #include <fusor/core/cuda_runtime.hpp>
 
 int main(int argc, char** argv) {
-  if (!fusor::cuda::available()) {
+  if (!fusor::gpu::available()) {
     std::printf("skipped: no GPU (the CUDA tests were compiled but cannot run here)\n");
     return 77;
   }

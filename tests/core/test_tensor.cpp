@@ -54,8 +54,8 @@ FUSOR_TEST_CASE("a failed CUDA call names the call, the file and the line") {
 }
 #else
 FUSOR_TEST_CASE("without a GPU, CUDA-only work says so instead of crashing") {
-  CHECK_FALSE(fusor::cuda::available());
-  CHECK_THROWS_WITH_AS(fusor::cuda::require("the cuda executor"), doctest::Contains("needs a CUDA GPU"),
+  CHECK_FALSE(fusor::gpu::available());
+  CHECK_THROWS_WITH_AS(fusor::gpu::require("the cuda executor"), doctest::Contains("needs a CUDA GPU"),
                        fusor::cuda_error);
 }
 #endif

@@ -1,9 +1,15 @@
 // The umbrella header: everything in it compiles together, with g++ and with
 // nvcc (two parts of fusor once defined the same detail names), and a program
-// written against it alone works.
+// written against it alone works, with `using namespace fusor;` in force: no
+// fusor name may hide libcu++'s ::cuda (unqualified `cuda::std` below would be
+// ambiguous, in this file and in CUB's kernels).
 #include <fusor/fusor.hpp>
 
 #include "support/fusor_test.hpp"
+
+using namespace fusor;
+static_assert(cuda::std::is_same_v<cuda::std::size_t, std::size_t>,
+              "cuda::std must name libcu++ under using namespace fusor");
 
 using namespace fusor_test;
 

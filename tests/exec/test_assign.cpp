@@ -27,7 +27,7 @@ void expect_all_equal(const space_tensor<int, vector_extents>& counts, int expec
   CHECK(wrong == 0);
 }
 
-std::uint64_t launches() { return fusor::cuda::launch_count(); }
+std::uint64_t launches() { return fusor::gpu::launch_count(); }
 #if defined(FUSOR_TEST_CUDA)
 constexpr int launches_per_assignment = 1;
 #else

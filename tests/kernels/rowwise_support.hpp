@@ -142,7 +142,7 @@ class checker {
   double worst_ = 0;
 };
 
-inline std::uint64_t launches() { return fusor::cuda::launch_count(); }
+inline std::uint64_t launches() { return fusor::gpu::launch_count(); }
 #if defined(FUSOR_TEST_CUDA)
 inline constexpr bool counts_launches = true;
 #else

@@ -21,7 +21,7 @@ using matrix = dextents<index_t, 2>;
 using batch_of_matrices = dextents<index_t, 3>;
 using vector = dextents<index_t, 1>;
 
-inline std::uint64_t launches() { return fusor::cuda::launch_count(); }
+inline std::uint64_t launches() { return fusor::gpu::launch_count(); }
 #if defined(FUSOR_TEST_CUDA)
 constexpr int launches_per_matmul = 1;  // one cublasLtMatmul
 #else

@@ -41,7 +41,7 @@ double scalar_of(const T& t) {
   return to_double(to_host(t).data()[0]);
 }
 
-std::uint64_t launches() { return fusor::cuda::launch_count(); }
+std::uint64_t launches() { return fusor::gpu::launch_count(); }
 
 space_tensor<int, vector_extents> zero_counters(index_t n) {
   host_tensor<int, vector_extents> zeros(n);

@@ -27,7 +27,7 @@ using flat_host = host_tensor<P, flat>;
 template <class P>
 using flat_space = space_tensor<P, flat>;
 
-inline std::uint64_t launches() { return fusor::cuda::launch_count(); }
+inline std::uint64_t launches() { return fusor::gpu::launch_count(); }
 #if defined(FUSOR_TEST_CUDA)
 inline constexpr bool counts_launches = true;
 #else

@@ -2,7 +2,7 @@
 // launch counter.
 //
 // Every CUDA call fusor makes goes through FUSOR_CUDA_CHECK, so a failure throws
-// fusor::cuda_error naming the call, file and line. fusor::cuda::available()
+// fusor::cuda_error naming the call, file and line. fusor::gpu::available()
 // answers whether a GPU can be used; in a translation unit not compiled by nvcc
 // it is always false (such a unit is host only by design).
 #pragma once
@@ -18,7 +18,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace fusor::cuda {
+namespace fusor::gpu {
 
 #if FUSOR_HAS_CUDA
 // The runtime also keeps the status of a failed call as its "last error", which
@@ -36,7 +36,7 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
                      cudaGetErrorString(status) + ")");
   }
 }
-#define FUSOR_CUDA_CHECK(call) ::fusor::cuda::check((call), #call, __FILE__, __LINE__)
+#define FUSOR_CUDA_CHECK(call) ::fusor::gpu::check((call), #call, __FILE__, __LINE__)
 
 // Streaming multiprocessors of the current device: sizes grids that fill the GPU.
 inline int multiprocessor_count() {
@@ -77,4 +77,4 @@ inline std::atomic<std::uint64_t>& launch_counter() {
 }
 inline std::uint64_t launch_count() { return launch_counter().load(); }
 
-}  // namespace fusor::cuda
+}  // namespace fusor::gpu

@@ -113,7 +113,7 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
     return p;
   } else {
 #if FUSOR_HAS_CUDA
-    cuda::require(std::is_same_v<Space, device_space> ? "device memory" : "pinned host memory");
+    gpu::require(std::is_same_v<Space, device_space> ? "device memory" : "pinned host memory");
     void* p = nullptr;
     cudaError_t status;
     if constexpr (std::is_same_v<Space, pinned_space>)
@@ -123,7 +123,7 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
     else
       status = cudaMallocFromPoolAsync(&p, bytes, detail::device_pool(), stream);
     if (status != cudaSuccess) {
-      cuda::forget_reported_error();
+      gpu::forget_reported_error();
       throw allocation_error(bytes, Space::name, cudaGetErrorString(status));
     }
     return p;
@@ -150,7 +150,7 @@ void deallocate(void* p, [[maybe_unused]] stream_t stream = {}) noexcept {
       status = cudaFreeHost(p);
     else
       status = cudaFreeAsync(p, stream);
-    if (status != cudaSuccess) cuda::forget_reported_error();
+    if (status != cudaSuccess) gpu::forget_reported_error();
 #endif
   }
 }

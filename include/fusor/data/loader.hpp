@@ -73,7 +73,7 @@ class loader {
     validate(data);
 #if FUSOR_HAS_CUDA
     if constexpr (on_device) {
-      cuda::require("loader<device_space>");
+      gpu::require("loader<device_space>");
       FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
     }
 #endif

@@ -21,7 +21,7 @@ namespace fusor::data::detail {
 // Pinned memory only helps (and only works) where nvcc compiled this unit and a GPU is present.
 inline bool can_pin_memory() {
 #if FUSOR_HAS_CUDA
-  return cuda::available();
+  return gpu::available();
 #else
   return false;
 #endif

@@ -72,7 +72,7 @@ struct cuda_executor {
     static_assert(sizeof(Pass) <= kernel_parameter_limit,
                   "fusor: this expression tree is larger than a kernel parameter may be (32764 bytes); "
                   "split it into two assignments");
-    cuda::require("the cuda executor");
+    gpu::require("the cuda executor");
     if (p.size == 0) return;
     constexpr int V = Pass::device_lanes;
     if (plan.linear && plan.aligned)
@@ -93,7 +93,7 @@ struct cuda_executor {
     const detail::launch_shape shape = detail::derive_launch<Kernel>(launch, std::max<index_t>(work, 1));
     Kernel<<<shape.grid, shape.block, 0, stream>>>(p, shape.items);
     FUSOR_CUDA_CHECK(cudaGetLastError());
-    cuda::launch_counter().fetch_add(1);
+    gpu::launch_counter().fetch_add(1);
   }
 };
 

@@ -79,7 +79,7 @@ class captured_step {
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph_);
     if (ended != cudaSuccess) {
       release();
-      cuda::check(ended, "cudaStreamEndCapture (the captured work used the stream in a way a graph cannot record, "
+      gpu::check(ended, "cudaStreamEndCapture (the captured work used the stream in a way a graph cannot record, "
                          "e.g. a synchronisation, a host read of device memory or a copy on the legacy default stream)",
                   __FILE__, __LINE__);
     }
@@ -122,7 +122,7 @@ class captured_step {
     const cudaError_t ended = cudaStreamEndCapture(stream, &abandoned);
     if (abandoned) cudaGraphDestroy(abandoned);
     if (ended != cudaSuccess) {
-      cuda::forget_reported_error();
+      gpu::forget_reported_error();
       std::fprintf(stderr, "fusor::graph::captured_step: the captured work threw (%s); ending the capture then "
                    "reported %s (%s)\n", why, cudaGetErrorName(ended), cudaGetErrorString(ended));
     }

@@ -315,7 +315,7 @@ void launch_attention_kernel(const char* what, index_t x, index_t y, int threads
     FUSOR_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
   Kernel<<<dim3(unsigned(x), unsigned(y)), threads, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 
 // f(std::integral_constant<int, Dp>) for the head size padded to 16, 32, 64 or 128.
@@ -336,7 +336,7 @@ void with_padded_head_dim(const char* what, index_t head_dim, F&& f) {
 
 template <class Y, class L, class QKV>
 void attention_forward_cuda(const attention_forward<Y, L, QKV>& f, const cuda_executor& ex) {
-  cuda::require("causal_attention on the cuda executor");
+  gpu::require("causal_attention on the cuda executor");
   const attention_geometry& g = f.shape;
   if (g.batch == 0 || g.time == 0) return;
   with_padded_head_dim("causal_attention", g.head_dim, [&](auto padded) {
@@ -350,13 +350,13 @@ void attention_forward_cuda(const attention_forward<Y, L, QKV>& f, const cuda_ex
 
 template <class DQKV, class DY, class QKV, class Y, class L>
 void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, const cuda_executor& ex) {
-  cuda::require("causal_attention_backward on the cuda executor");
+  gpu::require("causal_attention_backward on the cuda executor");
   const attention_geometry& g = w.shape;
   if (g.batch == 0 || g.time == 0) return;
   using S = typename attention_tiles<QKV, 16>::S;
   const index_t rows = g.batch * g.heads * g.time;
   buffer<device_space> delta(std::size_t(rows) * sizeof(S), ex.stream);
-  const int delta_grid = int(std::min<index_t>((rows + 7) / 8, index_t(cuda::multiprocessor_count()) * 32));
+  const int delta_grid = int(std::min<index_t>((rows + 7) / 8, index_t(gpu::multiprocessor_count()) * 32));
   launch_kernel<attention_delta_kernel<DQKV, DY, QKV, Y, L, S>>(delta_grid, 256, 0, ex.stream, w, delta.as<S>());
   with_padded_head_dim("causal_attention_backward", g.head_dim, [&](auto padded) {
     constexpr int Dp = decltype(padded)::value;

@@ -123,11 +123,11 @@ __global__ void rotary_embedding_kernel(const rotary_operands<Out, In> r) {
 
 template <class Out, class In>
 void rotary_embedding_cuda(const rotary_operands<Out, In>& r, const cuda_executor& ex) {
-  cuda::require("rotary_embedding on the cuda executor");
+  gpu::require("rotary_embedding on the cuda executor");
   const attention_geometry& g = r.shape;
   const index_t total = g.batch * g.time * (g.heads + 2 * g.kv_heads) * (g.head_dim / 2);
   if (total == 0) return;
-  const int grid = int(std::min<index_t>((total + 255) / 256, index_t(cuda::multiprocessor_count()) * 16));
+  const int grid = int(std::min<index_t>((total + 255) / 256, index_t(gpu::multiprocessor_count()) * 16));
   launch_kernel<rotary_embedding_kernel<Out, In>>(grid, 256, 0, ex.stream, r);
 }
 #endif  // FUSOR_HAS_CUDA

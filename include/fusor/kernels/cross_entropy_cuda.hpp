@@ -164,7 +164,7 @@ template <bool WithGradient, class G, class L, class X, class T>
 void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, const row_matrix<const X>& logits,
                         const per_row<T>& targets, index_t ignore_index, bool mean, float grad_scale,
                         const cuda_executor& ex) {
-  cuda::require(WithGradient ? "cross_entropy on the cuda executor" : "cross_entropy_loss on the cuda executor");
+  gpu::require(WithGradient ? "cross_entropy on the cuda executor" : "cross_entropy_loss on the cuda executor");
   if (logits.rows == 0) return;
   buffer<device_space> count(mean ? sizeof(index_t) : 0, ex.stream);
   if (mean)
@@ -185,7 +185,7 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
 template <class L, class T>
 void cross_entropy_reduce_cuda(L* loss, const per_row<const L>& losses, const per_row<T>& targets, index_t rows,
                                index_t ignore_index, bool mean, const cuda_executor& ex) {
-  cuda::require("cross_entropy_reduce on the cuda executor");
+  gpu::require("cross_entropy_reduce on the cuda executor");
   launch_kernel<cross_entropy_reduce_kernel<L, T>>(1, reduce_block_threads, 0, ex.stream, loss, losses, targets, rows,
                                                    ignore_index, mean);
 }

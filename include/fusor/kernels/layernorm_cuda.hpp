@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
 
 template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, const cuda_executor& ex) {
-  cuda::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
+  gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
   if (f.x.rows == 0 || f.x.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
@@ -321,7 +321,7 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   FUSOR_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Group::block_threads, dynamic_shared));
   const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
-  const int grid = int(std::clamp<index_t>(std::min<index_t>(wanted, index_t(cuda::multiprocessor_count()) * std::max(per_sm, 1)),
+  const int grid = int(std::clamp<index_t>(std::min<index_t>(wanted, index_t(gpu::multiprocessor_count()) * std::max(per_sm, 1)),
                                            1, max_row_blocks));
 
   buffer<device_space> partials(std::size_t(grid) * std::size_t(width) * sizeof(S), ex.stream);
@@ -335,7 +335,7 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
 
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
 void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, const cuda_executor& ex) {
-  cuda::require(Centered ? "layernorm_backward on the cuda executor" : "rmsnorm_backward on the cuda executor");
+  gpu::require(Centered ? "layernorm_backward on the cuda executor" : "rmsnorm_backward on the cuda executor");
   if (b.x.length == 0) return;
   if (b.x.rows == 0) {  // no rows: the parameter gradients are zero
     launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, statistic_t<X>>>(

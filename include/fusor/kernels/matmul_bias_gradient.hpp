@@ -64,7 +64,7 @@ class scoped_separate_bias_gradient {
 };
 
 // Kernel launches made by the separate bias gradient (also counted in
-// cuda::launch_count()): tests of "one matmul, one launch" discount them.
+// gpu::launch_count()): tests of "one matmul, one launch" discount them.
 inline std::atomic<std::uint64_t>& separate_bias_gradient_launches() {
   static std::atomic<std::uint64_t> count{0};
   return count;
@@ -190,7 +190,7 @@ void launch_strided_sum(Out* out, const In* x, const strided_sum_shape& shape, c
     FUSOR_CUDA_CHECK(cudaGetLastError());
     ++launches;
   }
-  cuda::launch_counter().fetch_add(launches);
+  gpu::launch_counter().fetch_add(launches);
   separate_bias_gradient_launches().fetch_add(launches);
 }
 #endif  // FUSOR_HAS_CUDA

@@ -12,7 +12,7 @@
 // summed by fusor's kernel (kernels/matmul_bias_gradient.hpp; one or two more
 // launches); any other epilogue without an algorithm is a cuda_error naming
 // the problem. No host synchronisation. A cuBLASLt matmul counts as one launch
-// in fusor::cuda::launch_counter(); an expression epilogue adds its own pass.
+// in fusor::gpu::launch_counter(); an expression epilogue adds its own pass.
 // Only translation units compiled by nvcc see this header's content.
 #pragma once
 
@@ -110,7 +110,7 @@ inline void cublaslt_enqueue(const cublaslt_context& context, const void* one, c
   if (plan.uses_aux_pointer) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   FUSOR_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan.desc, one, p.a.data, plan.a, p.b.data, plan.b, zero, p.d.data,
                                     plan.d, p.d.data, plan.d, &plan.algo, workspace, plan.workspace, stream));
-  cuda::launch_counter().fetch_add(1);  // the cuBLASLt call counts as one launch
+  gpu::launch_counter().fetch_add(1);  // the cuBLASLt call counts as one launch
 }
 
 // The sums of a bias gradient made apart from the GEMM: db[i] = sum_k a[i, k],
@@ -129,7 +129,7 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
                 "fusor: the cuda executor's matmul needs device-accessible memory (device or pinned)");
   using In = typename AV::element_type;
   using Out = typename CV::element_type;
-  cuda::require("matmul on the cuda executor");
+  gpu::require("matmul on the cuda executor");
   const matrix_strides cs = strides_of(c), as = strides_of(a), bs = strides_of(b);
   const auto [aux_row_stride, aux_batch_stride] = check_epilogue(ep, cs, as, CV::rank == 3);
   const gemm_problem p = plan_gemm(cs, as, bs, aux_row_stride, aux_batch_stride);
@@ -197,7 +197,7 @@ void run_matmul(const cuda_executor& executor, const CV& c, const AV& a, const B
                                                               : p.d.data;
       const strided_sum_shape sums = bias_gradient_sums<E>(as, bs, p);
       const strided_sum_plan plan =
-          plan_strided_sum(sums, sizeof(accumulator), cuda::multiprocessor_count(), context.workspace_limit);
+          plan_strided_sum(sums, sizeof(accumulator), gpu::multiprocessor_count(), context.workspace_limit);
       const auto workspace = matmul_workspaces().acquire(
           device, executor.stream, std::max(context.plan->workspace, plan.scratch_bytes), context.workspace_limit);
       cublaslt_enqueue(context, &one, &zero, p, nullptr, aux, workspace.data(), executor.stream);

@@ -31,15 +31,15 @@
 #include "fusor/core/error.hpp"
 #include "fusor/core/extents.hpp"
 
-namespace fusor::cuda {
+namespace fusor::gpu {
 // Throws cuda_error naming the cuBLAS(Lt) call, file, line and status.
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS)
     throw cuda_error(std::string("fusor: cuBLASLt call ") + call + " failed at " + file + ":" + std::to_string(line) +
                      ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")");
 }
-}  // namespace fusor::cuda
-#define FUSOR_CUBLAS_CHECK(call) ::fusor::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+}  // namespace fusor::gpu
+#define FUSOR_CUBLAS_CHECK(call) ::fusor::gpu::check_cublas((call), #call, __FILE__, __LINE__)
 
 namespace fusor::detail {
 

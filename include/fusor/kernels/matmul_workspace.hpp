@@ -59,7 +59,7 @@ class stream_workspaces {
     lease& operator=(lease&&) = delete;
     ~lease() {
       // Whatever was enqueued (all of it, or part before an exception) is covered.
-      if (entry_ && cudaEventRecord(entry_->last_use, stream_) != cudaSuccess) cuda::forget_reported_error();
+      if (entry_ && cudaEventRecord(entry_->last_use, stream_) != cudaSuccess) gpu::forget_reported_error();
     }
     void* data() const { return entry_ ? entry_->data : own_.data(); }
     std::size_t size() const { return entry_ ? entry_->bytes : own_.size(); }
@@ -84,8 +84,8 @@ class stream_workspaces {
   // pending work); statuses ignored, the runtime may already be shutting down.
   ~stream_workspaces() {
     for (auto& [key, e] : entries_) {
-      if (e->data && cudaFree(e->data) != cudaSuccess) cuda::forget_reported_error();
-      if (e->last_use && cudaEventDestroy(e->last_use) != cudaSuccess) cuda::forget_reported_error();
+      if (e->data && cudaFree(e->data) != cudaSuccess) gpu::forget_reported_error();
+      if (e->last_use && cudaEventDestroy(e->last_use) != cudaSuccess) gpu::forget_reported_error();
     }
   }
 

@@ -104,7 +104,7 @@ void reduce_whole_into(const D& dst, const E& e, const Executor& executor) {
     store_output(dst, ::cuda::std::array<index_t, E::extents_type::rank()>{}, -1, red.finish(total, in.size));
   } else {
 #if FUSOR_HAS_CUDA
-    cuda::require("the cuda executor");
+    gpu::require("the cuda executor");
     cuda_reduce_whole(red, in, view_sink<D>{dst}, executor.stream);
 #endif
   }
@@ -162,7 +162,7 @@ void reduce_axis(const D& dst, const E& e, int axis, const Executor& executor) {
     host_reduce_axis(red, in, dst, executor);
   } else {
 #if FUSOR_HAS_CUDA
-    cuda::require("the cuda executor");
+    gpu::require("the cuda executor");
     cuda_reduce_axis(red, in, dst, executor.stream);
 #endif
   }
@@ -181,7 +181,7 @@ auto reduce_value(const E& e, const Executor& executor) {
     return red.finish(host_reduce_whole(red, in, executor), in.size);
   } else {
 #if FUSOR_HAS_CUDA
-    cuda::require("the cuda executor");
+    gpu::require("the cuda executor");
     buffer<device_space> scratch(sizeof(result), executor.stream);
     cuda_reduce_whole(red, in, value_sink<result>{scratch.as<result>()}, executor.stream);
     result value{};

@@ -20,9 +20,8 @@
 //   combines in split order.
 // The number of blocks and splits depends on the size and the device's SM
 // count only, so results are bit-for-bit repeatable on one device. (CUB's
-// DeviceReduce is not used: its kernels, instantiated in a user's translation
-// unit, break nvcc's generated stubs when `using namespace fusor;` is in
-// force, as `fusor::cuda` makes `cuda::std` ambiguous there.)
+// DeviceReduce is not used: every call instantiates several kernels per tuning
+// policy in the user's translation unit, a fourfold compile time: bench/RESULTS.md.)
 // Only translation units compiled by nvcc see this header's content.
 #pragma once
 
@@ -52,7 +51,7 @@ void launch_reduce(const Job& job, dim3 grid, dim3 block, cudaStream_t stream) {
                 "split the reduction");
   Kernel<<<grid, block, 0, stream>>>(job);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 
 // ---- whole tensor -----------------------------------------------------------------
@@ -129,7 +128,7 @@ template <class Red, class In, class Sink>
 void cuda_reduce_whole(const Red& red, const In& in, const Sink& sink, cudaStream_t stream) {
   using job_type = whole_job<Red, In, Sink>;
   constexpr index_t threads = reduction_block_threads;
-  const index_t most_blocks = index_t(cuda::multiprocessor_count()) * 8;
+  const index_t most_blocks = index_t(gpu::multiprocessor_count()) * 8;
   index_t blocks = std::clamp<index_t>((in.size + threads * 4 - 1) / (threads * 4), 1, most_blocks);
   const index_t per_block = (in.size + blocks - 1) / blocks;
   const index_t chunk = std::max<index_t>(threads, (per_block + threads - 1) / threads * threads);
@@ -255,7 +254,7 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
   using job_type = axis_job<Red, In, Dst>;
   const index_t outputs = in.outputs, length = in.length;
   if (outputs == 0) return;
-  const index_t sms = cuda::multiprocessor_count();
+  const index_t sms = gpu::multiprocessor_count();
   job_type job{red, in, dst, 1, std::max<index_t>(length, 1), nullptr};
   const bool rows = in.axis_innermost && length >= 32;
   dim3 grid, block;

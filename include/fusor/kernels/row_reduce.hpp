@@ -236,7 +236,7 @@ template <auto Kernel, class... Args>
 void launch_kernel(int grid, int block, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
   Kernel<<<grid, block, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 
 }  // namespace fusor::detail

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
 
 template <bool Log, class Y, class X>
 void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cuda_executor& ex) {
-  cuda::require("softmax on the cuda executor");
+  gpu::require("softmax on the cuda executor");
   if (x.rows == 0 || x.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
@@ -201,7 +201,7 @@ void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cu
 
 template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
-  cuda::require("softmax on the cuda executor");
+  gpu::require("softmax on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;
@@ -216,7 +216,7 @@ void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Ra
 template <bool Log, class DX, class Y, class DY>
 void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& y, const row_matrix<const DY>& dy,
                            const cuda_executor& ex) {
-  cuda::require("softmax_backward on the cuda executor");
+  gpu::require("softmax_backward on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
   using warp = row_group<32>;
   using block = row_group<block_row_threads>;

@@ -80,13 +80,13 @@ __global__ void dropout_mask_kernel(const dropout_mask_pass<Element, Compute> p)
 }
 template <class Element, class Compute>
 void run_dropout_mask(const dropout_mask_pass<Element, Compute>& p, const cuda_executor& ex) {
-  cuda::require("nn::dropout on the cuda executor");
+  gpu::require("nn::dropout on the cuda executor");
   if (p.size == 0) return;
   constexpr int block = 256;
-  const index_t grid = std::min<index_t>((p.size + block - 1) / block, index_t(cuda::multiprocessor_count()) * 8);
+  const index_t grid = std::min<index_t>((p.size + block - 1) / block, index_t(gpu::multiprocessor_count()) * 8);
   dropout_mask_kernel<<<int(grid), block, 0, ex.stream>>>(p);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 #endif
 }  // namespace detail

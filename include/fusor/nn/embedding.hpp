@@ -114,14 +114,14 @@ __global__ void embedding_scatter_add_kernel(const embedding_pass<Element, Accum
 }
 template <auto Kernel, class Pass>
 void launch_embedding(const Pass& p, const cuda_executor& ex) {
-  cuda::require("nn::embedding on the cuda executor");
+  gpu::require("nn::embedding on the cuda executor");
   const index_t n = p.tokens * p.dimension;
   if (n == 0) return;
   constexpr int block = 256;
-  const index_t grid = std::min<index_t>((n + block - 1) / block, index_t(cuda::multiprocessor_count()) * 16);
+  const index_t grid = std::min<index_t>((n + block - 1) / block, index_t(gpu::multiprocessor_count()) * 16);
   Kernel<<<int(grid), block, 0, ex.stream>>>(p);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 template <class Element, class Accumulator>
 void embedding_lookup(const embedding_pass<Element, Accumulator>& p, const cuda_executor& ex) {

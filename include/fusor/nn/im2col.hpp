@@ -268,13 +268,13 @@ __global__ void conv_element_kernel(const Pass pass, index_t count) {
 }
 template <class Pass>
 void run_conv_elements(const Pass& pass, index_t count, const cuda_executor& ex) {
-  cuda::require("nn::conv2d on the cuda executor");
+  gpu::require("nn::conv2d on the cuda executor");
   if (count == 0) return;
   constexpr int block = 256;
-  const index_t grid = std::min<index_t>((count + block - 1) / block, index_t(cuda::multiprocessor_count()) * 16);
+  const index_t grid = std::min<index_t>((count + block - 1) / block, index_t(gpu::multiprocessor_count()) * 16);
   conv_element_kernel<<<int(grid), block, 0, ex.stream>>>(pass, count);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 template <class Element, class G>
 void im2row(const im2row_pass<Element, G>& pass, index_t batch, const cuda_executor& ex) {

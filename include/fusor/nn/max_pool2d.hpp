@@ -149,13 +149,13 @@ __global__ void pool_pass_kernel(const Pass pass, index_t count) {
 }
 template <class Pass>
 void run_pool_pass(const Pass& pass, index_t count, const cuda_executor& ex) {
-  cuda::require("nn::max_pool2d on the cuda executor");
+  gpu::require("nn::max_pool2d on the cuda executor");
   if (count == 0) return;
   constexpr int block = 256;
-  const index_t grid = std::min<index_t>((count + block - 1) / block, index_t(cuda::multiprocessor_count()) * 16);
+  const index_t grid = std::min<index_t>((count + block - 1) / block, index_t(gpu::multiprocessor_count()) * 16);
   pool_pass_kernel<<<int(grid), block, 0, ex.stream>>>(pass, count);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 template <class Element, class Compute, class G>
 void run_pool_forward(const pool_forward_pass<Element, Compute, G>& pass, index_t planes, const cuda_executor& ex) {

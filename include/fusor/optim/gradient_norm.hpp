@@ -40,7 +40,7 @@ class gradient_norm_workspace {
   explicit gradient_norm_workspace([[maybe_unused]] stream_t stream = {}) {
 #if FUSOR_HAS_CUDA
     if constexpr (Space::device_accessible) {
-      capacity_ = cuda::multiprocessor_count() * 8;
+      capacity_ = gpu::multiprocessor_count() * 8;
       memory_ = buffer<Space>(std::size_t(capacity_) * sizeof(double) + sizeof(unsigned int), stream);
       FUSOR_CUDA_CHECK(cudaMemsetAsync(arrivals(), 0, sizeof(unsigned int), stream));
     }
@@ -116,7 +116,7 @@ void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_m
                         const gradient_norm_workspace<Space>& workspace, const cuda_executor& executor) {
   static_assert(Space::device_accessible, "fusor: the cuda executor cannot read host gradients");
   using T = storage_t<P>;
-  cuda::require("the cuda executor");
+  gpu::require("the cuda executor");
   const index_t n = g.size();
   if (n == 0) return;
   constexpr int V = int(16 / sizeof(T));
@@ -131,7 +131,7 @@ void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_m
     detail::add_sum_of_squares_kernel<1, T><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(
         g.data(), n, total, workspace.partial(), workspace.arrivals());
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 #endif
 

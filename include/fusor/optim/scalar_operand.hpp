@@ -89,10 +89,10 @@ void run_task(const Task& task, const host_executor&) {
 template <class Task>
 void run_task(const Task& task, const cuda_executor& executor) {
   static_assert(std::is_trivially_copyable_v<Task>, "fusor: a task travels to the GPU by value");
-  cuda::require("the cuda executor");
+  gpu::require("the cuda executor");
   detail::single_thread_task_kernel<Task><<<1, 1, 0, executor.stream>>>(task);
   FUSOR_CUDA_CHECK(cudaGetLastError());
-  cuda::launch_counter().fetch_add(1);
+  gpu::launch_counter().fetch_add(1);
 }
 #endif
 

@@ -15,7 +15,7 @@ int main() {
   for (fusor::index_t i = 0; i < x.size(); ++i) x.data()[i] = float(i % 97) / 16.0f - 3.0f;
   for (fusor::index_t j = 0; j < cols; ++j) b(j) = float(j % 7) - 3.0f;
 
-  const bool gpu = fusor::cuda::available();
+  const bool gpu = fusor::gpu::available();
   if (gpu) {
     fusor::tensor<float, matrix, fusor::row_major, fusor::device_space> dx(x.extents()), dy(y.extents());
     fusor::tensor<float, row, fusor::row_major, fusor::device_space> db(b.extents());
