@@ -1,0 +1,29 @@
+# Only in a sanitized build (FUSOR_SANITIZE; scripts/run_sanitized_tests.sh):
+# test sources of other suites that exercise the headers CI's sanitized suites
+# (core io data parallel_checkpoint app comm large_tensors) do not, picked as
+# the cheapest that do, so that CI runs every host header's code under
+# AddressSanitizer + UndefinedBehaviorSanitizer within its time budget:
+#   conv2d, im2col, max_pool2d (their per-element loops)  nn/test_device_passes.cpp
+#   attention, chain, composite, embedding, layernorm,
+#   position_embedding, residual, tied_linear (a GPT)     train/test_gpt_decoder.cpp
+#   branches, flatten, recompute, training_checkpoint    nn/test_composition_training.cpp
+#   matmul_bias_gradient                                 kernels/test_matmul_epilogue.cpp
+#   data_parallel and its parts, pipeline and its parts,
+#   PowerSGD, batch_rows                                 parallel/test_data_parallel_single.cpp
+#   rmsnorm                                              nn/test_token_layer_gradients.cpp
+# In the plain build these sources run in their own suites (nn, gpt,
+# composition, matmul, parallel_data, tokens).
+if(NOT FUSOR_SANITIZE OR NOT FUSOR_BLAS_FOUND)
+  return()
+endif()
+fusor_add_test_suite(sanitize_cover
+  HOST_TESTS
+    nn/test_device_passes.cpp
+    train/test_gpt_decoder.cpp
+    nn/test_composition_training.cpp
+    kernels/test_matmul_epilogue.cpp
+    parallel/test_data_parallel_single.cpp
+    nn/test_token_layer_gradients.cpp
+  LIBRARIES fusor::blas
+)
+target_include_directories(fusor_sanitize_cover_tests PRIVATE ${PROJECT_SOURCE_DIR}/examples)
