@@ -38,14 +38,20 @@ fusor_install_packages() {
 # Debian's python3 (the interpreter tests/suites/io.cmake uses); Debian has no
 # package for it, so pip installs it once.
 fusor_install_python_packages() {
-  if /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
-    fusor_say "python package present: safetensors"
-    return
-  fi
+  # safetensors: the checkpoint interop tests; conan: the Conan recipe's test (conanfile.py).
+  local missing=() package
+  for package in safetensors conan; do
+    if /usr/bin/python3 -c "import $package" 2>/dev/null; then
+      fusor_say "python package present: $package"
+    else
+      missing+=("$package")
+    fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return
   local sudo=()
   [ "$(id -u)" -ne 0 ] && sudo=(sudo)
-  fusor_say "installing with pip: safetensors"
-  "${sudo[@]}" /usr/bin/python3 -m pip install -q --break-system-packages safetensors
+  fusor_say "installing with pip: ${missing[*]}"
+  "${sudo[@]}" /usr/bin/python3 -m pip install -q --break-system-packages "${missing[@]}"
 }
 
 # fusor needs the CUDA Toolkit's headers even for host-only code; nvcc (when
