@@ -170,6 +170,8 @@ def main():
         (mlp, ["--checkpoint", "/proc/m.safetensors"], 1, "cannot create a file in '/proc'"),
         (mlp, ["--checkpoint", os.path.join(saves, "m.safetensors")], 1, "the file-size limit (ulimit -f) is 1048576 bytes",
          True, small_file_limit),
+        (mlp, ["--metrics", os.path.join(root, "missing", "m.csv")], 1, "--metrics '"),
+        (mlp, ["--metrics", saves], 1, "cannot write there"),
         (mlp, ["--checkpoint", other_model, "--resume"], 1, "other-model.safetensors"),
         (mlp, ["--checkpoint", garbage, "--resume"], 1, "corrupt-checkpoint.safetensors"),
         (mlp, ["--checkpoint", no_epoch, "--resume"], 1, "has no metadata 'epoch'"),

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       if (!o) return 0;
       const fs::parallel::data_parallel_options p = settings.resolved();
 #if FUSOR_HAS_CUDA
-      if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
+      if (o->device != "host" && fs::gpu::available()) {  // one GPU a rank, by local rank
         fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
         cudaStream_t compute{}, communication{};
         FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));

@@ -13,11 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <fusor/app/command_line.hpp>
@@ -65,6 +67,7 @@ struct options {
   bool resume = false;          // continue from `checkpoint`
   double require_accuracy = 0;  // exit 1 when the final test accuracy is lower
   bool quiet = false;           // no progress bar (logs, tests)
+  std::filesystem::path metrics;  // a CSV line per epoch when set (scripts/plot_results.py plots it)
 };
 
 inline constexpr const char* exit_statuses =
@@ -89,7 +92,33 @@ inline void declare_options(fs::app::command_line& cli, options& o) {
       .flag("--resume", o.resume, "continue from --checkpoint")
       .number("--require-accuracy", o.require_accuracy, "exit with status 1 when the final test accuracy is below X",
               app::between(0.0, 1.0))
-      .flag("--quiet", o.quiet, "no progress bar");
+      .flag("--quiet", o.quiet, "no progress bar")
+      .path("--metrics", o.metrics, "write each epoch's losses and accuracies to this CSV file (--resume appends)");
+}
+
+// The CSV of --metrics: its header, and one line per epoch (report_epoch).
+inline constexpr const char* metrics_header =
+    "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_second,seconds\n";
+
+// Opens --metrics for an epoch's line or (`header`) a new file; an error names the file and why.
+inline std::FILE* open_metrics(const options& o, bool header) {
+  std::FILE* file = std::fopen(o.metrics.c_str(), header ? "w" : "a");
+  if (file == nullptr)
+    throw std::runtime_error("--metrics '" + o.metrics.string() + "': cannot write there (" + std::strerror(errno) + ")");
+  return file;
+}
+inline void close_metrics(std::FILE* file, const options& o) {
+  if (std::fclose(file) != 0)
+    throw std::runtime_error("--metrics '" + o.metrics.string() + "': writing failed (" + std::strerror(errno) + ")");
+}
+
+// Before the first epoch: a new run starts the file with its header (a
+// resumed one appends to it), so an unwritable path fails before any work.
+inline void start_metrics(const options& o) {
+  const bool header = !(o.resume && std::filesystem::exists(o.metrics));
+  std::FILE* file = open_metrics(o, header);
+  if (header) std::fputs(metrics_header, file);
+  close_metrics(file, o);
 }
 
 // Parses argv into `o` (the example's defaults). `more` declares the example's
@@ -105,6 +134,7 @@ inline std::optional<options> parse(int argc, char** argv, options o,
   cli.epilogue(exit_statuses);
   if (!cli.parse(argc, argv)) return std::nullopt;
   if (o.resume && o.checkpoint.empty()) throw fs::app::usage_error("--resume needs --checkpoint");
+  if (!o.metrics.empty() && speaker) start_metrics(o);
   return o;
 }
 
@@ -128,6 +158,11 @@ inline void report_epoch(const options& o, int epoch, const nn::loss_totals& tra
               o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
               double(trained.samples) / seconds, seconds);
   std::fflush(stdout);
+  if (o.metrics.empty()) return;
+  std::FILE* file = open_metrics(o, false);
+  std::fprintf(file, "%d,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, trained.mean_loss, trained.accuracy, test.mean_loss,
+               test.accuracy, double(trained.samples) / seconds, seconds);
+  close_metrics(file, o);
 }
 
 // The final line and the exit status: 1 when the accuracy is below --require-accuracy
@@ -343,7 +378,7 @@ int main(int argc, char** argv, const char* network_name, options defaults = {})
         parse(argc, argv, defaults, {}, ("Trains the " + std::string(network_name) + " on Fashion-MNIST.").c_str());
     if (!o) return 0;
 #if FUSOR_HAS_CUDA
-    if (o->device != "host" && fs::cuda::available()) {
+    if (o->device != "host" && fs::gpu::available()) {
       cudaStream_t stream{};
       FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       cudaDeviceProp properties{};

@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
     const std::optional<options> o = parse(argc, argv);
     if (!o) return 0;
 #if FUSOR_HAS_CUDA
-    if (o->device != "host" && fs::cuda::available()) {
+    if (o->device != "host" && fs::gpu::available()) {
       cudaStream_t stream{};
       FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       cudaDeviceProp properties{};

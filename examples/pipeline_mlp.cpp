@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
       if (!o) return 0;
       check_pipeline_options(*o, p, world.size());
 #if FUSOR_HAS_CUDA
-      if (o->device != "host" && fs::cuda::available()) {
+      if (o->device != "host" && fs::gpu::available()) {
         // One GPU per rank (by local rank); NCCL carries the stages' messages.
         fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
         cudaStream_t stream{};

@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
       // The degree compiled for the number of ranks; 512 is the width the two split layers divide.
       return fs::parallel::dispatch_tensor_parallel<1, 2, 4, 8>(world.size(), {512}, [&]<int Ways>() {
 #if FUSOR_HAS_CUDA
-        if (o->device != "host" && fs::cuda::available()) {  // one GPU a rank, by local rank
+        if (o->device != "host" && fs::gpu::available()) {  // one GPU a rank, by local rank
           fs::comm::use_local_device(world);  // visible device local_rank % count, said on stderr
           cudaStream_t stream{};
           FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
