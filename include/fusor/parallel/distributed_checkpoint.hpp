@@ -116,7 +116,10 @@ template <class Trainer, class Fn>
 void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&& fn) {
   const auto& network = trainer.network();
   trainer.for_each_optimizer([&](const auto& group, auto& optimizer, const optim::state_layout& layout) {
-    const auto [values, values_layout] = parameter_values(trainer, group);
+    // Named, not a structured binding: clang before 16 cannot capture one in the lambdas below.
+    const auto where_values = parameter_values(trainer, group);
+    const auto& values = where_values.first;
+    const optim::state_layout& values_layout = where_values.second;
     for (const nn::parameter_slot& slot : group.slots()) {
       const nn::parameter_placement place = network.placement(slot);
       const bool tensor_saver = place.split || where.at.tensor == 0;

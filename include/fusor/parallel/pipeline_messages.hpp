@@ -103,7 +103,10 @@ class pipeline_messages {
  private:
   void issue_pending_send() {
     if (pending_.network == nullptr) return;
-    const auto [net, a] = std::exchange(pending_, {});
+    // Named, not a structured binding: clang before 16 cannot capture one in the lambdas below.
+    const pending_send send = std::exchange(pending_, {});
+    Network* const net = send.network;
+    const pipeline_action& a = send.action;
     const std::size_t c = std::size_t(a.context);
     if (a.what == kind::forward)
       net->with_stage_output([&](const auto& out) {
