@@ -293,38 +293,37 @@ void expect_spread(const std::vector<error_feedback_totals>& saved, const std::v
   CHECK(loaded[0].magnitude <= saved[0].magnitude * (1 + 1e-5));
 }
 
+// PowerSGD saved by data x tensor split `SavedWays` ways: resumed on the same
+// mesh the losses are the uninterrupted run's bit for bit; resumed with the
+// split `OtherWays` (another number of data ranks) the error feedback's sum is
+// kept; `without_powersgd`: a trainer without PowerSGD loads the save too.
+template <int SavedWays, int OtherWays>
+void check_powersgd_resume(mpi& world, const std::string& what, bool without_powersgd) {
+  const bool powersgd = true;
+  const fs::path dir = shared_folder(world, what);
+  std::vector<error_feedback_totals> saved, loaded;
+  const std::vector<double> uninterrupted = data_tensor<SavedWays>(world, 0, saving(dir), powersgd, &saved);
+  const plan p = resuming(dir);
+  expect_losses(data_tensor<SavedWays>(world, 0, p, powersgd), uninterrupted, true);
+  data_tensor<OtherWays>(world, 0, p, powersgd, &loaded);
+  expect_spread(saved, loaded);
+  if (without_powersgd) data_tensor<SavedWays>(world, 0, p);  // its state is left aside
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
 TEST_CASE("distributed checkpoint: PowerSGD's error feedback and warm start resume bit for bit, or spread over other data ranks") {
   auto& world = comm_test::world();
   if (!ranks_ok(world)) return;
-  const bool powersgd = true;
   SUBCASE("saved by data parallel over every rank") {
-    const fs::path dir = shared_folder(world, "powersgd");
-    std::vector<error_feedback_totals> saved, loaded;
-    const std::vector<double> uninterrupted = data_tensor<1>(world, 0, saving(dir), powersgd, &saved);
-    const plan p = resuming(dir);
-    expect_losses(data_tensor<1>(world, 0, p, powersgd), uninterrupted, true);
-    data_tensor<2>(world, 0, p, powersgd, &loaded);  // half the data ranks, each matrix split in two
-    expect_spread(saved, loaded);
-    data_tensor<1>(world, 0, p);  // without PowerSGD: its state is left aside
-    barrier(world);
-    if (world.rank() == 0) fs::remove_all(dir);
+    check_powersgd_resume<1, 2>(world, "powersgd", true);  // resumed on half the data ranks, each matrix split in two
   }
-  SUBCASE("saved by data x tensor") {
-    const fs::path dir = shared_folder(world, "powersgd_tensor");
-    std::vector<error_feedback_totals> saved, loaded;
-    const std::vector<double> uninterrupted = data_tensor<2>(world, 0, saving(dir), powersgd, &saved);
-    const plan p = resuming(dir);
-    expect_losses(data_tensor<2>(world, 0, p, powersgd), uninterrupted, true);
-    data_tensor<1>(world, 0, p, powersgd, &loaded);
-    expect_spread(saved, loaded);
-    barrier(world);
-    if (world.rank() == 0) fs::remove_all(dir);
-  }
+  SUBCASE("saved by data x tensor") { check_powersgd_resume<2, 1>(world, "powersgd_tensor", false); }
   SUBCASE("saved without PowerSGD: the error feedback starts at zero") {
     const fs::path dir = shared_folder(world, "powersgd_none");
     std::vector<error_feedback_totals> loaded;
     data_tensor<1>(world, 0, saving(dir));
-    data_tensor<1>(world, 0, resuming(dir), powersgd, &loaded);
+    data_tensor<1>(world, 0, resuming(dir), /*powersgd=*/true, &loaded);
     REQUIRE(loaded.size() == 1);
     CHECK(loaded[0].magnitude == 0);
     barrier(world);
