@@ -14,9 +14,11 @@
 // of training that never stopped (same data order, same dropout masks).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <type_traits>
 
 #include "fusor/io/checkpoint.hpp"
 #include "fusor/nn/network.hpp"
@@ -78,6 +80,22 @@ void save_training_state(const std::filesystem::path& file, Trainer& trainer,
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
+// Bytes that save_training_state(file, trainer) writes, about: every
+// parameter and every optimizer and controller state tensor at its element
+// size, plus 64 KiB for the header (names, shapes, metadata). What
+// io::check_destination needs to prove a save will fit before training starts.
+template <class Trainer>
+std::uint64_t training_state_bytes(Trainer& trainer) {
+  std::uint64_t bytes = std::uint64_t(1) << 16;
+  trainer.network().for_each_group([&](const auto& group) {
+    bytes += std::uint64_t(group.size()) * sizeof(typename std::remove_cvref_t<decltype(group)>::element_type);
+  });
+  trainer.for_each_state([&](const std::string&, const auto& v) {
+    bytes += std::uint64_t(v.size()) * sizeof(typename std::remove_cvref_t<decltype(v)>::element_type);
+  });
+  return bytes;
+}
+
 // Returns the metadata, for the caller's own keys (the epoch, say).
 template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer) {
