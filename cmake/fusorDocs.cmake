@@ -14,7 +14,7 @@ set(FUSOR_DOCS_OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/docs)
 set(FUSOR_SOURCE_DIR ${PROJECT_SOURCE_DIR})
 configure_file(${PROJECT_SOURCE_DIR}/docs/Doxyfile.in ${FUSOR_DOCS_OUTPUT}/Doxyfile @ONLY)
 set(_fusor_docs_command ${CMAKE_COMMAND} -DDOXYGEN=${FUSOR_DOXYGEN} -DDOXYFILE=${FUSOR_DOCS_OUTPUT}/Doxyfile
-    -DWARNINGS=${FUSOR_DOCS_OUTPUT}/warnings.txt -P ${PROJECT_SOURCE_DIR}/cmake/fusorRunDoxygen.cmake)
+    -DWARNINGS=${FUSOR_DOCS_OUTPUT}/warnings.txt -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/fusorRunDoxygen.cmake)
 add_custom_target(docs COMMAND ${_fusor_docs_command} COMMENT "fusor: API reference in ${FUSOR_DOCS_OUTPUT}/html")
 if(FUSOR_BUILD_TESTS)
   add_test(NAME api_reference COMMAND ${_fusor_docs_command})

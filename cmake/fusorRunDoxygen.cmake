@@ -1,5 +1,39 @@
 # Runs Doxygen (-DDOXYGEN, -DDOXYFILE) and fails when it warned (-DWARNINGS:
-# the Doxyfile's WARN_LOGFILE), printing the first warnings and their count.
+# the Doxyfile's WARN_LOGFILE), printing the first warnings and their count;
+# also fails when docs/expressions.md (-DSOURCE_DIR: the repository) lacks an
+# operator, function, reduction or functor that a macro generates, since
+# Doxygen cannot see those one by one.
+set(page ${SOURCE_DIR}/docs/expressions.md)
+file(READ ${page} page_text)
+set(missing)
+foreach(header expr/operators.hpp expr/functors.hpp kernels/reduce.hpp)
+  file(STRINGS ${SOURCE_DIR}/include/fusor/${header} invocations
+       REGEX "^FUSOR_(UNARY_FUNCTION|BINARY_FUNCTION|REDUCTION|BINARY_OPERATOR|UNARY_FUNCTOR|BINARY_FUNCTOR)\\(")
+  foreach(line IN LISTS invocations)
+    string(REGEX MATCH "^FUSOR_([A-Z_]+)\\(([^,)]+)" _ "${line}")
+    set(kind ${CMAKE_MATCH_1})
+    set(name ${CMAKE_MATCH_2})
+    if(kind STREQUAL "BINARY_OPERATOR")
+      string(REPLACE "|" "\\|" name "${name}")
+      set(wanted "a ${name} b")
+    elseif(kind MATCHES "FUNCTOR$")
+      set(wanted "`ops::${name}`")
+    elseif(kind STREQUAL "REDUCTION")
+      set(wanted "`${name}`")
+    else()
+      set(wanted "`${name}(")
+    endif()
+    string(FIND "${page_text}" "${wanted}" at)
+    if(at EQUAL -1)
+      list(APPEND missing "${wanted} (${header}: ${line})")
+    endif()
+  endforeach()
+endforeach()
+if(missing)
+  list(JOIN missing "\n  " missing)
+  message(FATAL_ERROR "docs/expressions.md does not list:\n  ${missing}")
+endif()
+
 file(REMOVE ${WARNINGS})
 execute_process(COMMAND ${DOXYGEN} ${DOXYFILE} RESULT_VARIABLE status OUTPUT_QUIET)
 if(NOT status EQUAL 0)

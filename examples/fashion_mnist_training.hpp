@@ -1,7 +1,10 @@
 // examples/fashion_mnist_training.hpp — what the Fashion-MNIST examples share:
-// command-line options, the epoch loop with its progress bar, evaluation,
-// checkpoints, and the choice of device. Each example only declares its
-// network and calls run_fashion_mnist<Network>(argc, argv, ...).
+// command-line options, the data sets and loaders, and the choice of device.
+// Each single-process example only declares its network and calls
+// example::main<Network>(argc, argv, name); the epoch loop is the library's
+// fusor::app::fit (progress bar, validation, checkpoints, early stopping,
+// the metrics CSV). The programs of several ranks write their own loops
+// with the pieces below.
 //
 // The loop: a loader with a background thread prepares shuffled batches
 // (pinned memory, copies on their own stream on the GPU) while the trainer
@@ -23,6 +26,7 @@
 #include <string>
 
 #include <fusor/app/command_line.hpp>
+#include <fusor/app/fit.hpp>
 #include <fusor/data/fashion_mnist.hpp>
 #include <fusor/data/loader.hpp>
 #include <fusor/nn/network.hpp>
@@ -38,19 +42,6 @@ namespace example {
 
 namespace fs = fusor;
 namespace nn = fusor::nn;
-
-// The epoch a checkpoint was saved after (its "epoch" metadata), or an error naming the file and the key.
-inline int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
-                       int epochs) {
-  const int epoch = fs::io::metadata_number<int>(metadata, "epoch", file);
-  if (epoch < 0)
-    throw fs::io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is " + std::to_string(epoch) +
-                                   ", not a number of epochs");
-  if (epoch > epochs)
-    throw fs::app::usage_error("checkpoint '" + file.string() + "' was saved after epoch " + std::to_string(epoch) +
-                               ", beyond --epochs " + std::to_string(epochs) + ": ask for more epochs to continue it");
-  return epoch;
-}
 
 struct options {
   int epochs = 10;
@@ -68,6 +59,7 @@ struct options {
   double require_accuracy = 0;  // exit 1 when the final test accuracy is lower
   bool quiet = false;           // no progress bar (logs, tests)
   std::filesystem::path metrics;  // a CSV line per epoch when set (scripts/plot_results.py plots it)
+  int patience = 0;             // early stopping (app::fit): epochs without a lower test loss; 0: never
 };
 
 inline constexpr const char* exit_statuses =
@@ -96,31 +88,6 @@ inline void declare_options(fs::app::command_line& cli, options& o) {
       .path("--metrics", o.metrics, "write each epoch's losses and accuracies to this CSV file (--resume appends)");
 }
 
-// The CSV of --metrics: its header, and one line per epoch (report_epoch).
-inline constexpr const char* metrics_header =
-    "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_second,seconds\n";
-
-// Opens --metrics for an epoch's line or (`header`) a new file; an error names the file and why.
-inline std::FILE* open_metrics(const options& o, bool header) {
-  std::FILE* file = std::fopen(o.metrics.c_str(), header ? "w" : "a");
-  if (file == nullptr)
-    throw std::runtime_error("--metrics '" + o.metrics.string() + "': cannot write there (" + std::strerror(errno) + ")");
-  return file;
-}
-inline void close_metrics(std::FILE* file, const options& o) {
-  if (std::fclose(file) != 0)
-    throw std::runtime_error("--metrics '" + o.metrics.string() + "': writing failed (" + std::strerror(errno) + ")");
-}
-
-// Before the first epoch: a new run starts the file with its header (a
-// resumed one appends to it), so an unwritable path fails before any work.
-inline void start_metrics(const options& o) {
-  const bool header = !(o.resume && std::filesystem::exists(o.metrics));
-  std::FILE* file = open_metrics(o, header);
-  if (header) std::fputs(metrics_header, file);
-  close_metrics(file, o);
-}
-
 // Parses argv into `o` (the example's defaults). `more` declares the example's
 // own options on the same command line (its --help lists them all). Empty
 // when --help was given; `speaker`: whether this process prints the help (rank 0 of a job).
@@ -134,35 +101,31 @@ inline std::optional<options> parse(int argc, char** argv, options o,
   cli.epilogue(exit_statuses);
   if (!cli.parse(argc, argv)) return std::nullopt;
   if (o.resume && o.checkpoint.empty()) throw fs::app::usage_error("--resume needs --checkpoint");
-  if (!o.metrics.empty() && speaker) start_metrics(o);
+  if (!o.metrics.empty() && speaker) {  // an unwritable path fails before any work
+    try {
+      fs::app::start_metrics_csv(o.metrics, o.resume);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("--metrics '" + o.metrics.string() + "': cannot write there (" + e.what() + ")");
+    }
+  }
   return o;
 }
 
-// Bytes a checkpoint of `parameters` needs, about: fp32 weights and AdamW's two moments.
-inline std::uint64_t checkpoint_bytes(fs::index_t parameters) { return std::uint64_t(parameters) * 3 * sizeof(float); }
-
-// "epoch 3/10 [##########..........]  50%  loss 0.4123  acc 85.2%"
+// The progress bar of the programs of several ranks (fit prints its own).
 inline void progress(bool quiet, int epoch, int epochs, double fraction, const nn::loss_totals& t) {
-  if (quiet) return;
-  const int width = 30, filled = static_cast<int>(fraction * width + 0.5);
-  std::printf("\repoch %d/%d [%.*s%.*s] %3.0f%%  loss %.4f  acc %5.1f%%", epoch, epochs, filled,
-              "##############################", width - filled, "..............................", 100 * fraction,
-              t.mean_loss, 100 * t.accuracy);
-  std::fflush(stdout);
+  if (!quiet) fs::app::print_progress(epoch, epochs, fraction, t);
 }
 
-// An epoch's summary line, as every example prints it.
+// An epoch's summary line, as fit prints it, and its --metrics line (programs of several ranks).
 inline void report_epoch(const options& o, int epoch, const nn::loss_totals& trained, const nn::loss_totals& test,
                          double seconds) {
+  const fs::app::epoch_result e{.epoch = epoch + 1, .train = trained, .validation = test, .seconds = seconds,
+                                .samples_per_second = double(trained.samples) / seconds};
   std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-              o.quiet ? "" : "\n", epoch + 1, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
-              double(trained.samples) / seconds, seconds);
+              o.quiet ? "" : "\n", e.epoch, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
+              e.samples_per_second, seconds);
   std::fflush(stdout);
-  if (o.metrics.empty()) return;
-  std::FILE* file = open_metrics(o, false);
-  std::fprintf(file, "%d,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, trained.mean_loss, trained.accuracy, test.mean_loss,
-               test.accuracy, double(trained.samples) / seconds, seconds);
-  close_metrics(file, o);
+  if (!o.metrics.empty()) fs::app::append_metrics_csv(o.metrics, e);
 }
 
 // The final line and the exit status: 1 when the accuracy is below --require-accuracy
@@ -230,7 +193,7 @@ int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::c
     return 0;
   }
   const auto metadata = fs::parallel::load_distributed(*last, trainer, where, ex);
-  const int epoch = saved_epoch(metadata, *last, o.epochs);
+  const int epoch = fs::app::saved_epoch(metadata, *last, o.epochs);
   if (speaker)
     std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(), epoch,
                 metadata.at("training.mesh").c_str());
@@ -245,7 +208,7 @@ void save_distributed_epoch(const options& o, Trainer& trainer, Communicator& wo
   fs::parallel::save_distributed_latest(o.checkpoint, trainer, world, where, "epoch-" + done, {{"epoch", done}}, ex);
 }
 
-// Trains and evaluates Sequential on Fashion-MNIST; returns the exit status.
+// Trains and evaluates Sequential on Fashion-MNIST with app::fit; returns the exit status.
 template <class Sequential, class Precision, class Space, class Executor>
 int train(const options& o, const Executor& ex, const std::string& device, const char* network_name) {
   const auto [train_set, test_set] = load_data(o);
@@ -266,86 +229,23 @@ int train(const options& o, const Executor& ex, const std::string& device, const
   fs::data::loader<Space> train_loader(train_set, loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, loader_settings(o, false), stream);
 
-  // A save that cannot work fails now, not after the first epoch.
-  if (!o.checkpoint.empty())
-    fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, checkpoint_bytes(net.parameter_count()));
-  int first_epoch = 0;
-  if (o.resume && std::filesystem::exists(o.checkpoint)) {
-    const auto metadata = fs::optim::load_training_state(o.checkpoint, trainer);
-    first_epoch = saved_epoch(metadata, o.checkpoint, o.epochs);
-    std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), first_epoch);
-  }
-
-  std::printf("fusor Fashion-MNIST: %s, %lld parameters, on %s\n", network_name, (long long)net.parameter_count(),
-              device.c_str());
-  std::printf("  %lld training / %lld test images, batch %lld, AdamW lr %g (warmup + cosine), %d epochs%s\n",
-              (long long)train_set.count, (long long)test_set.count, (long long)o.batch, o.learning_rate, o.epochs,
-              std::is_same_v<Space, fs::device_space> && o.graph ? ", CUDA graph" : "");
-
-#if FUSOR_HAS_CUDA
-  // Fixed buffers the captured step reads; each batch is copied into them.
-  using image_tensor = fs::tensor<float, fs::dextents<fs::index_t, 2>, fs::row_major, Space>;
-  using label_tensor = fs::tensor<std::int32_t, fs::dextents<fs::index_t, 1>, fs::row_major, Space>;
-  image_tensor graph_images;
-  label_tensor graph_labels;
-  fs::graph::captured_step captured;
-#endif
-
-  nn::loss_totals test{};
-  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
-    trainer.loss().reset(ex);
-    train_loader.start_epoch(static_cast<std::uint64_t>(epoch));
-    const auto start = std::chrono::steady_clock::now();
-    fs::index_t step = 0;
-    while (const auto* batch = train_loader.next()) {
-      bool done = false;
-#if FUSOR_HAS_CUDA
-      if constexpr (std::is_same_v<Space, fs::device_space>) {
-        if (o.graph) {
-          if (graph_images.size() == 0) {
-            graph_images = image_tensor(batch->images.extents(), stream);
-            graph_labels = label_tensor(batch->labels.extents(), stream);
-          }
-          fs::copy_async(graph_images.view(), batch->images, stream);
-          fs::copy_async(graph_labels.view(), batch->labels, stream);
-          if (captured.captured()) {
-            captured.replay();
-            trainer.check_not_stopped();  // Inf/NaN gradients: the error, without waiting for the GPU
-          } else {
-            trainer.step(graph_images, graph_labels, ex);  // eager once: plans and pools settle
-            captured.capture(stream, [&] { trainer.step(graph_images, graph_labels, ex); });
-            ++step;
-            continue;
-          }
-          done = true;
-        }
-      }
-#endif
-      if (!done) trainer.step(batch->images, batch->labels, ex);
-      ++step;
-      if (!o.quiet && step % std::max<fs::index_t>(1, steps_per_epoch / 10) == 0)
-        progress(o.quiet, epoch + 1, o.epochs, double(step) / double(steps_per_epoch), trainer.loss().totals());
-    }
-    wait(ex);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const nn::loss_totals trained = trainer.loss().totals();
-    progress(o.quiet, epoch + 1, o.epochs, 1.0, trained);
-
-    trainer.loss().reset(ex);
-    test_loader.start_epoch(0);
-    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
-    test = trainer.loss().totals();
-    report_epoch(o, epoch, trained, test, seconds);
-    if (!o.checkpoint.empty())
-      fs::optim::save_training_state(o.checkpoint, trainer, {{"epoch", std::to_string(epoch + 1)}});
-  }
-  if (first_epoch == o.epochs) {  // resumed after the last epoch: the verdict is the saved network's
-    trainer.loss().reset(ex);
-    test_loader.start_epoch(0);
-    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
-    test = trainer.loss().totals();
-  }
-  return verdict(o, test, device);
+  const auto banner = [&](int) {  // once fit has checked the checkpoint: a mistake there shows before it
+    std::printf("fusor Fashion-MNIST: %s, %lld parameters, on %s\n", network_name, (long long)net.parameter_count(),
+                device.c_str());
+    std::printf("  %lld training / %lld test images, batch %lld, AdamW lr %g (warmup + cosine), %d epochs%s\n",
+                (long long)train_set.count, (long long)test_set.count, (long long)o.batch, o.learning_rate, o.epochs,
+                std::is_same_v<Space, fs::device_space> && o.graph ? ", CUDA graph" : "");
+  };
+  const fs::app::fit_result r = fs::app::fit(trainer, train_loader, test_loader, ex,
+                                             {.epochs = o.epochs,
+                                              .graph = o.graph,
+                                              .checkpoint = o.checkpoint,
+                                              .resume = o.resume,
+                                              .patience = o.patience,
+                                              .metrics = o.metrics,
+                                              .progress = !o.quiet},
+                                             {.on_start = banner});
+  return verdict(o, r.validation, device);
 }
 
 // 2 for the command line (an option, or options that do not fit together or
@@ -374,9 +274,16 @@ int on_every_rank(int rank, Body&& body) {
 template <class Sequential>
 int main(int argc, char** argv, const char* network_name, options defaults = {}) {
   try {
-    const std::optional<options> o =
-        parse(argc, argv, defaults, {}, ("Trains the " + std::string(network_name) + " on Fashion-MNIST.").c_str());
+    int patience = 0;  // only the programs that train with app::fit stop early
+    std::optional<options> o = parse(
+        argc, argv, defaults,
+        [&](fs::app::command_line& cli) {
+          cli.number("--patience", patience, "stop after N epochs without a lower test loss (0: never)",
+                     fs::app::between(0, 100000));
+        },
+        ("Trains the " + std::string(network_name) + " on Fashion-MNIST.").c_str());
     if (!o) return 0;
+    o->patience = patience;
 #if FUSOR_HAS_CUDA
     if (o->device != "host" && fs::gpu::available()) {
       cudaStream_t stream{};

@@ -141,6 +141,8 @@ class run {
   }
 
   fs::index_t parameter_count() const { return net_.parameter_count(); }
+  // Bytes a checkpoint of the training state takes (optim::save_training_state).
+  std::uint64_t checkpoint_bytes() { return fs::optim::training_state_bytes(trainer_); }
 
   // Trains to o.steps; returns the last validation loss (NaN when none was measured).
   double train() {
@@ -261,9 +263,8 @@ template <class Config, class Precision, class Space, class Executor>
 int train_and_write(const options& o, const Executor& ex, fs::stream_t stream, const std::string& device) {
   const auto corpus = fs::data::character_corpus::load(o.data);
   run<Config, Precision, Space, Executor> r(o, ex, stream, corpus);
-  // A save that cannot work fails now, not at the first validation: fp32 weights and AdamW's two moments.
-  if (!o.checkpoint.empty())
-    fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, std::uint64_t(r.parameter_count()) * 12);
+  // A save that cannot work fails now, not at the first validation.
+  if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, r.checkpoint_bytes());
   std::printf("fusor GPT (%s: context %zu, %zu blocks, %zu channels, %zu heads), %lld parameters, on %s\n",
               o.model.c_str(), Config::context, Config::blocks, Config::channels, Config::heads,
               (long long)r.parameter_count(), device.c_str());

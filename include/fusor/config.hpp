@@ -42,7 +42,7 @@
 #endif
 
 namespace fusor {
-// Largest kernel-parameter block a launch may take: 32764 bytes on Volta and
-// later with CUDA 12.1+. Expression trees are checked against it at compile time.
+/// Largest kernel-parameter block a launch may take: 32764 bytes on Volta and
+/// later with CUDA 12.1+. Expression trees are checked against it at compile time.
 inline constexpr unsigned long kernel_parameter_limit = 32764;
 }  // namespace fusor

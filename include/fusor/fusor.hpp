@@ -15,6 +15,7 @@
 #pragma once
 
 #include "fusor/app/command_line.hpp"
+#include "fusor/app/fit.hpp"
 #include "fusor/comm/communicator.hpp"
 #include "fusor/comm/device_choice.hpp"
 #include "fusor/comm/launch.hpp"

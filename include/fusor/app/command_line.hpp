@@ -36,31 +36,37 @@
 
 namespace fusor::app {
 
-// A mistake on the command line (programs exit with status 2 for it).
+/// A mistake on the command line (programs exit with status 2 for it).
 struct usage_error : error {
   using error::error;
 };
 
-// The values a numeric option accepts: an optional lower bound (included, or
-// excluded with `low_open`) and an optional upper bound (included).
+/// The values a numeric option accepts: an optional lower bound (included, or
+/// excluded with `low_open`) and an optional upper bound (included).
 template <class T>
 struct bounds {
-  std::optional<T> low, high;
-  bool low_open = false;
+  /// The lower bound; empty for none.
+  std::optional<T> low, high;  ///< The upper bound; empty for none.
+  bool low_open = false;  ///< Whether `low` itself is excluded.
 
+  /// Whether `v` lies within the bounds.
   bool contains(T v) const {
     if (low && (low_open ? !(v > *low) : v < *low)) return false;
     return !(high && v > *high);
   }
-  // "1 to 100000", "1 or more", "above 0", "at most 8"; empty when unbounded.
+  /// "1 to 100000", "1 or more", "above 0", "at most 8"; empty when unbounded.
   std::string text() const;
 };
 
+/// `low` or more.
 template <class T> bounds<T> at_least(T low) { return {low, std::nullopt, false}; }
+/// Above `low`.
 template <class T> bounds<T> above(T low) { return {low, std::nullopt, true}; }
+/// `high` at most.
 template <class T> bounds<T> at_most(T high) { return {std::nullopt, high, false}; }
+/// From `low` to `high`, both included.
 template <class T> bounds<T> between(T low, T high) { return {low, high, false}; }
-// Above `low`, `high` at most.
+/// Above `low`, `high` at most.
 template <class T> bounds<T> above_up_to(T low, T high) { return {low, high, true}; }
 
 namespace detail {
@@ -84,25 +90,27 @@ std::string bounds<T>::text() const {
   return "";
 }
 
+/// A program's options as a table of typed entries bound to variables; parse() fills them, help() and
+/// markdown() describe them. The variables are kept by reference and must outlive parse().
 class command_line {
  public:
-  // `summary`: --help's first line after the usage line.
+  /// `summary`: --help's first line after the usage line.
   explicit command_line(std::string summary = "") : summary_(std::move(summary)) {}
 
-  // A number, read strictly and checked against `accepted`.
+  /// A number, read strictly and checked against `accepted`.
   template <io::text_number_type T>
   command_line& number(std::string name, T& target, std::string meaning, bounds<T> accepted = {}) {
     return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning), detail::show(target), accepted.text(),
                [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
   }
-  // A number with no default: left empty unless given.
+  /// A number with no default: left empty unless given.
   template <io::text_number_type T>
   command_line& number(std::string name, std::optional<T>& target, std::string meaning, bounds<T> accepted = {}) {
     return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning),
                target ? detail::show(*target) : "", accepted.text(),
                [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
   }
-  // A comma-separated list of numbers, each checked against `accepted`.
+  /// A comma-separated list of numbers, each checked against `accepted`.
   template <io::text_number_type T>
   command_line& numbers(std::string name, std::vector<T>& target, std::string meaning, bounds<T> accepted = {}) {
     std::string shown;
@@ -120,7 +128,7 @@ class command_line {
                  target = std::move(values);
                });
   }
-  // Free text (a prompt, a name). `non_empty`: refuse "".
+  /// Free text (a prompt, a name). `non_empty`: refuse "".
   command_line& text(std::string name, std::string& target, std::string meaning, std::string metavar = "TEXT",
                      bool non_empty = true) {
     return add(std::move(name), std::move(metavar), std::move(meaning), target.empty() ? "" : "'" + escaped(target) + "'",
@@ -129,7 +137,7 @@ class command_line {
                  target = std::string(text);
                });
   }
-  // A path; whether it exists is for the program to check (with a better message than a parser could give).
+  /// A path; whether it exists is for the program to check (with a better message than a parser could give).
   command_line& path(std::string name, std::filesystem::path& target, std::string meaning, std::string metavar = "FILE") {
     return add(std::move(name), std::move(metavar), std::move(meaning), target.string(), "",
                [&target](std::string_view text) {
@@ -137,7 +145,7 @@ class command_line {
                  target = std::filesystem::path(text);
                });
   }
-  // One of several names, each standing for a value of T (an enum, say).
+  /// One of several names, each standing for a value of T (an enum, say).
   template <class T>
   command_line& choice(std::string name, T& target, std::vector<std::pair<std::string, T>> names, std::string meaning) {
     std::string shown, list;
@@ -151,36 +159,37 @@ class command_line {
       throw usage_error("'" + std::string(text) + "' is not one of " + list);
     });
   }
-  // A choice of strings, kept as the string.
+  /// A choice of strings, kept as the string.
   command_line& choice(std::string name, std::string& target, const std::vector<std::string>& names, std::string meaning) {
     std::vector<std::pair<std::string, std::string>> same;
     for (const auto& n : names) same.emplace_back(n, n);
     return choice(std::move(name), target, std::move(same), std::move(meaning));
   }
-  // An option without a value: sets `target` to `when_given`.
+  /// An option without a value: sets `target` to `when_given`.
   command_line& flag(std::string name, bool& target, std::string meaning, bool when_given = true) {
     return action(std::move(name), std::move(meaning), [&target, when_given] { target = when_given; });
   }
-  // An option without a value that runs `act`.
+  /// An option without a value that runs `act`.
   command_line& action(std::string name, std::string meaning, std::function<void()> act) {
     entry e{std::move(name), "", std::move(meaning), "", "", nullptr};
     e.act = std::move(act);
     return add_entry(std::move(e));
   }
-  // Whether --help prints (false: parse() still stops there): in a job of
-  // several processes, one prints.
+  /// Whether --help prints (false: parse() still stops there): in a job of
+  /// several processes, one prints.
   command_line& print_help(bool yes) {
     print_help_ = yes;
     return *this;
   }
-  // Text after the options in --help (exit statuses, say).
+  /// Text after the options in --help (exit statuses, say).
   command_line& epilogue(std::string text) {
     epilogue_ = std::move(text);
     return *this;
   }
 
-  // Reads argv into the bound variables. False when --help (or --help-markdown)
-  // was given: the help is printed to stdout and the program should exit 0.
+  /// Reads argv into the bound variables. False when --help (or --help-markdown)
+  /// was given: the help is printed to stdout and the program should exit 0.
+  /// Throws usage_error for an unknown option, a missing value or one not accepted.
   bool parse(int argc, const char* const* argv) {
     program_ = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "program";
     for (int i = 1; i < argc; ++i) {
@@ -220,11 +229,12 @@ class command_line {
     }
     return true;
   }
+  /// parse() for main()'s non-const `argv`.
   bool parse(int argc, char** argv) { return parse(argc, const_cast<const char* const*>(argv)); }
 
-  // For a main() with nothing to clean up: parse(), but --help exits with
-  // status 0 after printing, and a mistake prints "error: ..." to stderr and
-  // exits with status 2.
+  /// For a main() with nothing to clean up: parse(), but --help exits with
+  /// status 0 after printing, and a mistake prints "error: ..." to stderr and
+  /// exits with status 2.
   void parse_or_exit(int argc, char** argv) {
     try {
       if (!parse(argc, argv)) std::exit(0);
@@ -234,7 +244,7 @@ class command_line {
     }
   }
 
-  // --help: usage, summary, one line per option (meaning; default; accepted values), epilogue.
+  /// --help: usage, summary, one line per option (meaning; default; accepted values), epilogue.
   std::string help() const {
     std::size_t width = std::string_view("--help").size();
     for (const entry& e : entries_) width = std::max(width, left_column(e).size());
@@ -254,7 +264,7 @@ class command_line {
     if (!epilogue_.empty()) out += "\n" + epilogue_ + "\n";
     return out;
   }
-  // The same table in Markdown, for README (--help-markdown prints it).
+  /// The same table in Markdown, for README (--help-markdown prints it).
   std::string markdown() const {
     std::string out = "| option | meaning | default | accepted |\n|---|---|---|---|\n";
     const auto cell = [](std::string s) {
@@ -268,7 +278,7 @@ class command_line {
     return out;
   }
 
-  // The option names, in declaration order.
+  /// The option names, in declaration order.
   std::vector<std::string> names() const {
     std::vector<std::string> out;
     for (const entry& e : entries_) out.push_back(e.name);

@@ -36,8 +36,10 @@
 
 namespace fusor::comm {
 
+/// How a collective combines the ranks' values: their sum, their mean or their maximum.
 enum class reduction_op { sum, avg, max };
 
+/// The operation's name: "sum", "avg" or "max".
 inline const char* name(reduction_op op) {
   switch (op) {
     case reduction_op::sum: return "sum";
@@ -47,20 +49,22 @@ inline const char* name(reduction_op op) {
   return "?";
 }
 
-// What a collective returns: wait() for it, or ask test() whether it is done.
+/// What a collective returns: wait() for it, or ask test() whether it is done.
 template <class R>
 concept request = requires(R& r) {
   r.wait();
   { r.test() } -> std::convertible_to<bool>;
 };
 
-// What group() returns where calls need no grouping (single, mpi: non-blocking
-// calls may all be in flight at once); nccl's issues its calls together.
+/// What group() returns where calls need no grouping (single, mpi: non-blocking
+/// calls may all be in flight at once); nccl's issues its calls together.
 struct [[nodiscard]] no_group {};
 
-// A request that is complete when made (the single communicator's).
+/// A request that is complete when made (the single communicator's).
 struct completed_request {
+  /// Returns at once: the work is already done.
   void wait() {}
+  /// Always true.
   bool test() const { return true; }
 };
 
@@ -110,8 +114,8 @@ inline void require_rank(int r, int size, const char* call, const char* what) {
 
 }  // namespace detail
 
-// What every communicator policy offers, checked with fp32 views of the memory
-// it moves (host memory for single and mpi, device memory for nccl).
+/// What every communicator policy offers, checked with fp32 views of the memory
+/// it moves (host memory for single and mpi, device memory for nccl).
 template <class C, class Space = host_space>
 concept communicator = requires(C& c, view<fp32, dextents<index_t, 1>, row_major, Space> v, int peer) {
   { c.rank() } -> std::convertible_to<int>;

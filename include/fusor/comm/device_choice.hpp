@@ -22,10 +22,12 @@
 
 namespace fusor::comm {
 
+/// The environment variable that, set to anything but "" or "0", keeps the device line from being printed.
 inline constexpr const char* quiet_variable = "FUSOR_QUIET";
 
-// The device local rank `local_rank` uses among `visible_devices`;
-// `cuda_visible_devices` (the variable's value, or null) names them in errors.
+/// The device local rank `local_rank` uses among `visible_devices`;
+/// `cuda_visible_devices` (the variable's value, or null) names them in errors.
+/// Throws fusor::error for a negative local rank or no visible device.
 inline int choose_device(int local_rank, int visible_devices, const char* cuda_visible_devices = nullptr) {
   const std::string visible = cuda_visible_devices == nullptr
                                   ? std::string("CUDA_VISIBLE_DEVICES not set")
@@ -38,7 +40,8 @@ inline int choose_device(int local_rank, int visible_devices, const char* cuda_v
   return local_rank % visible_devices;
 }
 
-// "fusor::comm::nccl: rank 5 (local rank 1) uses CUDA device 1 of 4 visible (CUDA_VISIBLE_DEVICES=0,1,2,3)"
+/// The line that says which device a rank uses, with a warning appended when ranks must share a device:
+/// "fusor::comm::nccl: rank 5 (local rank 1) uses CUDA device 1 of 4 visible (CUDA_VISIBLE_DEVICES=0,1,2,3)"
 inline std::string device_choice_line(int rank, int local_rank, int device, int visible_devices,
                                       const char* cuda_visible_devices) {
   std::string line = "fusor::comm::nccl: rank " + std::to_string(rank) + " (local rank " +
@@ -53,7 +56,7 @@ inline std::string device_choice_line(int rank, int local_rank, int device, int 
   return line;
 }
 
-// Whether FUSOR_QUIET's value (null when unset) asks fusor not to print.
+/// Whether FUSOR_QUIET's value (null when unset) asks fusor not to print.
 inline bool quiet_requested(const char* fusor_quiet) {
   return fusor_quiet != nullptr && *fusor_quiet != '\0' && std::strcmp(fusor_quiet, "0") != 0;
 }

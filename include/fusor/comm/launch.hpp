@@ -26,10 +26,14 @@
 
 namespace fusor::comm {
 
+/// This process's place in the job, as its launcher's environment variables say.
 struct launch_info {
-  int rank = 0, size = 1, local_rank = 0;
-  std::string launcher = "none";  // "OpenMPI", "PMI", "Slurm", "torchrun", or "none"
-  bool found = false;
+  /// This process's rank, from 0 to `size` - 1.
+  int rank = 0, size = 1, local_rank = 0;  ///< Its rank among the ranks on its machine (`rank` when not given).
+  /// \var size
+  /// The number of ranks in the job.
+  std::string launcher = "none";  ///< "OpenMPI", "PMI", "Slurm", "torchrun", or "none"
+  bool found = false;  ///< Whether a launcher's variables were found (false: one process, rank 0 of 1).
 };
 
 namespace detail {
@@ -48,8 +52,8 @@ inline int launch_number(const std::function<const char*(const char*)>& get, con
 }
 }  // namespace detail
 
-// From any source of variables (`get(name)`: the value or null), so tests need
-// not touch the process's environment.
+/// The launch_info from any source of variables (`get(name)`: the value or null), so tests need
+/// not touch the process's environment. Throws fusor::error for a value that is not a whole number in range.
 inline launch_info launch_from(const std::function<const char*(const char*)>& get) {
   struct scheme {
     const char* launcher;
@@ -83,6 +87,7 @@ inline launch_info launch_from(const std::function<const char*(const char*)>& ge
   return {};
 }
 
+/// The launch_info from this process's environment variables.
 inline launch_info launch_from_environment() {
   return launch_from([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }

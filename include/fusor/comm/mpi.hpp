@@ -44,11 +44,13 @@
 
 namespace fusor::comm {
 
-// Starts MPI (unless already started) and ends it; destroyed while an exception
-// unwinds the stack, it aborts every rank instead.
+/// Starts MPI (unless already started) and ends it; destroyed while an exception
+/// unwinds the stack, it aborts every rank instead.
 class mpi_environment {
  public:
+  /// Starts MPI without the program's arguments.
   mpi_environment() : mpi_environment(nullptr, nullptr) {}
+  /// Starts MPI with main()'s arguments (MPI_Init may consume its own). Throws mpi_error when MPI_Init fails.
   mpi_environment(int& argc, char**& argv) : mpi_environment(&argc, &argv) {}
   mpi_environment(const mpi_environment&) = delete;
   mpi_environment& operator=(const mpi_environment&) = delete;
@@ -61,7 +63,7 @@ class mpi_environment {
     }
     if (owns_) MPI_Finalize();
   }
-  // Ends every rank of the job now.
+  /// Ends every rank of the job now.
   [[noreturn]] static void abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();
@@ -80,15 +82,18 @@ class mpi_environment {
   int exceptions_at_start_ = std::uncaught_exceptions();
 };
 
-// A collective or message in flight. wait() finishes it (and an avg's division)
-// under the communicator's timeout; destroyed unwaited, it waits, so buffers
-// are never left in MPI's hands (a timeout there ends the job: a destructor
-// cannot throw).
+/// A collective or message in flight. wait() finishes it (and an avg's division)
+/// under the communicator's timeout; destroyed unwaited, it waits, so buffers
+/// are never left in MPI's hands (a timeout there ends the job: a destructor
+/// cannot throw).
 class [[nodiscard]] mpi_request {
  public:
+  /// Made by mpi's calls: `r` named `call` in messages, waited for under `watch`; `sequence` is the
+  /// collective's number (0 for a message) and `after` runs once it has completed.
   mpi_request(MPI_Request r, std::string call, const mpi_watch* watch, std::int64_t sequence,
               std::function<void()> after = {})
       : request_(r), call_(std::move(call)), watch_(watch), sequence_(sequence), after_(std::move(after)) {}
+  /// Moved: the new request waits; the old one is left empty.
   mpi_request(mpi_request&& o) noexcept
       : request_(std::exchange(o.request_, MPI_REQUEST_NULL)), call_(std::move(o.call_)), watch_(o.watch_),
         sequence_(o.sequence_), after_(std::move(o.after_)) {
@@ -105,11 +110,14 @@ class [[nodiscard]] mpi_request {
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+  /// Blocks until the buffers may be read and reused. Throws mpi_timeout_error after the communicator's
+  /// timeout, mpi_error when MPI fails.
   void wait() {
     if (request_ == MPI_REQUEST_NULL && !after_) return;
     if (request_ != MPI_REQUEST_NULL) wait_watched(request_, *watch_, call_, sequence_);
     finish();
   }
+  /// Whether it has completed (then it is finished as wait() would); does not block.
   bool test() {
     if (request_ == MPI_REQUEST_NULL && !after_) return true;
     int done = 0;
@@ -130,14 +138,16 @@ class [[nodiscard]] mpi_request {
   std::function<void()> after_;
 };
 
-// A communicator over a duplicate of an MPI communicator (MPI_COMM_WORLD by
-// default), so fusor's messages never match the program's own.
+/// A communicator over a duplicate of an MPI communicator (MPI_COMM_WORLD by
+/// default), so fusor's messages never match the program's own.
 class mpi {
  public:
+  /// Duplicates `parent` (collective: every rank of it calls this); `options`: the timeout and the
+  /// collective check (comm/mpi_watchdog.hpp). Throws mpi_error when MPI fails.
   explicit mpi(MPI_Comm parent = MPI_COMM_WORLD, mpi_options options = {}) : mpi(parent, options, nullptr) {}
   mpi(const mpi&) = delete;
   mpi& operator=(const mpi&) = delete;
-  // Moved: the new one owns the MPI communicator; requests still in flight keep working.
+  /// Moved: the new one owns the MPI communicator; requests still in flight keep working.
   mpi(mpi&& o) noexcept
       : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_),
         ops_(std::exchange(o.ops_, {})), watch_(std::move(o.watch_)), sequence_(o.sequence_) {}
@@ -153,13 +163,17 @@ class mpi {
     MPI_Comm_free(&comm_);
   }
 
+  /// This process's rank in the communicator, from 0 to size() - 1.
   int rank() const { return rank_; }
+  /// The number of ranks.
   int size() const { return size_; }
+  /// This process's rank among the communicator's ranks on its machine.
   int local_rank() const { return local_rank_; }
+  /// The MPI communicator underneath (owned by this object), for MPI calls of the program's own.
   MPI_Comm native() const { return comm_; }
-  // The ranks of this communicator with the same `color`, ordered by `key` (then
-  // by rank): MPI_Comm_split. Collective: every rank calls it. Same options; it
-  // must be destroyed before this communicator (its progress board is a slot of this one's).
+  /// The ranks of this communicator with the same `color`, ordered by `key` (then
+  /// by rank): MPI_Comm_split. Collective: every rank calls it. Same options; it
+  /// must be destroyed before this communicator (its progress board is a slot of this one's).
   mpi split(int color, int key) const {
     MPI_Comm part = MPI_COMM_NULL;
     detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
@@ -167,12 +181,14 @@ class mpi {
     MPI_Comm_free(&part);
     return result;
   }
-  // How long a wait may take, whether collectives are checked, and how many
-  // collectives this communicator has started (the last one's number).
+  /// How long a wait may take.
   seconds_d timeout() const { return watch_->timeout; }
+  /// Whether each collective is first checked against the other ranks' (mpi_options::check_collectives).
   bool checks_collectives() const { return watch_->check_collectives; }
+  /// How many collectives this communicator has started (the last one's number).
   std::int64_t collectives_started() const { return sequence_; }
 
+  /// Starts recv = `op` over the ranks of send (the same size and element type; recv may be send).
   template <class S, class R>
   mpi_request all_reduce(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
@@ -184,10 +200,12 @@ class mpi {
       return MPI_Iallreduce(sb, r.data, count(r.size), type_of(r), o, comm_, q);
     });
   }
+  /// Starts inout = `op` over the ranks of inout, in place.
   template <class V>
   mpi_request all_reduce(const V& inout, reduction_op op) const {
     return all_reduce(inout, inout, op);
   }
+  /// Starts recv = chunk rank() of `op` over the ranks of send; send.size() == recv.size() * size().
   template <class S, class R>
   mpi_request reduce_scatter(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
@@ -199,8 +217,8 @@ class mpi {
       return MPI_Ireduce_scatter_block(sb, r.data, count(r.size), type_of(r), o, comm_, q);
     });
   }
-  // In place: inout holds this rank's whole contribution; its chunk rank() of
-  // size() receives the reduction (NCCL's convention: a shard stays where it lies).
+  /// In place: inout holds this rank's whole contribution; its chunk rank() of
+  /// size() receives the reduction (NCCL's convention: a shard stays where it lies).
   template <class V>
   mpi_request reduce_scatter(const V& inout, reduction_op op) const {
     const auto b = checked(inout, "reduce_scatter's buffer");
@@ -220,6 +238,7 @@ class mpi {
                 for (index_t i = 0; i < chunk; ++i) mine[i] = convert<T>(convert<double>(mine[i]) / ranks);
             }};
   }
+  /// Starts recv = every rank's send, in rank order; recv.size() == send.size() * size().
   template <class S, class R>
   mpi_request all_gather(const S& send, const R& recv) const {
     const auto s = checked(send, "send");
@@ -232,7 +251,7 @@ class mpi {
                       "MPI_Iallgather");
     return {q, describe(call), watch_.get(), call.sequence};
   }
-  // In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
+  /// In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
   template <class V>
   mpi_request all_gather(const V& inout) const {
     const auto r = checked(inout, "all_gather's buffer");
@@ -244,6 +263,7 @@ class mpi {
                       "MPI_Iallgather");
     return {q, describe(call), watch_.get(), call.sequence};
   }
+  /// Starts inout = root's inout. Throws fusor::error when `root` is not a rank.
   template <class V>
   mpi_request broadcast(const V& inout, int root) const {
     detail::require_rank(root, size_, "broadcast", "root");
@@ -253,7 +273,8 @@ class mpi {
     detail::mpi_check(MPI_Ibcast(b.data, count(b.size), type_of(b), root, comm_, &q), "MPI_Ibcast");
     return {q, describe(call), watch_.get(), call.sequence};
   }
-  // recv is written on root only (other ranks' recv is not touched).
+  /// Starts recv = `op` over the ranks of send, on `root`: recv is written on root only (other ranks' recv
+  /// is not touched).
   template <class S, class R>
   mpi_request reduce(const S& send, const R& recv, reduction_op op, int root) const {
     detail::require_rank(root, size_, "reduce", "root");
@@ -269,6 +290,7 @@ class mpi {
           return MPI_Ireduce(sb, r.data, count(r.size), type_of(r), o, root, comm_, q);
         });
   }
+  /// Starts sending `data` to rank `peer`, matched by a recv with the same `tag`.
   template <class V>
   mpi_request send(const V& data, int peer, int tag) const {
     detail::require_rank(peer, size_, "send", "peer");
@@ -277,6 +299,7 @@ class mpi {
     detail::mpi_check(MPI_Isend(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Isend");
     return {q, message_name("send to", d, peer, tag), watch_.get(), 0};
   }
+  /// Starts receiving into `data` from rank `peer`, matched by a send with the same `tag`.
   template <class V>
   mpi_request recv(const V& data, int peer, int tag) const {
     detail::require_rank(peer, size_, "recv", "peer");
@@ -286,7 +309,7 @@ class mpi {
     return {q, message_name("recv from", d, peer, tag), watch_.get(), 0};
   }
 
-  // Non-blocking calls need no grouping: keep each request until it is waited for.
+  /// Non-blocking calls need no grouping: keep each request until it is waited for.
   no_group group() const { return {}; }
 
  private:
@@ -381,8 +404,8 @@ class mpi {
 
 static_assert(communicator<mpi>);
 
-// Starts MPI, runs main(communicator) and ends MPI; an exception escaping main is
-// printed with the rank that threw it and ends every rank (MPI_Abort).
+/// Starts MPI, runs main(communicator) and ends MPI; an exception escaping main is
+/// printed with the rank that threw it and ends every rank (MPI_Abort).
 template <class Main>
 int run_ranks(int& argc, char**& argv, Main&& main) {
   mpi_environment environment(argc, argv);

@@ -9,6 +9,7 @@
 
 namespace fusor::comm {
 
+/// A failed MPI call; the message names the call, the rank and MPI's own message.
 struct mpi_error : error {
   using error::error;
 };

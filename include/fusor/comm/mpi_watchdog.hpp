@@ -33,27 +33,38 @@
 
 namespace fusor::comm {
 
-// Waiting for a collective timed out (the message names it and the missing ranks).
+/// Waiting for a collective timed out (the message names it and the missing ranks).
 struct mpi_timeout_error : mpi_error {
   using mpi_error::mpi_error;
 };
-// The ranks are about to call different collectives, or the same one with different sizes.
+/// The ranks are about to call different collectives, or the same one with different sizes.
 struct mpi_mismatch_error : mpi_error {
   using mpi_error::mpi_error;
 };
 
+/// How an MPI communicator waits: its timeout and whether it checks collectives; empty fields fall back
+/// to the environment, then to the defaults.
 struct mpi_options {
-  std::optional<seconds_d> timeout{};       // else FUSOR_MPI_TIMEOUT_S, else default_mpi_timeout
-  std::optional<bool> check_collectives{};  // else FUSOR_MPI_CHECK_COLLECTIVES, else on without NDEBUG
+  /// How long a wait may take; else FUSOR_MPI_TIMEOUT_S, else default_mpi_timeout.
+  std::optional<seconds_d> timeout{};
+  /// Whether to check each collective against the other ranks'; else FUSOR_MPI_CHECK_COLLECTIVES, else on
+  /// without NDEBUG.
+  std::optional<bool> check_collectives{};
 };
 
+/// The timeout when neither mpi_options nor FUSOR_MPI_TIMEOUT_S sets one: 10 minutes.
 inline constexpr seconds_d default_mpi_timeout{600.0};
+/// The environment variable that sets the MPI wait timeout, in seconds.
 inline constexpr const char* mpi_timeout_variable = "FUSOR_MPI_TIMEOUT_S";
+/// The environment variable that turns the collective check on (1, on, true) or off (0, off, false).
 inline constexpr const char* mpi_check_variable = "FUSOR_MPI_CHECK_COLLECTIVES";
 
+/// The timeout: `option`, else `environment` (FUSOR_MPI_TIMEOUT_S's value or null), else default_mpi_timeout.
 inline seconds_d resolve_mpi_timeout(std::optional<seconds_d> option, const char* environment) {
   return resolve_timeout(option, environment, default_mpi_timeout, mpi_timeout_variable, "fusor::comm::mpi");
 }
+/// Whether to check collectives: `option`, else `environment` (FUSOR_MPI_CHECK_COLLECTIVES's value or
+/// null), else on without NDEBUG. Throws fusor::error for a value that is not 0/1, off/on or false/true.
 inline bool resolve_mpi_check(std::optional<bool> option, const char* environment) {
   if (option) return *option;
   if (environment != nullptr && *environment != '\0') {
@@ -69,15 +80,17 @@ inline bool resolve_mpi_check(std::optional<bool> option, const char* environmen
 #endif
 }
 
-// One collective as the check compares it and the messages name it.
+/// One collective as the check compares it and the messages name it.
 struct mpi_call {
+  /// The collectives, as `what` numbers them.
   enum kind : std::int64_t { none = 0, all_reduce, reduce_scatter, all_gather, broadcast, reduce };
-  std::int64_t what = none;
-  std::int64_t count = 0;      // elements this rank passes (send's for reductions)
-  std::int64_t type = 0;       // detail::element_code
-  std::int64_t op = -1;        // reduction_op, -1: none
-  std::int64_t root = -1;      // broadcast and reduce
-  std::int64_t sequence = 0;   // 1, 2, ... per communicator
+  std::int64_t what = none;    ///< The collective: a kind.
+  std::int64_t count = 0;      ///< Elements this rank passes (send's for reductions)
+  std::int64_t type = 0;       ///< The element type's code (detail::element_code)
+  std::int64_t op = -1;        ///< The reduction_op, -1: none
+  std::int64_t root = -1;      ///< The root of broadcast and reduce, else -1
+  std::int64_t sequence = 0;   ///< The collective's number: 1, 2, ... per communicator
+  /// Whether two ranks' calls agree in every field.
   bool operator==(const mpi_call&) const = default;
 };
 
@@ -109,7 +122,7 @@ inline const char* op_name(std::int64_t op) {
 }
 }  // namespace detail
 
-// "all_reduce #17 (1024 x float, sum)", "broadcast #3 (10 x int32, root 0)".
+/// The call as messages name it: "all_reduce #17 (1024 x float, sum)", "broadcast #3 (10 x int32, root 0)".
 inline std::string describe(const mpi_call& c) {
   std::string s = std::string(detail::call_name(c.what)) + " #" + std::to_string(c.sequence) + " (" +
                   std::to_string(c.count) + " x " + detail::element_name(c.type);
@@ -118,7 +131,7 @@ inline std::string describe(const mpi_call& c) {
   return s + ")";
 }
 
-// The first rank whose call differs from rank 0's, as an error message; empty when all agree.
+/// The first rank whose call differs from rank 0's, as an error message; empty when all agree.
 inline std::string mismatch_message(const std::vector<mpi_call>& calls) {
   for (std::size_t r = 1; r < calls.size(); ++r)
     if (!(calls[r] == calls[0]))
@@ -128,9 +141,9 @@ inline std::string mismatch_message(const std::vector<mpi_call>& calls) {
   return {};
 }
 
-// The ranks that did not arrive at collective `sequence`, from the board's
-// entries (-1: the rank did not answer); world_ranks[r], where given and
-// different, is named beside rank r of a split communicator.
+/// The ranks that did not arrive at collective `sequence`, from the board's
+/// entries (-1: the rank did not answer); world_ranks[r], where given and
+/// different, is named beside rank r of a split communicator.
 inline std::string missing_ranks(const std::vector<std::int64_t>& entered, std::int64_t sequence,
                                  const std::vector<int>& world_ranks = {}) {
   const auto name = [&](std::size_t r) {
@@ -150,27 +163,27 @@ inline std::string missing_ranks(const std::vector<std::int64_t>& entered, std::
   return s.empty() ? "every rank arrived (the collective itself is stuck)" : s;
 }
 
-// The progress board. One MPI window over the world (made by the first
-// communicator over all of MPI_COMM_WORLD) holds `slots` int64 a rank: slot 0
-// for that communicator, one more for each communicator split from it (the
-// members of a split agree on its slot, the lowest unused on all of them). A
-// rank stores the number of each collective it enters into its own entry of
-// its communicator's slot (a local store, no message); a rank whose wait timed
-// out reads its peers' entries (MPI_Rget), giving the reads a few seconds.
-// One window rather than one per communicator: OpenMPI 4.1 fails to make
-// windows over disjoint groups split from one communicator (their shared-memory
-// files collide). A communicator over another parent than the world, or past
-// the slots, has no board: a timeout then cannot name the missing ranks.
+/// The progress board. One MPI window over the world (made by the first
+/// communicator over all of MPI_COMM_WORLD) holds `slots` int64 a rank: slot 0
+/// for that communicator, one more for each communicator split from it (the
+/// members of a split agree on its slot, the lowest unused on all of them). A
+/// rank stores the number of each collective it enters into its own entry of
+/// its communicator's slot (a local store, no message); a rank whose wait timed
+/// out reads its peers' entries (MPI_Rget), giving the reads a few seconds.
+/// One window rather than one per communicator: OpenMPI 4.1 fails to make
+/// windows over disjoint groups split from one communicator (their shared-memory
+/// files collide). A communicator over another parent than the world, or past
+/// the slots, has no board: a timeout then cannot name the missing ranks.
 class mpi_progress_board {
  public:
-  static constexpr int slots = 64;
+  static constexpr int slots = 64;  ///< Entries a rank holds in the window: the root's and its splits'.
 
   mpi_progress_board() = default;
   mpi_progress_board(const mpi_progress_board&) = delete;
   mpi_progress_board& operator=(const mpi_progress_board&) = delete;
 
-  // The board of a communicator over all of MPI_COMM_WORLD (collective over it):
-  // a window of its own, slot 0.
+  /// The board of a communicator over all of MPI_COMM_WORLD (collective over it):
+  /// a window of its own, slot 0.
   void open_root(MPI_Comm comm) {
     int size = 0;
     MPI_Comm_size(comm, &size);
@@ -186,8 +199,8 @@ class mpi_progress_board {
     window_ranks_.resize(std::size_t(size));
     for (int r = 0; r < size; ++r) window_ranks_[std::size_t(r)] = r;
   }
-  // The board of `child`, split from the communicator `parent` whose board this
-  // is (collective over parent: one all-reduce of the slots in use).
+  /// The board of `child`, split from the communicator `parent` whose board this
+  /// is (collective over parent: one all-reduce of the slots in use).
   void open_split(const mpi_progress_board& parent, MPI_Comm parent_comm, MPI_Comm child) {
     if (parent.window_ == MPI_WIN_NULL) return;
     std::uint64_t used = *parent.used_;
@@ -216,8 +229,8 @@ class mpi_progress_board {
     for (std::size_t r = 0; r < n; ++r) window_ranks_[r] = parent.window_ranks_[std::size_t(in_parent[r])];
     entries_[slot_] = 0;
   }
-  // The root's board: collective (MPI_Win_free) while every rank is in step;
-  // the communicators split from it must be gone. A split's board frees its slot.
+  /// The root's board: collective (MPI_Win_free) while every rank is in step;
+  /// the communicators split from it must be gone. A split's board frees its slot.
   void close() {
     if (window_ == MPI_WIN_NULL) return;
     if (owner_) {
@@ -229,16 +242,18 @@ class mpi_progress_board {
     window_ = MPI_WIN_NULL;
   }
 
+  /// Whether there is a board (without one, a timeout cannot name the missing ranks).
   bool open() const { return window_ != MPI_WIN_NULL; }
-  // The window rank of each member (for messages: the world rank).
+  /// The window rank of each member (for messages: the world rank).
   const std::vector<int>& window_ranks() const { return window_ranks_; }
 
+  /// Publishes that this rank has entered collective number `sequence` (a local store); nothing without a board.
   void enter(std::int64_t sequence) {
     if (window_ == MPI_WIN_NULL) return;
     static_cast<volatile std::int64_t*>(entries_)[slot_] = sequence;
     MPI_Win_sync(window_);
   }
-  // Every member's entry; -1 for a member that did not answer within `patience`.
+  /// Every member's entry; -1 for a member that did not answer within `patience`.
   std::vector<std::int64_t> read(seconds_d patience) const {
     const std::size_t n = window_ranks_.size();
     std::vector<std::int64_t> entered(n, -1);
@@ -276,15 +291,16 @@ class mpi_progress_board {
   std::vector<int> window_ranks_;
 };
 
-// What a communicator's waits share: the timeout, the board, and the rank.
+/// What a communicator's waits share: the timeout, the board, and the rank.
 struct mpi_watch {
-  seconds_d timeout = default_mpi_timeout;
-  bool check_collectives = false;
-  int rank = 0, world_rank = 0;  // this rank in the communicator, and in MPI_COMM_WORLD
-  mpi_progress_board board;
+  seconds_d timeout = default_mpi_timeout;  ///< How long a wait may take.
+  bool check_collectives = false;  ///< Whether each collective is first checked against the other ranks'.
+  /// This rank in the communicator.
+  int rank = 0, world_rank = 0;  ///< This rank in MPI_COMM_WORLD.
+  mpi_progress_board board;  ///< The communicator's progress board.
 };
 
-// The message of a wait that timed out.
+/// The message of a wait that timed out.
 inline std::string mpi_timeout_message(const std::string& call, int rank, seconds_d waited, const mpi_watch& watch,
                                        const std::string& missing) {
   std::string who = "rank " + std::to_string(rank);
@@ -295,9 +311,9 @@ inline std::string mpi_timeout_message(const std::string& call, int rank, second
          "; the job must end (MPI_Abort): the collective cannot be cancelled";
 }
 
-// Waits for `request` under the watch's timeout; on timeout the request is
-// abandoned (set to null) and mpi_timeout_error thrown. `sequence` > 0 for a
-// collective (the board names the ranks that did not arrive), 0 for a message.
+/// Waits for `request` under the watch's timeout; on timeout the request is
+/// abandoned (set to null) and mpi_timeout_error thrown. `sequence` > 0 for a
+/// collective (the board names the ranks that did not arrive), 0 for a message.
 inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std::string& call, std::int64_t sequence) {
   const auto start = steady_now{}();
   for (std::size_t poll = 0;; ++poll) {

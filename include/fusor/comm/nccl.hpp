@@ -53,24 +53,24 @@
 
 namespace fusor::comm {
 
-// How one communicator is made; every field may be left out.
+/// How one communicator is made; every field may be left out.
 struct nccl_options {
-  // How long a wait may last before the communicator is aborted; unset: FUSOR_NCCL_TIMEOUT_S, else 10 minutes.
+  /// How long a wait may last before the communicator is aborted; unset: FUSOR_NCCL_TIMEOUT_S, else 10 minutes.
   std::optional<seconds_d> timeout{};
-  // No line on stderr saying which device this rank uses (as FUSOR_QUIET=1).
+  /// No line on stderr saying which device this rank uses (as FUSOR_QUIET=1).
   bool quiet = false;
-  // The local rank that chooses the device in over(host): unset, the host
-  // communicator's. Give the world's for a communicator over part of the ranks
-  // (a mesh's data group holds ranks 0 and 2 of a machine: their local ranks in
-  // the group are 0 and 1, their devices must be 0 and 2).
+  /// The local rank that chooses the device in over(host): unset, the host
+  /// communicator's. Give the world's for a communicator over part of the ranks
+  /// (a mesh's data group holds ranks 0 and 2 of a machine: their local ranks in
+  /// the group are 0 and 1, their devices must be 0 and 2).
   std::optional<int> local_rank{};
 };
 
-// Sets this process's CUDA device for local rank `local_rank`: choose_device,
-// visible device local_rank % count (fusor/comm/device_choice.hpp). Says which
-// on stderr, once per process and device, unless `quiet` or FUSOR_QUIET is set.
-// nccl's constructor calls it; call it yourself before making the streams the
-// communicator will use, so that they are made on that device.
+/// Sets this process's CUDA device for local rank `local_rank`: choose_device,
+/// visible device local_rank % count (fusor/comm/device_choice.hpp). Says which
+/// on stderr, once per process and device, unless `quiet` or FUSOR_QUIET is set.
+/// nccl's constructor calls it; call it yourself before making the streams the
+/// communicator will use, so that they are made on that device.
 inline int use_local_device(int rank, int local_rank, bool quiet = false) {
   const char* visible_list = std::getenv("CUDA_VISIBLE_DEVICES");
   int visible = 0;
@@ -89,15 +89,19 @@ inline int use_local_device(int rank, int local_rank, bool quiet = false) {
     std::fprintf(stderr, "%s\n", device_choice_line(rank, local_rank, device, visible, visible_list).c_str());
   return device;
 }
+/// use_local_device() for the rank and local rank of a host communicator (mpi, single).
 template <class Host>
 int use_local_device(const Host& host, bool quiet = false) {
   return use_local_device(host.rank(), host.local_rank(), quiet);
 }
 
+/// The NCCL communicator: collectives and messages over device memory, queued on one CUDA stream, each
+/// returning an nccl_request; every wait is bounded by the timeout (comm/nccl_watchdog.hpp).
 class nccl {
  public:
-  // Rank `rank` of `size`, all made with the same id, on the device
-  // use_local_device(rank, local_rank) chooses; `stream` must be on that device.
+  /// Rank `rank` of `size`, all made with the same id, on the device
+  /// use_local_device(rank, local_rank) chooses; `stream` must be on that device.
+  /// Collective: every rank makes its own. Throws nccl_error when NCCL or CUDA fails or the timeout passes.
   nccl(const ncclUniqueId& id, int rank, int size, int local_rank, cudaStream_t stream, const nccl_options& options = {})
       : state_(std::make_shared<detail::nccl_state>()), rank_(rank), size_(size), local_rank_(local_rank),
         stream_(stream) {
@@ -118,8 +122,8 @@ class nccl {
     }
     state_->settle(op);
   }
-  // Over a host communicator (mpi, or single for one GPU): rank 0 makes the id
-  // and the host communicator broadcasts it.
+  /// Over a host communicator (mpi, or single for one GPU): rank 0 makes the id
+  /// and the host communicator broadcasts it.
   template <class Host>
   static nccl over(const Host& host, cudaStream_t stream, const nccl_options& options = {}) {
     ncclUniqueId id{};
@@ -132,6 +136,7 @@ class nccl {
     host.broadcast(bytes, 0).wait();
     return nccl(id, host.rank(), host.size(), options.local_rank.value_or(host.local_rank()), stream, options);
   }
+  /// Moved: the new one owns the NCCL communicator; calls on the old one throw nccl_error.
   nccl(nccl&& o) noexcept
       : state_(std::move(o.state_)), rank_(o.rank_), size_(o.size_), local_rank_(o.local_rank_), device_(o.device_),
         collectives_(o.collectives_), stream_(o.stream_) {}
@@ -153,10 +158,10 @@ class nccl {
     }
   }
 
-  // Completes every call issued, waits (polling, under the timeout) until the
-  // communicator is quiescent, then frees it: ncclCommFinalize, ncclCommDestroy.
-  // The destructor does it; call it to see a failure as an nccl_error. Later
-  // calls throw.
+  /// Completes every call issued, waits (polling, under the timeout) until the
+  /// communicator is quiescent, then frees it: ncclCommFinalize, ncclCommDestroy.
+  /// The destructor does it; call it to see a failure as an nccl_error. Later
+  /// calls throw.
   void finalize() {
     if (!state_ || state_->comm == nullptr) return;  // moved from, aborted or finalized
     const nccl_operation op{"ncclCommFinalize", rank_, -1};
@@ -175,19 +180,24 @@ class nccl {
                        ncclGetErrorString(destroyed));
   }
 
+  /// This rank, from 0 to size() - 1.
   int rank() const { return rank_; }
+  /// The number of ranks.
   int size() const { return size_; }
+  /// The local rank that chose the device.
   int local_rank() const { return local_rank_; }
-  // The CUDA device this rank uses (use_local_device).
+  /// The CUDA device this rank uses (use_local_device).
   int device() const { return device_; }
+  /// The stream every call is queued on.
   cudaStream_t stream() const { return stream_; }
-  // How long a wait may last before the communicator is aborted.
+  /// How long a wait may last before the communicator is aborted.
   seconds_d timeout() const { return state_ ? state_->timeout : default_nccl_timeout; }
-  // Null once finalized or aborted.
+  /// The NCCL communicator underneath; null once finalized or aborted.
   ncclComm_t native() const { return state_ ? state_->comm : nullptr; }
-  // Whether a failure or a timeout aborted the communicator.
+  /// Whether a failure or a timeout aborted the communicator.
   bool aborted() const { return state_ && !state_->aborted_because.empty(); }
 
+  /// Queues recv = `op` over the ranks of send (the same size and element type; recv may be send).
   template <class S, class R>
   nccl_request all_reduce(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
@@ -197,10 +207,12 @@ class nccl {
     const auto o = operation("ncclAllReduce", r, r.size, op);
     return issue(ncclAllReduce(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), comm(o), stream_), o);
   }
+  /// Queues inout = `op` over the ranks of inout, in place.
   template <class V>
   nccl_request all_reduce(const V& inout, reduction_op op) const {
     return all_reduce(inout, inout, op);
   }
+  /// Queues recv = chunk rank() of `op` over the ranks of send; send.size() == recv.size() * size().
   template <class S, class R>
   nccl_request reduce_scatter(const S& send, const R& recv, reduction_op op) const {
     const auto s = checked(send, "send");
@@ -210,7 +222,7 @@ class nccl {
     const auto o = operation("ncclReduceScatter", r, r.size, op);
     return issue(ncclReduceScatter(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), comm(o), stream_), o);
   }
-  // In place: chunk rank() of inout receives the reduction (recvbuff = sendbuff + rank * count).
+  /// In place: chunk rank() of inout receives the reduction (recvbuff = sendbuff + rank * count).
   template <class V>
   nccl_request reduce_scatter(const V& inout, reduction_op op) const {
     const auto b = checked(inout, "reduce_scatter's buffer");
@@ -221,6 +233,7 @@ class nccl {
                                    stream_),
                  o);
   }
+  /// Queues recv = every rank's send, in rank order; recv.size() == send.size() * size().
   template <class S, class R>
   nccl_request all_gather(const S& send, const R& recv) const {
     const auto s = checked(send, "send");
@@ -230,7 +243,7 @@ class nccl {
     const auto o = operation("ncclAllGather", s, s.size);
     return issue(ncclAllGather(s.data, r.data, n(s.size), type_of(s), comm(o), stream_), o);
   }
-  // In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
+  /// In place: this rank's chunk of inout (chunk rank() of size()) is its contribution.
   template <class V>
   nccl_request all_gather(const V& inout) const {
     const auto r = checked(inout, "all_gather's buffer");
@@ -239,6 +252,7 @@ class nccl {
     const auto o = operation("ncclAllGather", r, chunk);
     return issue(ncclAllGather(r.data + chunk * rank_, r.data, n(chunk), type_of(r), comm(o), stream_), o);
   }
+  /// Queues inout = root's inout. Throws fusor::error when `root` is not a rank.
   template <class V>
   nccl_request broadcast(const V& inout, int root) const {
     detail::require_rank(root, size_, "broadcast", "root");
@@ -246,7 +260,7 @@ class nccl {
     const auto o = operation("ncclBroadcast", b, b.size);
     return issue(ncclBroadcast(b.data, b.data, n(b.size), type_of(b), root, comm(o), stream_), o);
   }
-  // recv is written on root only.
+  /// Queues recv = `op` over the ranks of send, on `root`: recv is written on root only.
   template <class S, class R>
   nccl_request reduce(const S& send, const R& recv, reduction_op op, int root) const {
     detail::require_rank(root, size_, "reduce", "root");
@@ -257,7 +271,8 @@ class nccl {
     const auto o = operation("ncclReduce", r, r.size, op);
     return issue(ncclReduce(s.data, r.data, n(r.size), type_of(r), detail::nccl_op(op), root, comm(o), stream_), o);
   }
-  // NCCL has no tags: messages between two ranks arrive in the order sent.
+  /// Queues sending `data` to rank `peer`. NCCL has no tags (the third argument is ignored): messages
+  /// between two ranks arrive in the order sent.
   template <class V>
   nccl_request send(const V& data, int peer, int /*tag*/) const {
     detail::require_rank(peer, size_, "send", "peer");
@@ -265,6 +280,7 @@ class nccl {
     const auto o = operation("ncclSend", d, d.size, std::nullopt, peer);
     return issue(ncclSend(d.data, n(d.size), type_of(d), peer, comm(o), stream_), o);
   }
+  /// Queues receiving into `data` from rank `peer`; the tag is ignored, as send()'s.
   template <class V>
   nccl_request recv(const V& data, int peer, int /*tag*/) const {
     detail::require_rank(peer, size_, "recv", "peer");
@@ -273,12 +289,13 @@ class nccl {
     return issue(ncclRecv(d.data, n(d.size), type_of(d), peer, comm(o), stream_), o);
   }
 
-  // Calls made while the returned object lives are issued together
-  // (ncclGroupStart/End); groups nest, and NCCL queues the calls when the
-  // outermost group of the thread ends. Their requests are done only after
-  // that: wait for them after the group's scope.
+  /// Calls made while the returned object lives are issued together
+  /// (ncclGroupStart/End); groups nest, and NCCL queues the calls when the
+  /// outermost group of the thread ends. Their requests are done only after
+  /// that: wait for them after the group's scope.
   class group_scope {
    public:
+    /// Made by group(): starts an NCCL group (ncclGroupStart); the destructor ends it.
     explicit group_scope(std::shared_ptr<detail::nccl_state> state)
         : state_(std::move(state)), exceptions_(std::uncaught_exceptions()) {
       const nccl_operation op{"ncclGroupStart", state_->rank, -1};
@@ -319,6 +336,8 @@ class nccl {
     std::shared_ptr<detail::nccl_state> state_;
     int exceptions_;
   };
+  /// A group_scope: the calls made while it lives are issued together. Throws nccl_error on a moved-from
+  /// communicator.
   [[nodiscard]] group_scope group() const {
     if (!state_) throw nccl_error("fusor::comm::nccl: group() on a communicator that was moved from");
     return group_scope(state_);

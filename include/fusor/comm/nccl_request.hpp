@@ -137,20 +137,23 @@ inline nccl_group_state& this_thread_nccl_group() {
 
 }  // namespace detail
 
-// Done when the stream has passed the call (for one issued in a group: once
-// the group has ended and its stream has passed it).
+/// Done when the stream has passed the call (for one issued in a group: once
+/// the group has ended and its stream has passed it).
 class [[nodiscard]] nccl_request {
  public:
+  /// Made by nccl's calls, over the call's completion.
   explicit nccl_request(std::shared_ptr<detail::nccl_completion> completion) : completion_(std::move(completion)) {}
 
-  // Blocks until done, polling; a failure or the timeout aborts the
-  // communicator and throws nccl_error.
+  /// Blocks until done, polling; a failure or the timeout aborts the
+  /// communicator and throws nccl_error.
   void wait() {
     auto& c = *completion_;
     require_queued();
     nccl_watchdog<> watchdog(c.state->timeout);
     watchdog.wait(c.op, [&] { return c.poll(); }, [&](const std::string& why) { c.state->abort(why); });
   }
+  /// Whether it is done, without waiting; false inside the group that issued it. A failure aborts the
+  /// communicator and throws nccl_error, as wait() does.
   bool test() {
     auto& c = *completion_;
     if (c.event == nullptr && c.failure.empty() && detail::this_thread_nccl_group().depth > 0) return false;

@@ -19,9 +19,10 @@
 
 namespace fusor::comm {
 
+/// A duration in seconds, as a double: the unit of every timeout.
 using seconds_d = std::chrono::duration<double>;
 
-// "12.3 s", to a tenth of a second (a timeout of 0.25 s shows as 0.25 s).
+/// "12.3 s", to a tenth of a second (a timeout of 0.25 s shows as 0.25 s).
 inline std::string seconds_text(seconds_d s) {
   char text[48];
   const double v = s.count();
@@ -29,20 +30,24 @@ inline std::string seconds_text(seconds_d s) {
   return text;
 }
 
-// What one poll found.
+/// What one poll found.
 struct poll_status {
+  /// Not finished yet, finished, or failed.
   enum class state { pending, done, failed };
-  state value = state::pending;
-  std::string reason;  // when failed: what failed
+  state value = state::pending;  ///< What the poll found.
+  std::string reason;  ///< When failed: what failed
 
+  /// Not finished yet.
   static poll_status pending() { return {}; }
+  /// Finished.
   static poll_status done() { return {state::done, {}}; }
+  /// Failed, for the reason `why`.
   static poll_status failed(std::string why) { return {state::failed, std::move(why)}; }
 };
 
-// The pause before poll number `poll` (from 0): none (a yield) for the first
-// polls, which catch short waits at once, then 50 us doubling up to 2 ms, so a
-// long wait costs little CPU and ends at most 2 ms after its work did.
+/// The pause before poll number `poll` (from 0): none (a yield) for the first
+/// polls, which catch short waits at once, then 50 us doubling up to 2 ms, so a
+/// long wait costs little CPU and ends at most 2 ms after its work did.
 inline std::chrono::nanoseconds poll_pause(std::size_t poll) {
   using namespace std::chrono_literals;
   constexpr std::size_t yields = 64;
@@ -51,20 +56,23 @@ inline std::chrono::nanoseconds poll_pause(std::size_t poll) {
   return std::min<std::chrono::nanoseconds>(50us * (std::size_t{1} << doublings), 2ms);
 }
 
-// The real clock and pause; tests pass fakes.
+/// The real clock; tests pass fakes.
 struct steady_now {
+  /// The steady clock's time since its epoch.
   std::chrono::nanoseconds operator()() const { return std::chrono::steady_clock::now().time_since_epoch(); }
 };
+/// The real pause; tests pass fakes.
 struct thread_pause {
+  /// Yields the thread for a pause of 0, else sleeps for `pause`.
   void operator()(std::chrono::nanoseconds pause) const {
     if (pause.count() == 0) std::this_thread::yield();
     else std::this_thread::sleep_for(pause);
   }
 };
 
-// A timeout: `option` if given, else `environment` (an environment variable's
-// value, null when unset), else `fallback`. A value that is not a finite number
-// of seconds above 0 is an error naming it; `who` ("fusor::comm::nccl") starts it.
+/// A timeout: `option` if given, else `environment` (an environment variable's
+/// value, null when unset), else `fallback`. A value that is not a finite number
+/// of seconds above 0 is an error naming it; `who` ("fusor::comm::nccl") starts it.
 inline seconds_d resolve_timeout(std::optional<seconds_d> option, const char* environment, seconds_d fallback,
                                  const char* variable, const char* who) {
   if (option) {

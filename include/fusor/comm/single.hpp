@@ -14,24 +14,32 @@
 
 namespace fusor::comm {
 
+/// The communicator of one rank (host memory): each collective is a copy or nothing, and returns a
+/// completed_request; send and recv throw fusor::error.
 class single {
  public:
+  /// Always 0.
   int rank() const { return 0; }
+  /// Always 1.
   int size() const { return 1; }
+  /// Always 0.
   int local_rank() const { return 0; }
-  // Any split of one rank is that rank.
+  /// Any split of one rank is that rank.
   single split(int /*color*/, int /*key*/) const { return {}; }
 
+  /// Copies send into recv (the same size and element type): the reduction over one rank.
   template <class S, class R>
   completed_request all_reduce(const S& send, const R& recv, reduction_op) const {
     copy_flat(send, recv, "all_reduce");
     return {};
   }
+  /// Leaves inout as it is: the reduction over one rank.
   template <class V>
   completed_request all_reduce(const V& inout, reduction_op) const {
     detail::flat(inout, "all_reduce's buffer");
     return {};
   }
+  /// Copies send into recv: with one rank, recv is the whole reduction.
   template <class S, class R>
   completed_request reduce_scatter(const S& send, const R& recv, reduction_op) const {
     detail::require_chunks(detail::flat(send, "send").size, detail::flat(recv, "recv").size, 1, "reduce_scatter",
@@ -39,12 +47,13 @@ class single {
     copy_flat(send, recv, "reduce_scatter");
     return {};
   }
-  // In place: with one rank the whole buffer is its chunk, already reduced.
+  /// In place: with one rank the whole buffer is its chunk, already reduced.
   template <class V>
   completed_request reduce_scatter(const V& inout, reduction_op) const {
     detail::flat(inout, "reduce_scatter's buffer");
     return {};
   }
+  /// Copies send into recv: with one rank, the gather is send itself.
   template <class S, class R>
   completed_request all_gather(const S& send, const R& recv) const {
     detail::require_chunks(detail::flat(recv, "recv").size, detail::flat(send, "send").size, 1, "all_gather", "recv",
@@ -52,32 +61,38 @@ class single {
     copy_flat(send, recv, "all_gather");
     return {};
   }
+  /// In place: with one rank the whole buffer is its own chunk, left as it is.
   template <class V>
   completed_request all_gather(const V& inout) const {
     detail::flat(inout, "all_gather's buffer");
     return {};
   }
+  /// Leaves inout as it is; throws fusor::error unless `root` is 0.
   template <class V>
   completed_request broadcast(const V& inout, int root) const {
     detail::require_rank(root, 1, "broadcast", "root");
     detail::flat(inout, "broadcast's buffer");
     return {};
   }
+  /// Copies send into recv; throws fusor::error unless `root` is 0.
   template <class S, class R>
   completed_request reduce(const S& send, const R& recv, reduction_op, int root) const {
     detail::require_rank(root, 1, "reduce", "root");
     copy_flat(send, recv, "reduce");
     return {};
   }
+  /// Throws fusor::error: one rank has no peer to send to.
   template <class V>
   completed_request send(const V&, int peer, int) const {
     throw error("fusor::comm::single::send: one rank has no peer to send to (peer " + std::to_string(peer) + ")");
   }
+  /// Throws fusor::error: one rank has no peer to receive from.
   template <class V>
   completed_request recv(const V&, int peer, int) const {
     throw error("fusor::comm::single::recv: one rank has no peer to receive from (peer " + std::to_string(peer) + ")");
   }
 
+  /// Nothing to group.
   no_group group() const { return {}; }
 
  private:

@@ -18,6 +18,7 @@
 
 namespace fusor {
 
+/// The view of a tensor, or `x` itself for a view.
 template <class T>
 decltype(auto) as_view(const T& x) {
   if constexpr (is_tensor_v<T>) return x.view();
@@ -99,17 +100,17 @@ void copy_impl(const D& dst, const S& src, [[maybe_unused]] stream_t stream, [[m
 }
 }  // namespace detail
 
-// Copies and returns when the data has arrived. Where device or pinned memory is
-// involved it first waits for all work on the device, on every stream, so it is
-// right whichever stream wrote the source or will read the destination: a copy
-// for set-up, reports and tests. Inside a training step use copy_async on the
-// step's stream.
+/// Copies and returns when the data has arrived. Where device or pinned memory is
+/// involved it first waits for all work on the device, on every stream, so it is
+/// right whichever stream wrote the source or will read the destination: a copy
+/// for set-up, reports and tests. Inside a training step use copy_async on the
+/// step's stream.
 template <class Dst, class Src>
 void copy(const Dst& dst, const Src& src) {
   detail::copy_impl(as_view(dst), as_view(src), stream_t{}, false);
 }
 
-// Queues the copy on `stream`; pinned host memory makes it truly asynchronous.
+/// Queues the copy on `stream`; pinned host memory makes it truly asynchronous.
 template <class Dst, class Src>
 void copy_async(const Dst& dst, const Src& src, stream_t stream) {
   detail::copy_impl(as_view(dst), as_view(src), stream, true);

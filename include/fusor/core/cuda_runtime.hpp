@@ -21,13 +21,14 @@
 namespace fusor::gpu {
 
 #if FUSOR_HAS_CUDA
-// The runtime also keeps the status of a failed call as its "last error", which
-// the next cudaGetLastError() returns: the check after an unrelated kernel
-// launch would then throw for this old failure. A failure reported here has
-// been reported, so its record is cleared (errors that break the context stay
-// and are reported by every later call, as they should be).
+/// The runtime also keeps the status of a failed call as its "last error", which
+/// the next cudaGetLastError() returns: the check after an unrelated kernel
+/// launch would then throw for this old failure. A failure reported here has
+/// been reported, so its record is cleared (errors that break the context stay
+/// and are reported by every later call, as they should be).
 inline void forget_reported_error() noexcept { (void)cudaGetLastError(); }
 
+/// Throws cuda_error naming `call`, `file`, `line` and the error unless `status` is cudaSuccess.
 inline void check(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) {
     forget_reported_error();
@@ -36,9 +37,10 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
                      cudaGetErrorString(status) + ")");
   }
 }
+/// Calls a CUDA runtime function and throws cuda_error naming the call, file and line when it fails.
 #define FUSOR_CUDA_CHECK(call) ::fusor::gpu::check((call), #call, __FILE__, __LINE__)
 
-// Streaming multiprocessors of the current device: sizes grids that fill the GPU.
+/// Streaming multiprocessors of the current device: sizes grids that fill the GPU.
 inline int multiprocessor_count() {
   int device = 0, count = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
@@ -46,6 +48,7 @@ inline int multiprocessor_count() {
   return count;
 }
 
+/// Whether a CUDA GPU can be used (asked once); always false in a unit not compiled by nvcc.
 inline bool available() {
   static const bool has_device = [] {
     int count = 0;
@@ -61,7 +64,7 @@ inline bool available() {
 inline bool available() { return false; }
 #endif
 
-// Throws a clear error where a GPU is needed and there is none.
+/// Throws a clear error where a GPU is needed and there is none.
 inline void require(const char* what) {
   if (!available())
     throw cuda_error(std::string("fusor: ") + what +
@@ -69,12 +72,13 @@ inline void require(const char* what) {
                      (FUSOR_HAS_CUDA ? "" : " (this translation unit was not compiled by nvcc)"));
 }
 
-// Kernel launches made by fusor since the program started: lets tests check
-// that one assignment is one launch.
+/// Kernel launches made by fusor since the program started: lets tests check
+/// that one assignment is one launch.
 inline std::atomic<std::uint64_t>& launch_counter() {
   static std::atomic<std::uint64_t> counter{0};
   return counter;
 }
+/// The current value of launch_counter().
 inline std::uint64_t launch_count() { return launch_counter().load(); }
 
 }  // namespace fusor::gpu

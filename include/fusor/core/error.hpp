@@ -10,27 +10,29 @@
 
 namespace fusor {
 
+/// The base of every exception fusor throws.
 struct error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Two shapes that should agree (or broadcast) do not.
+/// Two shapes that should agree (or broadcast) do not.
 struct shape_error : error {
   using error::error;
 };
 
-// A CUDA runtime call returned an error, or CUDA is needed and absent.
+/// A CUDA runtime call returned an error, or CUDA is needed and absent.
 struct cuda_error : error {
   using error::error;
 };
 
-// Memory could not be allocated.
+/// Memory could not be allocated.
 struct allocation_error : error {
+  /// Reports `bytes` bytes of the space named `space` ("device", "host", ...) refused for reason `why`.
   allocation_error(std::size_t bytes, const char* space, const std::string& why)
       : error("fusor: cannot allocate " + std::to_string(bytes) + " bytes of " + space +
               " memory: " + why),
         bytes_requested(bytes) {}
-  std::size_t bytes_requested;
+  std::size_t bytes_requested;  ///< The size of the refused request, in bytes.
 };
 
 }  // namespace fusor

@@ -16,20 +16,24 @@
 
 namespace fusor {
 
-using index_t = std::int64_t;
-inline constexpr std::size_t dynamic = ::cuda::std::dynamic_extent;
+using index_t = std::int64_t;  ///< The signed 64-bit type of indices, extents and strides.
+inline constexpr std::size_t dynamic = ::cuda::std::dynamic_extent;  ///< An extent given at run time.
 
+/// A shape: static extents and `dynamic` ones mixed freely (`cuda::std::extents`).
 template <class IndexType, std::size_t... Extents>
 using extents = ::cuda::std::extents<IndexType, Extents...>;
+/// A shape of `Rank` axes, all dynamic.
 template <class IndexType, std::size_t Rank>
 using dextents = ::cuda::std::dextents<IndexType, Rank>;
 
+/// Whether `E` is an extents type.
 template <class E>
 inline constexpr bool is_extents_v = false;
+/// True for every extents type.
 template <class I, std::size_t... Es>
 inline constexpr bool is_extents_v<::cuda::std::extents<I, Es...>> = true;
 
-// A shape as it appears in compile-time error messages: -1 is a dynamic extent.
+/// A shape as it appears in compile-time error messages: -1 is a dynamic extent.
 template <long long... Extents>
 struct shape {};
 
@@ -41,10 +45,11 @@ struct shape_of<E, ::cuda::std::index_sequence<R...>> {
   using type = shape<(E::static_extent(R) == dynamic ? -1LL : (long long)E::static_extent(R))...>;
 };
 }  // namespace detail
+/// The shape<...> naming E's static extents (-1 for dynamic ones), for compile-time messages.
 template <class E>
 using shape_of_t = typename detail::shape_of<E>::type;
 
-// "[3, 784]": for run-time error messages.
+/// "[3, 784]": for run-time error messages.
 template <class E>
 std::string shape_string(const E& e) {
   std::string s = "[";
@@ -55,6 +60,7 @@ std::string shape_string(const E& e) {
   return s + "]";
 }
 
+/// The number of elements of shape `e`: the product of its extents (1 at rank 0).
 template <class E>
 FUSOR_HOST_DEVICE constexpr index_t element_count(const E& e) {
   index_t n = 1;
@@ -97,34 +103,37 @@ struct broadcast_extents<A, B, ::cuda::std::index_sequence<R...>> {
 };
 }  // namespace detail
 
-// The instantiation of this template names both static shapes in the compiler's
-// message; the static_assert explains it in words.
+/// The instantiation of this template names both static shapes in the compiler's
+/// message; the static_assert explains it in words.
 template <class LeftShape, class RightShape, bool Broadcast>
 struct static_shapes_must_broadcast {
   static_assert(Broadcast,
                 "fusor: the static shapes of two operands do not broadcast; both shapes are named "
                 "in static_shapes_must_broadcast<shape<...>, shape<...>> (-1 is a dynamic extent)");
-  static constexpr bool value = Broadcast;
+  static constexpr bool value = Broadcast;  ///< Whether the shapes broadcast (always true once it compiles).
 };
+/// Like static_shapes_must_broadcast, for an expression's static shape that must fit its destination's.
 template <class DestinationShape, class ExpressionShape, bool Fits>
 struct static_shapes_must_match {
   static_assert(Fits,
                 "fusor: the expression's static shape does not match the destination's; both shapes "
                 "are named in static_shapes_must_match<shape<destination>, shape<expression>> (-1 is "
                 "a dynamic extent)");
-  static constexpr bool value = Fits;
+  static constexpr bool value = Fits;  ///< Whether the shapes fit (always true once it compiles).
 };
 
+/// The static shape of the broadcast of shapes A and B, axes aligned from the right.
 template <class A, class B>
 using broadcast_extents_t = typename detail::broadcast_extents<
     A, B, ::cuda::std::make_index_sequence<(A::rank() > B::rank() ? A::rank() : B::rank())>>::type;
 
+/// True when the static shapes of A and B broadcast; otherwise its instantiation fails to compile, naming both.
 template <class A, class B>
 inline constexpr bool check_static_broadcast_v =
     static_shapes_must_broadcast<shape_of_t<A>, shape_of_t<B>,
                                  detail::static_shapes_broadcast<A, B>()>::value;
 
-// The broadcast of two run-time shapes; throws shape_error naming both.
+/// The broadcast of two run-time shapes; throws shape_error naming both.
 template <class A, class B>
 broadcast_extents_t<A, B> broadcast(const A& a, const B& b) {
   [[maybe_unused]] constexpr bool static_shapes_checked = check_static_broadcast_v<A, B>;
@@ -157,10 +166,13 @@ constexpr bool static_fits() {
 }
 }  // namespace detail
 
+/// True when static shape E fits destination D; otherwise its instantiation fails to compile, naming both.
 template <class D, class E>
 inline constexpr bool check_static_fit_v =
     static_shapes_must_match<shape_of_t<D>, shape_of_t<E>, detail::static_fits<D, E>()>::value;
 
+/// Throws shape_error unless an expression of shape `e` fits a destination of shape `d`: the same rank or
+/// fewer, and every axis equal or 1. Static parts are checked at compile time.
 template <class D, class E>
 void check_fits(const D& d, const E& e) {
   [[maybe_unused]] constexpr bool static_shapes_checked = check_static_fit_v<D, E>;

@@ -23,31 +23,35 @@
 namespace fusor {
 
 #if FUSOR_HAS_CUDA
+/// A CUDA stream; `void*` in host-only units, which never touch a stream.
 using stream_t = cudaStream_t;
 #else
 using stream_t = void*;  // host-only units never touch a stream
 #endif
 
-// Host allocations are aligned for 16-byte vector access and cache lines.
+/// Host allocations are aligned for 16-byte vector access and cache lines.
 inline constexpr std::size_t host_alignment = 64;
 
+/// Ordinary host memory, aligned to host_alignment bytes.
 struct host_space {
-  static constexpr const char* name = "host";
-  static constexpr bool host_accessible = true;
-  static constexpr bool device_accessible = false;
+  static constexpr const char* name = "host";  ///< The space's name in error messages.
+  static constexpr bool host_accessible = true;  ///< Host code may read and write it.
+  static constexpr bool device_accessible = false;  ///< Kernels may not touch it.
 };
-// Page-locked host memory: fast, asynchronous copies; readable by kernels too.
+/// Page-locked host memory: fast, asynchronous copies; readable by kernels too.
 struct pinned_space {
-  static constexpr const char* name = "pinned host";
-  static constexpr bool host_accessible = true;
-  static constexpr bool device_accessible = true;
+  static constexpr const char* name = "pinned host";  ///< The space's name in error messages.
+  static constexpr bool host_accessible = true;  ///< Host code may read and write it.
+  static constexpr bool device_accessible = true;  ///< Kernels may read and write it.
 };
+/// GPU memory from the current device's stream-ordered pool; needs nvcc.
 struct device_space {
-  static constexpr const char* name = "device";
-  static constexpr bool host_accessible = false;
-  static constexpr bool device_accessible = true;
+  static constexpr const char* name = "device";  ///< The space's name in error messages.
+  static constexpr bool host_accessible = false;  ///< Host code may not dereference it.
+  static constexpr bool device_accessible = true;  ///< Kernels may read and write it.
 };
 
+/// A memory space tag: its name, and whether host code and kernels can access its memory.
 template <class S>
 concept memory_space = requires {
   { S::name } -> std::convertible_to<const char*>;
@@ -94,14 +98,17 @@ inline std::size_t device_memory_bytes() {
 #endif
 }  // namespace detail
 
-// Every allocate() that takes memory, in any space: how tests show that a
-// training step allocates nothing once it has run once.
+/// Every allocate() that takes memory, in any space: how tests show that a
+/// training step allocates nothing once it has run once.
 inline std::atomic<std::uint64_t>& allocation_counter() {
   static std::atomic<std::uint64_t> count{0};
   return count;
 }
+/// The current value of allocation_counter().
 inline std::uint64_t allocation_count() { return allocation_counter().load(std::memory_order_relaxed); }
 
+/// Allocates `bytes` bytes in `Space` (nullptr for 0), ordered on `stream` for device memory. Throws
+/// allocation_error when memory cannot be had, cuda_error for pinned or device memory without a GPU.
 template <memory_space Space>
 void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
   if (bytes == 0) return nullptr;
@@ -135,6 +142,7 @@ void* allocate(std::size_t bytes, [[maybe_unused]] stream_t stream = {}) {
   }
 }
 
+/// Frees memory from allocate<Space>() (nullptr: nothing), ordered on `stream` for device memory; never throws.
 template <memory_space Space>
 void deallocate(void* p, [[maybe_unused]] stream_t stream = {}) noexcept {
   if (!p) return;

@@ -15,25 +15,29 @@
 
 namespace fusor {
 
-using bfloat16 = __nv_bfloat16;
-using float16 = __half;
+using bfloat16 = __nv_bfloat16;  ///< CUDA's bfloat16 type.
+using float16 = __half;          ///< CUDA's half-precision type.
 
-// Storage, compute and accumulate types named separately.
+/// Storage, compute and accumulate types named separately.
 template <class Storage, class Compute = float, class Accumulate = Compute>
 struct mixed {
-  using storage_type = Storage;
-  using compute_type = Compute;
-  using accumulate_type = Accumulate;
-  static constexpr bool tensor_float_32 = false;
+  using storage_type = Storage;  ///< The element type kept in memory.
+  using compute_type = Compute;  ///< The type elementwise work computes in.
+  using accumulate_type = Accumulate;  ///< The type reductions accumulate in.
+  static constexpr bool tensor_float_32 = false;  ///< Whether matrix products may round inputs to tf32.
 };
 
+/// fp32 storage, compute and accumulation.
 struct fp32 : mixed<float, float, float> {};
+/// fp64 storage, compute and accumulation.
 struct fp64 : mixed<double, double, double> {};
+/// bfloat16 storage, computing and accumulating in fp32.
 struct bf16 : mixed<bfloat16, float, float> {};
+/// fp16 (half) storage, computing and accumulating in fp32.
 struct fp16 : mixed<float16, float, float> {};
-// fp32 storage; matrix products may round their inputs to tf32 on tensor cores.
+/// fp32 storage; matrix products may round their inputs to tf32 on tensor cores.
 struct tf32 : mixed<float, float, float> {
-  static constexpr bool tensor_float_32 = true;
+  static constexpr bool tensor_float_32 = true;  ///< Matrix products may round inputs to tf32.
 };
 
 namespace detail {
@@ -49,27 +53,33 @@ template <> struct default_compute<bfloat16> { using type = float; };
 template <> struct default_compute<float16> { using type = float; };
 }  // namespace detail
 
+/// Resolves a tensor's first template argument, a plain element type `P`, to its precision: `P` is stored,
+/// and work computes and accumulates in `P`, except in float for bfloat16 and float16.
 template <class P>
 struct precision_traits {
-  using storage_type = P;
-  using compute_type = typename detail::default_compute<P>::type;
-  using accumulate_type = compute_type;
-  static constexpr bool tensor_float_32 = false;
+  using storage_type = P;  ///< The element type kept in memory.
+  using compute_type = typename detail::default_compute<P>::type;  ///< The type elementwise work computes in.
+  using accumulate_type = compute_type;  ///< The type reductions accumulate in.
+  static constexpr bool tensor_float_32 = false;  ///< Plain element types never use tf32.
 };
+/// The precision of a policy tag such as bf16 or mixed<...>: its own types.
 template <detail::precision_policy P>
 struct precision_traits<P> {
-  using storage_type = typename P::storage_type;
-  using compute_type = typename P::compute_type;
-  using accumulate_type = typename P::accumulate_type;
-  static constexpr bool tensor_float_32 = P::tensor_float_32;
+  using storage_type = typename P::storage_type;  ///< The element type kept in memory.
+  using compute_type = typename P::compute_type;  ///< The type elementwise work computes in.
+  using accumulate_type = typename P::accumulate_type;  ///< The type reductions accumulate in.
+  static constexpr bool tensor_float_32 = P::tensor_float_32;  ///< Whether matrix products may round inputs to tf32.
 };
 
+/// The element type stored for precision `P` (an element type or a policy).
 template <class P> using storage_t = typename precision_traits<P>::storage_type;
+/// The type elementwise work computes in for precision `P`.
 template <class P> using compute_t = typename precision_traits<P>::compute_type;
+/// The type reductions accumulate in for precision `P`.
 template <class P> using accumulate_t = typename precision_traits<P>::accumulate_type;
 
-// Conversion between any two element types, on host and device. bf16 <-> fp16
-// goes through float: there is no direct conversion.
+/// Conversion between any two element types, on host and device. bf16 <-> fp16
+/// goes through float: there is no direct conversion.
 template <class To, class From>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr To convert(const From& x) {
   if constexpr (::cuda::std::is_same_v<To, From>) {

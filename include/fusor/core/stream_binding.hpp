@@ -30,21 +30,27 @@
 
 namespace fusor {
 
-// The stream an executor queues its work on ({} for the host executor).
+/// The stream an executor queues its work on ({} for the host executor).
 template <class Executor>
 stream_t executor_stream(const Executor& ex) {
   if constexpr (requires { ex.stream; }) return ex.stream;
   else return {};
 }
 
+/// Orders memory of `Space` made on a home stream with the other streams that use it; move-only.
+///
+/// Does nothing unless `Space` is device-accessible and the unit is compiled by nvcc.
 template <class Space>
 class stream_binding {
  public:
+  /// Binds memory allocated on `home`, which is also its first user.
   explicit stream_binding(stream_t home = {}) : home_(home), last_(home) {}
   stream_binding(const stream_binding&) = delete;
   stream_binding& operator=(const stream_binding&) = delete;
+  /// Takes over `other`'s binding; `other` is left bound to its home stream alone.
   stream_binding(stream_binding&& other) noexcept
       : home_(other.home_), last_(std::exchange(other.last_, other.home_)), event_(std::exchange(other.event_, {})) {}
+  /// Makes the home stream wait for this binding's last user, then takes over `other`'s binding.
   stream_binding& operator=(stream_binding&& other) noexcept {
     if (this != &other) {
       release();
@@ -56,10 +62,13 @@ class stream_binding {
   }
   ~stream_binding() { release(); }
 
+  /// The stream the memory was allocated on.
   stream_t home() const { return home_; }
-  // The stream the memory was last used on (home until another is used).
+  /// The stream the memory was last used on (home until another is used).
   stream_t last_user() const { return last_; }
 
+  /// Call before queueing work on `stream`: if it differs from the last user, it waits for the last user's
+  /// work (for the first foreign use: the home stream's allocations and memsets); throws cuda_error.
   void use_on([[maybe_unused]] stream_t stream) {
 #if FUSOR_HAS_CUDA
     if constexpr (Space::device_accessible) {

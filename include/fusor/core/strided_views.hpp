@@ -35,7 +35,7 @@ constexpr bool is_permutation() {
 }
 }  // namespace detail
 
-// Axis k of the result is axis Perm[k] of the input.
+/// Axis k of the result is axis Perm[k] of the input.
 template <std::size_t... Perm, class P, class E, class L, class S>
 auto permute(const view<P, E, L, S>& v) {
   static_assert(sizeof...(Perm) == E::rank(), "fusor: permute needs one axis index per axis");
@@ -48,7 +48,7 @@ auto permute(const view<P, E, L, S>& v) {
   return detail::strided_view_t<P, out_extents, S>(v.data(), mapping(e, strides));
 }
 
-// The matrix transpose of a 2-D view.
+/// The matrix transpose of a 2-D view.
 template <class P, class E, class L, class S>
 auto transpose(const view<P, E, L, S>& v) {
   static_assert(E::rank() == 2, "fusor: transpose is for 2-D views; use permute<...> for more axes");
@@ -64,7 +64,7 @@ struct sliced_extents<E, Axis, ::cuda::std::index_sequence<R...>> {
 };
 }  // namespace detail
 
-// Elements [begin, end) along Axis; the other axes whole.
+/// Elements [begin, end) along Axis; the other axes whole.
 template <std::size_t Axis, class P, class E, class L, class S>
 auto slice(const view<P, E, L, S>& v, index_t begin, index_t end) {
   static_assert(Axis < E::rank(), "fusor: slice axis out of range");

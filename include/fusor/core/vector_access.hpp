@@ -14,16 +14,18 @@
 
 namespace fusor {
 
-// Whether V elements of T form whole 16-byte chunks.
+/// Whether V elements of T form whole 16-byte chunks.
 template <class T, int V>
 inline constexpr bool whole_chunks_v = (V * sizeof(T)) % 16 == 0;
 
-// V values held in registers; 16-byte aligned when they fill whole chunks so
-// they can be moved as such.
+/// V values held in registers; 16-byte aligned when they fill whole chunks so
+/// they can be moved as such.
 template <class T, int V>
 struct alignas(whole_chunks_v<T, V> ? 16 : alignof(T)) lanes {
-  T value[V];
+  T value[V];  ///< The values.
+  /// Value `j`, 0 <= j < V.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T& operator[](int j) { return value[j]; }
+  /// Value `j`, 0 <= j < V.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr const T& operator[](int j) const { return value[j]; }
 };
 
@@ -33,6 +35,8 @@ struct alignas(16) sixteen_bytes {
 };
 }  // namespace detail
 
+/// Loads p[0, V); in device code, as 16-byte loads when `Aligned` (p 16-byte aligned) and V elements are
+/// whole chunks.
 template <int V, bool Aligned, class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_lanes(const T* p) {
   lanes<T, V> out;
@@ -53,6 +57,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_lanes(const T* p) {
   }
 }
 
+/// Stores `values` to p[0, V); in device code, as 16-byte stores when `Aligned` and V elements are whole chunks.
 template <int V, bool Aligned, class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_lanes(T* p, const lanes<T, V>& values) {
 #if FUSOR_DEVICE_PASS

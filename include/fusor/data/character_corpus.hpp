@@ -27,23 +27,26 @@
 
 namespace fusor::data {
 
-// Space .. '~' are tokens 0..94, the newline 95.
+/// The character model's vocabulary: space .. '~' are tokens 0..94, the newline 95.
 struct ascii_vocabulary {
-  static constexpr std::size_t size = 96;
-  static constexpr std::int32_t newline = 95;
-  // The token of a byte, or -1 where the vocabulary has none.
+  static constexpr std::size_t size = 96;  ///< The number of tokens.
+  static constexpr std::int32_t newline = 95;  ///< The newline's token.
+  /// The token of a byte, or -1 where the vocabulary has none.
   static constexpr std::int32_t encode(unsigned char c) {
     if (c == '\n') return newline;
     if (c >= 0x20 && c <= 0x7e) return std::int32_t(c) - 0x20;
     return -1;
   }
+  /// The character of token `token` (one of 0..95).
   static constexpr char decode(std::int32_t token) { return token == newline ? '\n' : char(token + 0x20); }
 };
 
+/// A text as character tokens (ascii_vocabulary), split into a training part and a validation part.
 class character_corpus {
  public:
-  // The text's tokens; `source` names it in errors. '\r' is dropped (Windows
-  // line ends); any other byte outside the vocabulary is an error.
+  /// The text's tokens; `source` names it in errors. A carriage return is dropped (Windows
+  /// line ends); any other byte outside the vocabulary is a data_error, as is a `validation_fraction`
+  /// outside (0, 1).
   character_corpus(const std::string& text, const std::string& source, double validation_fraction = 0.1) {
     if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
       throw data_error("fusor::data::character_corpus: validation fraction " + std::to_string(validation_fraction) +
@@ -61,7 +64,7 @@ class character_corpus {
     }
     split_ = tokens_.size() - static_cast<std::size_t>(double(tokens_.size()) * validation_fraction);
   }
-  // The text of a file: a missing or unreadable file names the file and how to get the corpus.
+  /// The text of a file: a missing or unreadable file names the file and how to get the corpus.
   static character_corpus load(const std::string& path, double validation_fraction = 0.1) {
     std::ifstream in(path, std::ios::binary);
     if (!in)
@@ -72,14 +75,16 @@ class character_corpus {
     return character_corpus(text, path, validation_fraction);
   }
 
+  /// Every token of the text.
   std::span<const std::int32_t> tokens() const { return tokens_; }
-  // The first 1 - validation_fraction of the text, and the rest.
+  /// The first 1 - validation_fraction of the text.
   std::span<const std::int32_t> training() const { return std::span(tokens_).first(split_); }
+  /// The rest of the text, after training().
   std::span<const std::int32_t> validation() const { return std::span(tokens_).subspan(split_); }
 
-  // The cross-entropy (nats per character) on the validation text of the
-  // training text's character frequencies (add-one smoothed): what a model
-  // that ignores context reaches; a language model must get clearly below it.
+  /// The cross-entropy (nats per character) on the validation text of the
+  /// training text's character frequencies (add-one smoothed): what a model
+  /// that ignores context reaches; a language model must get clearly below it.
   double unigram_baseline() const {
     std::vector<double> counts(ascii_vocabulary::size, 1.0);
     for (const std::int32_t t : training()) counts[std::size_t(t)] += 1.0;
@@ -94,18 +99,20 @@ class character_corpus {
   std::size_t split_ = 0;
 };
 
-// Random windows of `context` + 1 tokens: inputs are the first `context`,
-// targets the last `context` (each input's next token), as nanoGPT's get_batch.
+/// Random windows of `context` + 1 tokens: inputs are the first `context`,
+/// targets the last `context` (each input's next token), as nanoGPT's get_batch.
 class text_windows {
  public:
+  /// Windows of `tokens` (kept by reference: they must outlive this), drawn by `seed`. Throws data_error
+  /// when the text is shorter than one window.
   text_windows(std::span<const std::int32_t> tokens, index_t context, std::uint64_t seed)
       : tokens_(tokens), context_(context), seed_(seed) {
     if (context < 1 || index_t(tokens.size()) < context + 1)
       throw data_error("fusor::data::text_windows: a text of " + std::to_string(tokens.size()) +
                        " tokens has no window of " + std::to_string(context) + " + 1 tokens");
   }
-  // inputs and targets: `batch` x context int32 each (host memory), the
-  // windows of step `step` (the same for the same seed and step, anywhere).
+  /// inputs and targets: `batch` x context int32 each (host memory), the
+  /// windows of step `step` (the same for the same seed and step, anywhere).
   void fill(std::int32_t* inputs, std::int32_t* targets, index_t batch, std::uint64_t step) const {
     std::mt19937_64 engine = epoch_engine(seed_, step);
     const std::uint64_t starts = tokens_.size() - std::size_t(context_);
@@ -117,6 +124,7 @@ class text_windows {
       }
     }
   }
+  /// The number of tokens a window feeds the model.
   index_t context() const { return context_; }
 
  private:

@@ -7,6 +7,8 @@
 
 namespace fusor {
 
+/// A data set cannot be read (a file missing, truncated or corrupt, labels out of range); the message
+/// names the file and what is wrong.
 struct data_error : error {
   using error::error;
 };

@@ -18,8 +18,10 @@
 
 namespace fusor::data {
 
+/// Where the Debian package dataset-fashion-mnist puts the files.
 inline const std::filesystem::path fashion_mnist_default_path = "/usr/share/datasets/fashion-mnist";
 
+/// Which set to read: the training set (train-* files) or the test set (t10k-* files).
 enum class split { train, test };
 
 namespace detail {
@@ -45,8 +47,9 @@ inline std::string shape_text(const std::vector<index_t>& shape) {
 
 }  // namespace detail
 
-// Reads one split. Checks: images are ubyte [count, rows, cols] with rows and
-// cols positive, labels ubyte [count] with the same count, every label in 0..9.
+/// Reads one split. Checks: images are ubyte [count, rows, cols] with rows and
+/// cols positive, labels ubyte [count] with the same count, every label in 0..9. A missing directory or
+/// file, or a failed check, throws data_error naming the file.
 inline labelled_images load_fashion_mnist(split which, const std::filesystem::path& directory = fashion_mnist_default_path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(directory, ec))

@@ -28,15 +28,15 @@
 
 namespace fusor::data {
 
-// An IDX file's contents: element type code, shape, and the elements' bytes in
-// the host's byte order (multi-byte elements are converted from big-endian).
+/// An IDX file's contents: element type code, shape, and the elements' bytes in
+/// the host's byte order (multi-byte elements are converted from big-endian).
 struct idx_array {
-  std::uint8_t type_code = 0;
-  std::vector<index_t> shape;
-  std::vector<std::uint8_t> bytes;
+  std::uint8_t type_code = 0;  ///< The element type (idx_type_name() names it).
+  std::vector<index_t> shape;  ///< One extent per dimension.
+  std::vector<std::uint8_t> bytes;  ///< The elements, row-major, in the host's byte order.
 };
 
-// Bytes per element of an IDX type code; 0 for a code IDX does not define.
+/// Bytes per element of an IDX type code; 0 for a code IDX does not define.
 constexpr std::size_t idx_element_size(std::uint8_t type_code) {
   switch (type_code) {
     case 0x08: return 1;  // unsigned byte
@@ -49,7 +49,7 @@ constexpr std::size_t idx_element_size(std::uint8_t type_code) {
   }
 }
 
-// "ubyte", "byte", "short", "int", "float", "double", or "unknown".
+/// The name of an IDX type code: "ubyte", "byte", "short", "int", "float", "double", or "unknown".
 constexpr const char* idx_type_name(std::uint8_t type_code) {
   switch (type_code) {
     case 0x08: return "ubyte";
@@ -152,6 +152,8 @@ inline constexpr std::uint64_t idx_max_bytes = std::uint64_t(1) << 40;
 
 }  // namespace detail
 
+/// Reads an IDX file, gzip-compressed or raw. Throws data_error naming the file and what is wrong (not
+/// found, bad magic, unsupported type, truncated, trailing bytes, corrupt gzip data).
 inline idx_array read_idx(const std::filesystem::path& file) {
   detail::idx_source source(file);
   idx_array result;

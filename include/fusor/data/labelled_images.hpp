@@ -16,15 +16,19 @@
 
 namespace fusor::data {
 
+/// A classification data set in host memory: uint8 pixels as the file stores them, int32 labels.
 struct labelled_images {
-  std::vector<std::uint8_t> pixels;  // count * rows * cols, sample by sample, row-major
-  std::vector<std::int32_t> labels;  // count, each in [0, classes)
-  index_t count = 0, rows = 0, cols = 0;
-  std::int32_t classes = 10;
+  std::vector<std::uint8_t> pixels;  ///< count * rows * cols, sample by sample, row-major
+  std::vector<std::int32_t> labels;  ///< count, each in [0, classes)
+  /// The number of samples.
+  index_t count = 0, rows = 0, cols = 0;  ///< Columns of each image.
+  /// \var rows
+  /// Rows of each image.
+  std::int32_t classes = 10;  ///< The number of classes.
 };
 
-// Throws data_error (saying which rule and the numbers) unless the sizes agree
-// and every label lies in [0, classes).
+/// Throws data_error (saying which rule and the numbers) unless the sizes agree
+/// and every label lies in [0, classes).
 inline void validate(const labelled_images& data) {
   const auto fail = [](const std::string& what) { throw data_error("fusor: labelled_images: " + what); };
   if (data.count < 0 || data.rows < 0 || data.cols < 0)
@@ -44,8 +48,8 @@ inline void validate(const labelled_images& data) {
            std::to_string(data.classes) + ")");
 }
 
-// The first `count` samples (a copy): small runs and tests. Throws data_error
-// when `count` is negative or more than the data holds, or `data` is not valid.
+/// The first `count` samples (a copy): small runs and tests. Throws data_error
+/// when `count` is negative or more than the data holds, or `data` is not valid.
 inline labelled_images take_first(const labelled_images& data, index_t count) {
   validate(data);
   if (count < 0 || count > data.count)

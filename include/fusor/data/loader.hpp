@@ -40,15 +40,19 @@
 
 namespace fusor::data {
 
+/// How a loader batches, orders and normalises its data.
 struct loader_options {
-  index_t batch_size = 256;
-  bool shuffle = true;
-  std::uint64_t seed = 0;
-  bool drop_last = false;         // the last partial batch is kept by default
-  int prefetch = 2;               // batches prepared ahead by the background thread
-  float mean = 0.0f, std = 1.0f;  // pixel -> (pixel / 255 - mean) / std, as float
+  index_t batch_size = 256;  ///< Samples per batch (at least 1).
+  bool shuffle = true;  ///< Visit the samples in an order drawn from (seed, epoch); false: in data order.
+  std::uint64_t seed = 0;  ///< The seed of the shuffled orders.
+  bool drop_last = false;         ///< Drop a last partial batch (by default it is kept)
+  int prefetch = 2;               ///< Batches prepared ahead by the background thread (at least 1)
+  /// The mean subtracted from pixel / 255.
+  float mean = 0.0f, std = 1.0f;  ///< The divisor: pixel -> (pixel / 255 - mean) / std, as float
 };
 
+/// Batches of a labelled_images data set, shuffled by a seed, prepared ahead by a background thread and
+/// delivered in `Space`: host_space, or device_space (copied on a stream of the loader's own).
 template <class Space = host_space>
 class loader {
   static constexpr bool on_device = std::is_same_v<Space, device_space>;
@@ -57,16 +61,18 @@ class loader {
   static_assert(!on_device || FUSOR_HAS_CUDA, "fusor: loader<device_space> needs a translation unit compiled by nvcc");
 
  public:
-  using images_view = view<fp32, dextents<index_t, 2>, row_major, Space>;  // [size, rows * cols]
-  using labels_view = view<std::int32_t, dextents<index_t, 1>, row_major, Space>;
+  using images_view = view<fp32, dextents<index_t, 2>, row_major, Space>;  ///< A batch's images: [size, rows * cols]
+  using labels_view = view<std::int32_t, dextents<index_t, 1>, row_major, Space>;  ///< A batch's labels: [size]
+  /// One batch, as views of the loader's memory (valid until the following next() or start_epoch()).
   struct batch {
-    images_view images;
-    labels_view labels;
-    index_t size;
+    images_view images;  ///< The normalised images.
+    labels_view labels;  ///< Their labels.
+    index_t size;  ///< The number of samples: batch_size, or fewer in a last partial batch.
   };
 
-  // `data` must outlive the loader and not change. For device_space,
-  // `compute_stream` is the stream the consumer computes on.
+  /// `data` must outlive the loader and not change. For device_space,
+  /// `compute_stream` is the stream the consumer computes on. Throws fusor::error for bad options and
+  /// data_error for data that is not valid.
   loader(const labelled_images& data, loader_options options, stream_t compute_stream = {})
       : data_(&data), options_(options), compute_stream_(compute_stream) {
     check(options_);
@@ -127,12 +133,14 @@ class loader {
 #endif
   }
 
+  /// Batches in each epoch (a last partial one included unless drop_last).
   index_t batches_per_epoch() const { return batches_; }
-  index_t size() const { return count_; }  // samples in the data set
+  index_t size() const { return count_; }  ///< Samples in the data set
+  /// The options it was made with.
   const loader_options& options() const { return options_; }
 
-  // Visits the samples in the order of (seed, epoch) (in order without
-  // shuffle) and starts preparing batches; abandons the current epoch.
+  /// Visits the samples in the order of (seed, epoch) (in order without
+  /// shuffle) and starts preparing batches; abandons the current epoch.
   void start_epoch(std::uint64_t epoch) {
     std::vector<index_t> order;
     if (options_.shuffle) {
@@ -156,9 +164,10 @@ class loader {
     work_wanted_.notify_one();
   }
 
-  // The next batch of the current epoch, or nullptr at its end. The views stay
-  // valid until the following next() or start_epoch(). On the device, the
-  // compute stream is made to wait for the batch's copy; the host does not.
+  /// The next batch of the current epoch, or nullptr at its end. The views stay
+  /// valid until the following next() or start_epoch(). On the device, the
+  /// compute stream is made to wait for the batch's copy; the host does not. Throws fusor::error before
+  /// the first start_epoch(); an exception of the worker thread is rethrown here.
   const batch* next() {
     std::unique_lock lock(mutex_);
     if (!started_) throw error("fusor: loader::next() called before start_epoch()");

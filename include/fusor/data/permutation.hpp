@@ -18,7 +18,7 @@
 
 namespace fusor::data {
 
-// SplitMix64's finaliser: nearby seeds and epochs give unrelated engine states.
+/// SplitMix64's finaliser: nearby seeds and epochs give unrelated engine states.
 constexpr std::uint64_t mix_bits(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -26,13 +26,13 @@ constexpr std::uint64_t mix_bits(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The engine for one epoch of one seed.
+/// The engine for one epoch of one seed.
 inline std::mt19937_64 epoch_engine(std::uint64_t seed, std::uint64_t epoch) {
   return std::mt19937_64(mix_bits(mix_bits(seed) ^ epoch));
 }
 
-// A uniform integer in [0, bound), bound >= 1: draws at or above the largest
-// multiple of `bound` are rejected, so no value is favoured.
+/// A uniform integer in [0, bound), bound >= 1: the lowest 2^64 mod `bound`
+/// draws are rejected, so no value is favoured.
 inline std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t bound) {
   const std::uint64_t rejected = (0 - bound) % bound;  // 2^64 mod bound
   std::uint64_t draw;
@@ -41,7 +41,7 @@ inline std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t bound)
   return draw % bound;
 }
 
-// 0..n-1 shuffled (Fisher-Yates) by the engine of (seed, epoch).
+/// 0..n-1 shuffled (Fisher-Yates) by the engine of (seed, epoch).
 inline std::vector<index_t> epoch_permutation(index_t n, std::uint64_t seed, std::uint64_t epoch) {
   std::vector<index_t> order(static_cast<std::size_t>(n > 0 ? n : 0));
   std::iota(order.begin(), order.end(), index_t(0));

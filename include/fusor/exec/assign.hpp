@@ -13,6 +13,8 @@
 
 namespace fusor {
 
+/// Evaluates every target, out(destination, expression), in one pass on `executor`: one kernel launch or one
+/// host loop. Throws shape_error when shapes disagree; operands must be in memory the executor can access.
 template <class Executor, class... Targets>
 void assign_many(const Executor& executor, const Targets&... targets) {
   static_assert(sizeof...(Targets) > 0, "fusor: assign_many needs at least one out(destination, expression)");
@@ -23,6 +25,8 @@ void assign_many(const Executor& executor, const Targets&... targets) {
   executor.run(p, plan);
 }
 
+/// Evaluates `expression` into `destination` (a view or a tensor) in one pass on `executor`, the host by
+/// default; throws shape_error when the expression's shape does not fit the destination's.
 template <class Destination, class Expression, class Executor = host_executor>
 void assign(Destination&& destination, Expression&& expression, const Executor& executor = {}) {
   assign_many(executor, out(std::forward<Destination>(destination), std::forward<Expression>(expression)));

@@ -61,12 +61,16 @@ launch_shape derive_launch(const launch_policy& policy, index_t work) {
 }
 }  // namespace detail
 
+/// Runs each pass as one kernel launch on `stream`, asynchronously; needs nvcc and a GPU.
 struct cuda_executor {
-  cudaStream_t stream = nullptr;
-  launch_policy launch{};
+  cudaStream_t stream = nullptr;  ///< The stream kernels are queued on (nullptr: the default stream).
+  launch_policy launch{};  ///< Block size and items per thread; zeros leave them to the occupancy API.
 
+  /// Waits on the host until all work queued on `stream` is done; throws cuda_error.
   void synchronize() const { FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
+  /// Queues pass `p` as one kernel (vectorised where `plan` allows) and returns without waiting; throws
+  /// cuda_error without a GPU or when the launch fails.
   template <class Pass>
   void run(const Pass& p, pass_plan plan) const {
     static_assert(sizeof(Pass) <= kernel_parameter_limit,
@@ -83,9 +87,10 @@ struct cuda_executor {
       start<detail::strided_pass_kernel<Pass>>(p, p.size);
   }
 
+  /// Whether every operand of `Target` is device-accessible.
   template <class Target>
   static constexpr bool can_run = target_readable_from_device_v<Target>;
-  static constexpr const char* name = "cuda";
+  static constexpr const char* name = "cuda";  ///< The executor's name.
 
  private:
   template <auto Kernel, class Pass>

@@ -17,12 +17,14 @@
 
 namespace fusor {
 
+/// Runs passes on the host: one loop, parallel over OpenMP threads when OpenMP is on.
 struct host_executor {
-  // OpenMP threads for one pass; 0 takes OpenMP's default, 1 runs serially.
+  /// OpenMP threads for one pass; 0 takes OpenMP's default, 1 runs serially.
   int threads = 0;
-  // Below this many elements a pass runs serially: thread start-up would cost more.
+  /// Below this many elements a pass runs serially: thread start-up would cost more.
   index_t parallel_threshold = 1 << 15;
 
+  /// Runs pass `p` as `plan` says (linear and vectorised, or strided in memory order); returns when done.
   template <class Pass>
   void run(const Pass& p, pass_plan plan) const {
     const index_t n = p.size;
@@ -52,6 +54,7 @@ struct host_executor {
     }
   }
 
+  /// The OpenMP threads a loop over `n` elements uses: 1 below parallel_threshold or without OpenMP.
   int thread_count(index_t n) const {
 #if FUSOR_HAS_OPENMP
     if (n < parallel_threshold) return 1;
@@ -62,9 +65,10 @@ struct host_executor {
 #endif
   }
 
+  /// Whether every operand of `Target` is host-accessible.
   template <class Target>
   static constexpr bool can_run = target_readable_from_host_v<Target>;
-  static constexpr const char* name = "host";
+  static constexpr const char* name = "host";  ///< The executor's name.
 };
 
 }  // namespace fusor

@@ -17,9 +17,10 @@
 
 namespace fusor {
 
+/// How the cuda executor shapes its launches; zeros let it choose.
 struct launch_policy {
-  int block_size = 0;        // threads per block; 0: the occupancy API's choice
-  int items_per_thread = 0;  // vector steps per thread; 0: enough to fill the GPU a few times over
+  int block_size = 0;        ///< Threads per block; 0: the occupancy API's choice.
+  int items_per_thread = 0;  ///< Vector steps per thread; 0: enough to fill the GPU a few times over.
 };
 
 namespace detail {

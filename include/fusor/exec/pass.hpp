@@ -27,16 +27,16 @@
 
 namespace fusor {
 
-// A destination and the expression to store into it.
+/// A destination and the expression to store into it.
 template <class Destination, class Expression>
 struct target {
-  using destination_type = Destination;
-  using expression_type = Expression;
-  Destination destination;
-  Expression expression;
+  using destination_type = Destination;  ///< The destination's type (a view).
+  using expression_type = Expression;  ///< The expression's type.
+  Destination destination;  ///< Where the values go.
+  Expression expression;  ///< What is stored there.
 };
 
-// What can be assigned to: a view, or a leaf built on one.
+/// What can be assigned to: a view, or a leaf built on one.
 template <class D>
 concept assignable = requires(const D& d) {
   d.shape_and_strides();
@@ -44,7 +44,7 @@ concept assignable = requires(const D& d) {
   d.data();
 };
 
-// out(dst, expr): one target of a multi-output assignment.
+/// out(dst, expr): one target of a multi-output assignment.
 template <class D, class E>
 auto out(D&& destination, E&& expr) {
   auto d = as_expression(std::forward<D>(destination));
@@ -77,45 +77,52 @@ template <class E>
 inline constexpr bool has_placeholder_v = std::is_same_v<typename E::value_type, unbound>;
 }  // namespace detail
 
+/// Whether every memory operand of `Target` (a target) is host-accessible.
 template <class Target>
 inline constexpr bool target_readable_from_host_v =
     detail::leaves_in<typename Target::destination_type>::check(true) &&
     detail::leaves_in<typename Target::expression_type>::check(true);
+/// Whether every memory operand of `Target` (a target) is device-accessible.
 template <class Target>
 inline constexpr bool target_readable_from_device_v =
     detail::leaves_in<typename Target::destination_type>::check(false) &&
     detail::leaves_in<typename Target::expression_type>::check(false);
 
 // ---- the pass -----------------------------------------------------------------
+/// One pass over memory: targets of one shape (made by make_pass), walked by an executor.
+///
+/// All values of a step are computed before any is stored, so an output may alias an input element for element.
 template <std::size_t Rank, class... Targets>
 struct pass {
-  static constexpr std::size_t rank = Rank;
-  detail::packed<Targets...> targets;
-  index_t size;
-  // Axes from outermost to innermost in memory, and their extents: the order
-  // the strided walk follows, so contiguous memory is walked contiguously.
+  static constexpr std::size_t rank = Rank;  ///< The destinations' rank.
+  detail::packed<Targets...> targets;  ///< The targets, by value; read them with get().
+  index_t size;  ///< Elements per destination.
+  /// Axes from outermost to innermost in memory, and their extents: the order
+  /// the strided walk follows, so contiguous memory is walked contiguously.
   ::cuda::std::array<int, Rank> axis_order;
-  ::cuda::std::array<index_t, Rank> extent;
+  ::cuda::std::array<index_t, Rank> extent;  ///< Extent of each axis, by axis index.
 
-  // Elements per step on the linear path: 16 bytes of the narrowest operand.
+  /// Bytes of the narrowest element any target reads or writes (16 at most).
   static constexpr std::size_t narrowest =
       detail::min_size({std::min(sizeof(typename Targets::destination_type::element_type),
                                  Targets::expression_type::narrowest_element)...});
+  /// Elements per step on the GPU's linear path: 16 bytes of the narrowest operand.
   static constexpr int device_lanes = int(16 / narrowest);
 
+  /// Target `I`.
   template <std::size_t I>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE const auto& get() const { return detail::get<I>(targets); }
 
-  // Elements [i, i + V) of every target, read first and stored after.
+  /// Elements [i, i + V) of every target, read first and stored after.
   template <int V, bool Aligned>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void linear_step(index_t i) const {
     linear_step_impl<V, Aligned>(i, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
   }
-  // The element at multi-index idx of every target.
+  /// The element at multi-index `idx` of every target, read first and stored after.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void strided_step(const ::cuda::std::array<index_t, Rank>& idx) const {
     strided_step_impl(idx, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
   }
-  // The multi-index of the n-th element in memory order.
+  /// The multi-index of the n-th element in memory order.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> index_of(index_t n) const {
     ::cuda::std::array<index_t, Rank> idx{};
     FUSOR_UNROLL
@@ -126,7 +133,7 @@ struct pass {
     }
     return idx;
   }
-  // Advances idx to the next element in memory order.
+  /// Advances `idx` to the next element in memory order.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void advance(::cuda::std::array<index_t, Rank>& idx) const {
     for (int k = int(Rank) - 1; k >= 0; --k) {
       const int axis = axis_order[k];
@@ -149,14 +156,14 @@ struct pass {
   }
 };
 
-// How a pass will walk its elements.
+/// How a pass will walk its elements.
 struct pass_plan {
-  bool linear = false;   // every operand at the destinations' linear positions
-  bool aligned = false;  // ... and every pointer 16-byte aligned
+  bool linear = false;   ///< Every operand at the destinations' linear positions.
+  bool aligned = false;  ///< ... and every pointer 16-byte aligned.
 };
 
-// Checks shapes (throwing shape_error with both shapes), and builds the pass
-// and its plan. Static shape mismatches fail to compile.
+/// Checks shapes (throwing shape_error with both shapes), and builds the pass
+/// and its plan. Static shape mismatches fail to compile.
 template <class First, class... Rest>
 auto make_pass(const First& first, const Rest&... rest) {
   using D = typename First::destination_type;

@@ -42,8 +42,8 @@ auto product(const A& a, const B& b) {
 }
 }  // namespace detail
 
-// partial<I>(children...): the derivative of Op with respect to its I-th argument,
-// as an expression of the arguments.
+/// `partial<I>(children...)`: the derivative of Op with respect to its I-th argument,
+/// as an expression of the arguments.
 template <class Op>
 struct derivative_rule;
 
@@ -65,6 +65,8 @@ struct derivative_rule;
     }                                                                      \
   };
 
+// Doxygen does not expand these macros: the cond section keeps their invocations out of the API reference.
+/// \cond
 FUSOR_DERIVATIVE_2(plus, one{}, one{})
 FUSOR_DERIVATIVE_2(minus, one{}, constant<-1>{})
 FUSOR_DERIVATIVE_2(multiplies, b, a)
@@ -93,10 +95,11 @@ FUSOR_DERIVATIVE_1(gelu_tanh,
 FUSOR_DERIVATIVE_2(pow, b * pow(a, b - 1), pow(a, b) * log(a))
 FUSOR_DERIVATIVE_2(minimum, where(a <= b, 1, 0), where(a <= b, 0, 1))
 FUSOR_DERIVATIVE_2(maximum, where(a >= b, 1, 0), where(a >= b, 0, 1))
+/// \endcond
 #undef FUSOR_DERIVATIVE_1
 #undef FUSOR_DERIVATIVE_2
 
-// Piecewise constant: comparisons and logic.
+/// Piecewise constant: comparisons and logic.
 template <class Op>
   requires std::is_same_v<Op, ops::less> || std::is_same_v<Op, ops::less_equal> ||
            std::is_same_v<Op, ops::greater> || std::is_same_v<Op, ops::greater_equal> ||
@@ -104,12 +107,15 @@ template <class Op>
            std::is_same_v<Op, ops::logical_and> || std::is_same_v<Op, ops::logical_or> ||
            std::is_same_v<Op, ops::logical_not>
 struct derivative_rule<Op> {
+  /// Zero, for every argument.
   template <std::size_t I, class... A>
   static zero partial(const A&...) { return {}; }
 };
 
+/// where(c, a, b): nothing through the condition, 1 to the branch taken.
 template <>
 struct derivative_rule<ops::select> {
+  /// Zero for the condition (I = 0); where(c, 1, 0) for `a`; where(c, 0, 1) for `b`.
   template <std::size_t I, class C, class A, class B>
   static auto partial(const C& c, const A&, const B&) {
     if constexpr (I == 0) return zero{};
@@ -118,8 +124,10 @@ struct derivative_rule<ops::select> {
   }
 };
 
+/// clamp(x, low, high): the gradient goes to whichever argument the result is.
 template <>
 struct derivative_rule<ops::clamp> {
+  /// For `x`: 1 inside [low, high], else 0; for `low`: 1 where x < low; for `high`: 1 where x > high.
   template <std::size_t I, class X, class L, class H>
   static auto partial(const X& x, const L& low, const H& high) {
     if constexpr (I == 0) return where((x < low) || (x > high), 0, 1);
@@ -128,13 +136,16 @@ struct derivative_rule<ops::clamp> {
   }
 };
 
+/// cast passes the gradient straight through.
 template <class To>
 struct derivative_rule<ops::cast_to<To>> {
+  /// One.
   template <std::size_t I, class A>
   static one partial(const A&) { return {}; }
 };
 
-// d e / d arg<K>.
+/// d e / d arg<K>: the derivative of `e` with respect to placeholder K, as an expression (chain rule, at
+/// compile time).
 template <expression E, std::size_t K>
 auto derivative(const E& e, placeholder<K> variable) {
   if constexpr (std::is_same_v<E, placeholder<K>>) {

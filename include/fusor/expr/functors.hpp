@@ -29,6 +29,8 @@ namespace fusor::ops {
     }                                                                            \
   };
 
+// Doxygen does not expand these macros: the cond section keeps their invocations out of the API reference.
+/// \cond
 // Arithmetic.
 FUSOR_BINARY_FUNCTOR(plus, a + b)
 FUSOR_BINARY_FUNCTOR(minus, a - b)
@@ -46,17 +48,21 @@ FUSOR_BINARY_FUNCTOR(not_equal_to, a != b)
 FUSOR_BINARY_FUNCTOR(logical_and, bool(a) && bool(b))
 FUSOR_BINARY_FUNCTOR(logical_or, bool(a) || bool(b))
 FUSOR_UNARY_FUNCTOR(logical_not, !bool(x))
+/// \endcond
 
+/// where(condition, a, b): `a` where the condition is nonzero, else `b`.
 struct select {
+  /// `condition != 0 ? a : b`.
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T condition, T a, T b) const {
     return condition != T(0) ? a : b;
   }
 };
 
-// Rounds through storage type To, then continues in To's compute type.
+/// Rounds through storage type To, then continues in To's compute type.
 template <class To>
 struct cast_to {
+  /// `x` converted to storage_t<To>, then to compute_t<To>.
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr compute_t<To> operator()(T x) const {
     return convert<compute_t<To>>(convert<storage_t<To>>(x));
@@ -75,6 +81,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_of(T x) {
 }
 }  // namespace detail
 
+/// \cond
 // Transcendentals and friends.
 FUSOR_UNARY_FUNCTOR(exp, ::cuda::std::exp(x))
 FUSOR_UNARY_FUNCTOR(log, ::cuda::std::log(x))
@@ -93,8 +100,11 @@ FUSOR_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678
 FUSOR_UNARY_FUNCTOR(gelu_tanh,
                     T(0.5) * x * (T(1) + detail::tanh_of(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x))))
 FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
+/// \endcond
 
+/// The reciprocal square root, 1 / sqrt(x); the GPU's rsqrt instruction in device code.
 struct rsqrt {
+  /// 1 / sqrt(x).
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T x) const {
 #if FUSOR_DEVICE_PASS
@@ -105,20 +115,25 @@ struct rsqrt {
   }
 };
 
-// min and max propagate NaN from either side, as torch.minimum / maximum do.
+/// min and max propagate NaN from either side, as torch.minimum / maximum do.
 struct minimum {
+  /// The smaller of `a` and `b` (`a` on ties), or a NaN operand.
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T a, T b) const {
     return a != a ? a : (b != b ? b : (b < a ? b : a));
   }
 };
+/// The larger operand, propagating NaN from either side like minimum.
 struct maximum {
+  /// The larger of `a` and `b` (`a` on ties), or a NaN operand.
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T a, T b) const {
     return a != a ? a : (b != b ? b : (a < b ? b : a));
   }
 };
+/// `x` limited to [low, high], propagating NaN.
 struct clamp {
+  /// minimum(maximum(x, low), high).
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T x, T low, T high) const {
     return minimum{}(maximum{}(x, low), high);

@@ -25,7 +25,7 @@
 
 namespace fusor {
 
-// Anything that can sit in an expression tree.
+/// Anything that can sit in an expression tree.
 template <class T>
 concept expression = requires {
   typename T::value_type;
@@ -35,19 +35,24 @@ concept expression = requires {
 };
 
 // ---- literal scalars ------------------------------------------------------------
+/// A scalar of type `T` as an expression leaf, the same at every position; weak: it takes the type of what it
+/// meets.
 template <class T>
 struct literal {
-  using value_type = T;
-  using extents_type = ::cuda::std::extents<index_t>;
-  static constexpr std::size_t rank = 0;
-  static constexpr bool weak = true;
-  static constexpr std::size_t narrowest_element = 16;  // never narrows the vector width
+  using value_type = T;  ///< The scalar's type.
+  using extents_type = ::cuda::std::extents<index_t>;  ///< Rank 0: it broadcasts to any shape.
+  static constexpr std::size_t rank = 0;  ///< No axes.
+  static constexpr bool weak = true;  ///< Takes the type of what it meets.
+  static constexpr std::size_t narrowest_element = 16;  ///< 16: never narrows the vector width.
 
-  T value;
+  T value;  ///< The scalar.
 
+  /// The empty shape.
   FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
+  /// The value, at any multi-index.
   template <std::size_t R>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T at(const ::cuda::std::array<index_t, R>&) const { return value; }
+  /// V copies of the value, at any linear position.
   template <int V, bool Aligned>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load(index_t) const {
     lanes<T, V> out;
@@ -55,35 +60,42 @@ struct literal {
     for (int j = 0; j < V; ++j) out[j] = value;
     return out;
   }
+  /// True: a scalar can be read at any linear position.
   template <std::size_t R>
   bool linear_with(const dense_shape<R>&) const { return true; }
+  /// True: a scalar reads no memory.
   bool aligned16() const { return true; }
 };
 
-// A constant known at compile time (the zeros and ones of derivatives): a
-// literal whose type says its value, so derivatives can simplify by type.
+/// A constant known at compile time (the zeros and ones of derivatives): a
+/// literal whose type says its value, so derivatives can simplify by type.
 template <int N>
 struct constant : literal<int> {
+  /// The literal N.
   FUSOR_HOST_DEVICE constexpr constant() : literal<int>{N} {}
 };
-using zero = constant<0>;
-using one = constant<1>;
+using zero = constant<0>;  ///< The constant 0.
+using one = constant<1>;   ///< The constant 1.
 
 // ---- placeholders: named inputs of a symbolic expression ------------------------
 // They stand for operands given later (substitute), which is what lets fusor
 // differentiate an expression before it knows what it will be applied to.
+/// The value type of a placeholder, and of any expression that still has one.
 struct unbound {};
 
+/// Placeholder `I`: input number `I` of a symbolic expression, replaced by substitute().
 template <std::size_t I>
 struct placeholder {
-  using value_type = unbound;
-  using extents_type = ::cuda::std::extents<index_t>;
-  static constexpr std::size_t rank = 0;
-  static constexpr bool weak = false;
-  static constexpr std::size_t narrowest_element = 16;
-  static constexpr std::size_t index = I;
+  using value_type = unbound;  ///< No value until substituted.
+  using extents_type = ::cuda::std::extents<index_t>;  ///< Rank 0 until substituted.
+  static constexpr std::size_t rank = 0;  ///< No axes until substituted.
+  static constexpr bool weak = false;  ///< Not weak.
+  static constexpr std::size_t narrowest_element = 16;  ///< 16: never narrows the vector width.
+  static constexpr std::size_t index = I;  ///< Which input it stands for.
+  /// The empty shape.
   FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
 };
+/// `arg<I>`: placeholder `I`, to write symbolic expressions such as `arg<0> * arg<1>`.
 template <std::size_t I>
 inline constexpr placeholder<I> arg{};
 
@@ -183,40 +195,51 @@ template <std::size_t I, class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr const T& get(const slot<I, T>& s) { return s.value; }
 }  // namespace detail
 
+/// The common compute type of expressions `E...`: weak literals and comparisons give way to the others' type;
+/// unbound if any is a placeholder.
 template <class... E>
 using promote_t = typename detail::promote<E...>::type;
 
 // ---- the node -------------------------------------------------------------------
+/// Operation `Op` applied elementwise to child expressions `Args...`, their shapes broadcast; children are
+/// held by value and the node is trivially copyable. Built by make_node and the operators.
 template <class Op, class... Args>
 struct node {
-  using operation = Op;
-  using compute_type = promote_t<Args...>;
-  using value_type = typename detail::result<Op, compute_type, Args...>::type;
-  using extents_type = typename detail::broadcast_all<typename Args::extents_type...>::type;
-  static constexpr std::size_t rank = extents_type::rank();
-  static constexpr bool weak = (Args::weak && ...);
+  using operation = Op;  ///< The functor applied to the children's values.
+  using compute_type = promote_t<Args...>;  ///< The type every child's value is converted to before `Op`.
+  using value_type = typename detail::result<Op, compute_type, Args...>::type;  ///< What `Op` returns.
+  using extents_type = typename detail::broadcast_all<typename Args::extents_type...>::type;  ///< The broadcast shape.
+  static constexpr std::size_t rank = extents_type::rank();  ///< The number of axes.
+  static constexpr bool weak = (Args::weak && ...);  ///< Weak when every child is (literals only).
+  /// Bytes of the narrowest element any child reads: it limits the vector width.
   static constexpr std::size_t narrowest_element = detail::min_size({Args::narrowest_element...});
-  static constexpr std::size_t arity = sizeof...(Args);
+  static constexpr std::size_t arity = sizeof...(Args);  ///< The number of children.
 
-  detail::packed<Args...> children;
-  extents_type shape;
+  detail::packed<Args...> children;  ///< The children, by value; read them with child().
+  extents_type shape;  ///< The broadcast shape of the children.
 
+  /// Child `I`.
   template <std::size_t I>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE const auto& child() const { return detail::get<I>(children); }
+  /// The broadcast shape.
   FUSOR_HOST_DEVICE const extents_type& extents() const { return shape; }
 
+  /// The value at output multi-index `idx` (rank R >= rank): `Op` of the children's values there.
   template <std::size_t R>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at(const ::cuda::std::array<index_t, R>& idx) const {
     return at_impl(idx, ::cuda::std::make_index_sequence<arity>{});
   }
+  /// The values at linear positions [i, i + V); `Aligned` promises every operand 16-byte aligned.
   template <int V, bool Aligned>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load(index_t i) const {
     return load_impl<V, Aligned>(i, ::cuda::std::make_index_sequence<arity>{});
   }
+  /// Whether every child can be read at the destination's linear positions.
   template <std::size_t R>
   bool linear_with(const dense_shape<R>& dst) const {
     return linear_impl(dst, ::cuda::std::make_index_sequence<arity>{});
   }
+  /// Whether every child's memory is 16-byte aligned.
   bool aligned16() const { return aligned_impl(::cuda::std::make_index_sequence<arity>{}); }
 
  private:
@@ -255,20 +278,25 @@ struct node {
   }
 };
 
+/// Whether `T` is a node.
 template <class T>
 inline constexpr bool is_node_v = false;
+/// True for every node.
 template <class Op, class... A>
 inline constexpr bool is_node_v<node<Op, A...>> = true;
 
 // ---- building trees -------------------------------------------------------------
-// What a user may write as an operand: an expression, an lvalue tensor (it
-// becomes its view) or an arithmetic scalar (it becomes a weak literal).
+/// What a user may write as an operand: an expression, an lvalue tensor (it
+/// becomes its view) or an arithmetic scalar (it becomes a weak literal).
 template <class T>
 concept operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>> ||
                   std::is_arithmetic_v<std::remove_cvref_t<T>>;
+/// An operand that is part of a tree: an expression or a tensor, not a plain scalar.
 template <class T>
 concept tree_operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>>;
 
+/// `x` as an expression: an lvalue tensor becomes its view, an arithmetic scalar a weak literal, and an
+/// expression is copied.
 template <class T>
 auto as_expression(T&& x) {
   using U = std::remove_cvref_t<T>;
@@ -283,15 +311,16 @@ auto as_expression(T&& x) {
   }
 }
 
-// Builds node<Op, ...> from operands, checking shapes (static ones at compile
-// time; dynamic ones here, before anything runs) and that the node can be a
-// kernel parameter.
+/// Builds node<Op, ...> from operands, checking shapes (static ones at compile
+/// time; dynamic ones here, before anything runs) and that the node can be a
+/// kernel parameter.
 template <class Op, class... E>
 node<Op, E...> make_node_from(const E&... children) {
   static_assert(std::is_trivially_copyable_v<node<Op, E...>>,
                 "fusor: expression nodes must be trivially copyable to be passed to a kernel");
   return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
 }
+/// node<Op, ...> of the operands, each made an expression by as_expression; checks shapes as make_node_from.
 template <class Op, class... T>
 auto make_node(T&&... operands) {
   return make_node_from<Op>(as_expression(std::forward<T>(operands))...);

@@ -30,13 +30,13 @@ auto substitute_tuple(const E& e, const Operands& operands) {
 }
 }  // namespace detail
 
-// substitute(e, a0, a1, ...): arg<0> becomes a0, arg<1> becomes a1, ...
+/// substitute(e, a0, a1, ...): arg<0> becomes a0, arg<1> becomes a1, ...
 template <expression E, class... Operands>
 auto substitute(const E& e, Operands&&... operands) {
   return detail::substitute_tuple(e, std::make_tuple(as_expression(std::forward<Operands>(operands))...));
 }
 
-// The value of an expression without extents (scalars only), computed on the host.
+/// The value of an expression without extents (scalars only), computed on the host.
 template <expression E>
 auto evaluate_scalar(const E& e) {
   static_assert(E::extents_type::rank() == 0, "fusor: evaluate_scalar is for expressions of scalars only");

@@ -35,14 +35,17 @@ namespace fusor::graph {
 
 #if FUSOR_HAS_CUDA
 
+/// A training step recorded once as a CUDA graph and replayed with one launch; move-only, owns the graph.
 class captured_step {
  public:
   captured_step() = default;
   captured_step(const captured_step&) = delete;
   captured_step& operator=(const captured_step&) = delete;
+  /// Takes over `other`'s graph, stream and host effects; `other` is left with nothing captured.
   captured_step(captured_step&& other) noexcept
       : graph_(std::exchange(other.graph_, nullptr)), instance_(std::exchange(other.instance_, nullptr)),
         stream_(other.stream_), effects_(std::move(other.effects_)) {}
+  /// Releases this step's graph, then takes over `other`'s; `other` is left with nothing captured.
   captured_step& operator=(captured_step&& other) noexcept {
     if (this != &other) {
       release();
@@ -55,10 +58,12 @@ class captured_step {
   }
   ~captured_step() { release(); }
 
-  // Records what `work()` enqueues on `stream` (which must not be the legacy
-  // default stream: capture needs a created stream). Nothing executes. Host
-  // effects made inside (graph::host_effect, e.g. the trainer's step count) are
-  // recorded too and repeated by every replay.
+  /// Records what `work()` enqueues on `stream` (which must not be the legacy
+  /// default stream: capture needs a created stream). Nothing executes. Host
+  /// effects made inside (graph::host_effect, e.g. the trainer's step count) are
+  /// recorded too and repeated by every replay. Replaces any earlier capture;
+  /// throws fusor::error for a null stream, and rethrows what `work` throws
+  /// after ending the capture.
   template <class Work>
   void capture(stream_t stream, Work&& work) {
     if (stream == nullptr)
@@ -86,18 +91,19 @@ class captured_step {
     FUSOR_CUDA_CHECK(cudaGraphInstantiate(&instance_, graph_, 0));
   }
 
-  // Enqueues the recorded step on the stream it was captured from, and repeats
-  // the host effects recorded with it.
+  /// Enqueues the recorded step on the stream it was captured from, and repeats
+  /// the host effects recorded with it. Throws fusor::error when nothing has been captured.
   void replay() {
     if (instance_ == nullptr) throw error("fusor::graph::captured_step::replay: nothing has been captured");
     FUSOR_CUDA_CHECK(cudaGraphLaunch(instance_, stream_));
     effects_.replay();
   }
 
-  // How many host effects each replay repeats.
+  /// How many host effects each replay repeats.
   std::size_t host_effect_count() const { return effects_.size(); }
+  /// Whether a step has been captured and can be replayed.
   bool captured() const { return instance_ != nullptr; }
-  // How many kernels and copies one replay runs (what the graph saves in launches).
+  /// How many kernels and copies one replay runs (what the graph saves in launches).
   std::size_t node_count() const {
     std::size_t n = 0;
     if (graph_) FUSOR_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));

@@ -19,14 +19,18 @@
 
 namespace fusor::graph {
 
-// The effects recorded while one step was captured, in the order they were made.
+/// The effects recorded while one step was captured, in the order they were made.
 class host_effect_record {
  public:
+  /// Appends `effect` to the record.
   void add(std::function<void()> effect) { effects_.push_back(std::move(effect)); }
+  /// Runs every recorded effect once, in the order they were recorded.
   void replay() const {
     for (const auto& effect : effects_) effect();
   }
+  /// How many effects are recorded.
   std::size_t size() const { return effects_.size(); }
+  /// Drops every recorded effect.
   void clear() { effects_.clear(); }
 
  private:
@@ -41,9 +45,10 @@ inline host_effect_record*& recording_host_effects() {
 }
 }  // namespace detail
 
-// Records host effects into `record` while it lives (a capture on this thread).
+/// Records host effects into `record` while it lives (a capture on this thread).
 class recording_host_effects {
  public:
+  /// Makes `record` this thread's recording until destruction, which restores the previous one.
   explicit recording_host_effects(host_effect_record& record)
       : previous_(std::exchange(detail::recording_host_effects(), &record)) {}
   recording_host_effects(const recording_host_effects&) = delete;
@@ -54,8 +59,8 @@ class recording_host_effects {
   host_effect_record* previous_;
 };
 
-// Runs `effect` now, or, while a step is being captured on this thread, at
-// every replay of it instead.
+/// Runs `effect` now, or, while a step is being captured on this thread, at
+/// every replay of it instead.
 template <class Effect>
 void host_effect(Effect&& effect) {
   if (host_effect_record* record = detail::recording_host_effects())
@@ -64,6 +69,7 @@ void host_effect(Effect&& effect) {
     effect();
 }
 
+/// Whether a step is being captured on this thread, so host effects are recorded rather than run.
 inline bool recording_host_effects_now() { return detail::recording_host_effects() != nullptr; }
 
 }  // namespace fusor::graph

@@ -37,8 +37,8 @@
 
 namespace fusor::io {
 
-// The text saved as metadata `key` of the checkpoint `file`; a missing key is
-// a checkpoint_error naming the file, the key and the keys present.
+/// The text saved as metadata `key` of the checkpoint `file`; a missing key is
+/// a checkpoint_error naming the file, the key and the keys present.
 inline const std::string& metadata_text(const std::map<std::string, std::string>& metadata, const std::string& key,
                                         const std::filesystem::path& file) {
   const auto it = metadata.find(key);
@@ -50,9 +50,9 @@ inline const std::string& metadata_text(const std::map<std::string, std::string>
                          (present.empty() ? std::string("none") : present));
 }
 
-// The number saved as metadata `key` of the checkpoint `file` (a step, an
-// epoch), read strictly; a missing key or a value that is not such a number is
-// a checkpoint_error naming the file, the key and what was found.
+/// The number saved as metadata `key` of the checkpoint `file` (a step, an
+/// epoch), read strictly; a missing key or a value that is not such a number is
+/// a checkpoint_error naming the file, the key and what was found.
 template <text_number_type T>
 T metadata_number(const std::map<std::string, std::string>& metadata, const std::string& key,
                   const std::filesystem::path& file) {
@@ -177,10 +177,13 @@ void store_row_major(const View& v, const std::vector<std::byte>& bytes, const s
 }
 }  // namespace detail
 
+/// Collects named tensors (copied to the host at once) and string metadata, then saves them as one
+/// safetensors file, atomically.
 class checkpoint_writer {
  public:
-  // Copies a view or tensor of any space and gap-free layout (host views may
-  // also be strided) under `name`, in row-major order of its logical shape.
+  /// Copies a view or tensor of any space and gap-free layout (host views may
+  /// also be strided) under `name`, in row-major order of its logical shape.
+  /// Throws checkpoint_error when a tensor of that name is already held.
   template <class View>
   void add(std::string name, const View& v) {
     const auto& view = as_view(v);
@@ -190,33 +193,36 @@ class checkpoint_writer {
     add_record(std::move(record));
   }
 
-  // A string saved in the header's "__metadata__" (replaces an earlier value).
+  /// A string saved in the header's "__metadata__" (replaces an earlier value).
   void add_metadata(std::string key, std::string value) { file_.metadata[std::move(key)] = std::move(value); }
 
-  // A tensor already in file form; its bytes must match its dtype and shape.
+  /// A tensor already in file form; its bytes must match its dtype and shape.
   void add_record(tensor_record record) {
     detail::check_record(record);
     if (file_.find(record.name)) throw checkpoint_error("fusor: the checkpoint already holds a tensor named '" + record.name + "'");
     file_.tensors.push_back(std::move(record));
   }
 
+  /// What has been added so far, as the file will hold it.
   const safetensors_file& contents() const { return file_; }
 
-  // Writes the checkpoint atomically; the writer keeps its contents, so it can save again.
+  /// Writes the checkpoint atomically; the writer keeps its contents, so it can save again.
   void save(const std::filesystem::path& file) const { write_file_atomically(file, encode_safetensors(file_)); }
 
  private:
   safetensors_file file_;
 };
 
+/// A safetensors checkpoint read and validated whole, whose tensors are copied into views or tensors of
+/// any space and layout.
 class checkpoint_reader {
  public:
-  // Reads and validates the whole file; errors name it.
+  /// Reads and validates the whole file; errors name it.
   explicit checkpoint_reader(const std::filesystem::path& file)
       : file_(file), contents_(decode_safetensors(read_file(file), file.string())) {}
 
-  // Copies tensor `name` into `destination` (a view or tensor of any space and
-  // layout) after checking that the dtypes and the shapes agree.
+  /// Copies tensor `name` into `destination` (a view or tensor of any space and
+  /// layout) after checking that the dtypes and the shapes agree.
   template <class View>
   void read(const std::string& name, const View& destination) const {
     const auto& view = as_view(destination);
@@ -233,17 +239,20 @@ class checkpoint_reader {
     detail::store_row_major(view, record.bytes, name);
   }
 
+  /// Everything the file holds: its tensors and metadata.
   const safetensors_file& contents() const { return contents_; }
+  /// Whether the file holds a tensor named `name`.
   bool contains(const std::string& name) const { return contents_.find(name) != nullptr; }
+  /// The file it was read from.
   const std::filesystem::path& file() const { return file_; }
 
-  // The number saved as `key` (metadata_number above).
+  /// The number saved as `key` (io::metadata_number).
   template <text_number_type T>
   T metadata_number(const std::string& key) const {
     return io::metadata_number<T>(contents_.metadata, key, file_);
   }
 
-  // Throws checkpoint_error when the header has no such key.
+  /// The metadata saved as `key`. Throws checkpoint_error when the header has no such key.
   std::string metadata(const std::string& key) const { return metadata_text(contents_.metadata, key, file_); }
 
  private:

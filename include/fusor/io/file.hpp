@@ -90,7 +90,8 @@ struct temporary_file {
 };
 }  // namespace detail
 
-// Replaces `file` by `bytes`, atomically and durably (see the top of this file).
+/// Replaces `file` by `bytes`, atomically and durably (see the top of io/file.hpp): a temporary file
+/// beside it is written, fsynced and renamed over it. Throws checkpoint_error naming the file and the reason.
 inline void write_file_atomically(const std::filesystem::path& file, std::span<const std::byte> bytes) {
   using detail::file_failure;
   if (!file.has_filename()) file_failure(file, "the path names no file", EISDIR);
@@ -140,18 +141,18 @@ inline void write_file_atomically(const std::filesystem::path& file, std::span<c
   if (synced != 0) file_failure(file, "the new file is in place, but fsync of its directory failed", why);
 }
 
-// What a save writes at its destination: one file, or a folder of files (a
-// distributed checkpoint: every rank its shard).
+/// What a save writes at its destination: one file, or a folder of files (a
+/// distributed checkpoint: every rank its shard).
 enum class destination_kind { file, folder };
 
-// Throws checkpoint_error, naming the path and the fault, unless a save of
-// about `bytes` could be written at `destination` now: the path is of the
-// right kind (not a folder where a file is wanted, nor the reverse), the folder
-// it goes into exists (a folder destination may be created by the save: then
-// its parent must exist), a file can be created there (one is created and
-// removed), the file system has `bytes` free and the file-size limit
-// (ulimit -f) allows them. For programs to call before training, so that a
-// destination that cannot work fails in the first second, not at the first save.
+/// Throws checkpoint_error, naming the path and the fault, unless a save of
+/// about `bytes` could be written at `destination` now: the path is of the
+/// right kind (not a folder where a file is wanted, nor the reverse), the folder
+/// it goes into exists (a folder destination may be created by the save: then
+/// its parent must exist), a file can be created there (one is created and
+/// removed), the file system has `bytes` free and the file-size limit
+/// (ulimit -f) allows them. For programs to call before training, so that a
+/// destination that cannot work fails in the first second, not at the first save.
 inline void check_destination(const std::filesystem::path& destination, destination_kind kind, std::uint64_t bytes = 0) {
   namespace fs = std::filesystem;
   const auto fail = [&](const std::string& why) {
@@ -200,7 +201,7 @@ inline void check_destination(const std::filesystem::path& destination, destinat
          std::to_string(bytes));
 }
 
-// The whole file's bytes.
+/// The whole file's bytes. Throws checkpoint_error naming the file and the system's reason.
 inline std::vector<std::byte> read_file(const std::filesystem::path& file) {
   const auto failure = [&](const char* step, int error_number) {
     return checkpoint_error("fusor: cannot read checkpoint file '" + file.string() + "': " + step +

@@ -39,14 +39,16 @@ namespace fusor::io {
 static_assert(std::endian::native == std::endian::little,
               "fusor: safetensors files are little-endian, and fusor copies tensors' bytes as they are");
 
-// A checkpoint that cannot be written, read or decoded, or does not match
-// what the program asks of it.
+/// A checkpoint that cannot be written, read or decoded, or does not match
+/// what the program asks of it.
 struct checkpoint_error : error {
   using error::error;
 };
 
+/// The element types a safetensors file stores (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL).
 enum class dtype { f64, f32, f16, bf16, i64, i32, i16, i8, u8, boolean };
 
+/// Bytes per element of `t`.
 inline constexpr std::size_t dtype_size(dtype t) {
   switch (t) {
     case dtype::f64: case dtype::i64: return 8;
@@ -56,7 +58,7 @@ inline constexpr std::size_t dtype_size(dtype t) {
   }
 }
 
-// The name in a safetensors header: "F32", "BF16", "BOOL", ...
+/// The name in a safetensors header: "F32", "BF16", "BOOL", ...
 inline constexpr const char* dtype_name(dtype t) {
   switch (t) {
     case dtype::f64: return "F64";
@@ -72,6 +74,7 @@ inline constexpr const char* dtype_name(dtype t) {
   }
 }
 
+/// The dtype a header's name stands for ("F32", "BF16", ...); nullopt for a name fusor does not read.
 inline std::optional<dtype> dtype_from_name(std::string_view name) {
   for (const dtype t : {dtype::f64, dtype::f32, dtype::f16, dtype::bf16, dtype::i64, dtype::i32, dtype::i16,
                         dtype::i8, dtype::u8, dtype::boolean})
@@ -84,8 +87,8 @@ template <class>
 inline constexpr bool no_safetensors_dtype = false;
 }
 
-// The dtype that stores an element type or a precision policy's storage type
-// (dtype_of<float>(), dtype_of<fusor::bfloat16>(), dtype_of<fusor::bf16>()).
+/// The dtype that stores an element type or a precision policy's storage type
+/// (dtype_of<float>(), dtype_of<fusor::bfloat16>(), dtype_of<fusor::bf16>()).
 template <class Element>
 constexpr dtype dtype_of() {
   using E = std::remove_cv_t<storage_t<Element>>;
@@ -105,7 +108,7 @@ constexpr dtype dtype_of() {
                   "this element type is none of them");
 }
 
-// "[2, 3]", as fusor's shape errors write shapes.
+/// "[2, 3]", as fusor's shape errors write shapes.
 inline std::string shape_text(const std::vector<index_t>& shape) {
   std::string s = "[";
   for (std::size_t r = 0; r != shape.size(); ++r) {
@@ -115,13 +118,14 @@ inline std::string shape_text(const std::vector<index_t>& shape) {
   return s + "]";
 }
 
-// One tensor as the file holds it: row-major bytes of its logical shape.
+/// One tensor as the file holds it: row-major bytes of its logical shape.
 struct tensor_record {
-  std::string name;
-  dtype type = dtype::f32;
-  std::vector<index_t> shape;  // empty: a scalar (one element)
-  std::vector<std::byte> bytes;
+  std::string name;  ///< The tensor's name in the file.
+  dtype type = dtype::f32;  ///< Its element type.
+  std::vector<index_t> shape;  ///< Empty: a scalar (one element)
+  std::vector<std::byte> bytes;  ///< Its elements, row-major and little-endian.
 
+  /// The number of elements: the product of the extents (1 for a scalar).
   index_t element_count() const {
     index_t n = 1;
     for (const index_t e : shape) n *= e;
@@ -129,16 +133,18 @@ struct tensor_record {
   }
 };
 
+/// A whole safetensors file in memory: its tensors and its string metadata.
 struct safetensors_file {
-  std::vector<tensor_record> tensors;  // in the order of their bytes in the file
-  std::map<std::string, std::string> metadata;
+  std::vector<tensor_record> tensors;  ///< In the order of their bytes in the file
+  std::map<std::string, std::string> metadata;  ///< The header's "__metadata__": strings by key.
 
+  /// The tensor named `name`, or null.
   const tensor_record* find(const std::string& name) const {
     for (const tensor_record& t : tensors)
       if (t.name == name) return &t;
     return nullptr;
   }
-  // Throws checkpoint_error naming `name` and the names present.
+  /// The tensor named `name`; throws checkpoint_error naming `name` and the names present.
   const tensor_record& at(const std::string& name) const {
     if (const tensor_record* t = find(name)) return *t;
     std::string present;
@@ -177,8 +183,8 @@ inline void check_record(const tensor_record& t) {
 }
 }  // namespace detail
 
-// The whole file's bytes. Throws checkpoint_error for a duplicate name, a
-// reserved name, or bytes that do not match a record's dtype and shape.
+/// `file` encoded: the whole file's bytes. Throws checkpoint_error for a duplicate name, a
+/// reserved name, or bytes that do not match a record's dtype and shape.
 inline std::vector<std::byte> encode_safetensors(const safetensors_file& file) {
   std::string header = "{";
   if (!file.metadata.empty()) {
@@ -273,8 +279,8 @@ header_entry read_header_entry(const json::member& m, const Fail& fail) {
 }
 }  // namespace detail
 
-// Decodes and validates a whole file's bytes; every error is a checkpoint_error
-// naming `source_name` (the file) and the problem.
+/// Decodes and validates a whole file's bytes; every error is a checkpoint_error
+/// naming `source_name` (the file) and the problem.
 inline safetensors_file decode_safetensors(std::span<const std::byte> bytes, const std::string& source_name) {
   const auto fail = [&](const std::string& problem) {
     throw checkpoint_error("fusor: safetensors file '" + source_name + "': " + problem);

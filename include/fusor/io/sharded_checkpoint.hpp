@@ -49,18 +49,20 @@
 
 namespace fusor::io {
 
-// Where a piece lies in its whole tensor.
+/// Where a piece lies in its whole tensor.
 struct tensor_piece {
-  std::vector<index_t> global_shape;  // the whole tensor
-  std::vector<index_t> begin;         // the box's origin, per axis
-  std::vector<index_t> shape;         // the box's extents, per axis
-  index_t first = 0;                  // the piece: box elements [first, first + count), row-major
-  index_t count = -1;                 // -1: the whole box
+  std::vector<index_t> global_shape;  ///< The whole tensor's shape
+  std::vector<index_t> begin;         ///< The box's origin, per axis
+  std::vector<index_t> shape;         ///< The box's extents, per axis
+  index_t first = 0;                  ///< The piece: box elements [first, first + count), row-major
+  index_t count = -1;                 ///< The number of elements; -1: the whole box
 
+  /// The whole of a tensor of `shape`.
   static tensor_piece whole(std::vector<index_t> shape) {
     return {shape, std::vector<index_t>(shape.size(), 0), shape, 0, -1};
   }
-  // Slice `index` of `ways` equal slices along `axis` (tensor parallelism).
+  /// Slice `index` of `ways` equal slices along `axis` (tensor parallelism). Throws shape_error unless the
+  /// axis exists and its extent divides by `ways`.
   static tensor_piece slice(std::vector<index_t> global_shape, int axis, index_t index, index_t ways) {
     if (axis < 0 || std::size_t(axis) >= global_shape.size() || ways < 1 || index < 0 || index >= ways ||
         global_shape[std::size_t(axis)] % ways != 0)
@@ -73,7 +75,8 @@ struct tensor_piece {
     p.shape[std::size_t(axis)] = width;
     return p;
   }
-  // Elements [first, first + count) of this piece's box, row-major (a ZeRO shard).
+  /// Elements [first, first + count) of this piece's box, row-major (a ZeRO shard). Throws shape_error when
+  /// they do not lie inside the box.
   tensor_piece range(index_t first_element, index_t element_count) const {
     tensor_piece p = *this;
     p.first = first_element;
@@ -82,14 +85,16 @@ struct tensor_piece {
     return p;
   }
 
+  /// The number of elements in the box.
   index_t box_elements() const {
     index_t n = 1;
     for (const index_t e : shape) n *= e;
     return n;
   }
+  /// The number of elements in the piece: `count`, or the whole box's.
   index_t elements() const { return count < 0 ? box_elements() : count; }
 
-  // Throws shape_error unless the box lies inside the tensor and the range inside the box.
+  /// Throws shape_error unless the box lies inside the tensor and the range inside the box.
   void check(const std::string& what) const {
     bool ok = begin.size() == global_shape.size() && shape.size() == global_shape.size() && first >= 0;
     for (std::size_t a = 0; ok && a < shape.size(); ++a)
@@ -229,9 +234,11 @@ void for_each_row_run(const tensor_piece& to, Run&& run) {
 
 }  // namespace detail
 
-// One rank's part of a sharded checkpoint.
+/// One rank's part of a sharded checkpoint.
 class shard_writer {
  public:
+  /// Rank `rank` of `ranks`, saving into `directory` under `save_id` (a non-empty word that every rank and
+  /// write_manifest() share). Throws checkpoint_error for a bad rank or id.
   shard_writer(std::filesystem::path directory, int rank, int ranks, std::string save_id)
       : directory_(std::move(directory)), rank_(rank), ranks_(ranks), save_id_(std::move(save_id)) {
     if (ranks < 1 || rank < 0 || rank >= ranks)
@@ -243,9 +250,9 @@ class shard_writer {
     index_.add_metadata("fusor.save", save_id_);
   }
 
-  // Copies `values` (a view or tensor of any space and layout holding
-  // place.elements() elements, read in row-major order) as this rank's piece of
-  // `name` (a rank may add several pieces of one tensor).
+  /// Copies `values` (a view or tensor of any space and layout holding
+  /// place.elements() elements, read in row-major order) as this rank's piece of
+  /// `name` (a rank may add several pieces of one tensor).
   template <class View>
   void add(const std::string& name, const tensor_piece& place, const View& values) {
     if (name.empty() || name.find_first_of(" #") != std::string::npos)
@@ -265,7 +272,7 @@ class shard_writer {
     index_.add_metadata("fusor.piece/" + name + "/" + std::to_string(k), detail::place_text(place, type) + " record=" + record);
   }
 
-  // Writes this rank's shard and index, each atomically (the directory is made if missing).
+  /// Writes this rank's shard and index, each atomically (the directory is made if missing).
   void save() const {
     std::filesystem::create_directories(directory_);
     const std::string stem = detail::shard_stem(rank_, ranks_);
@@ -284,11 +291,11 @@ class shard_writer {
   std::map<std::string, int> pieces_;  // pieces added per tensor
 };
 
-// After every rank's shard_writer::save() (a barrier between): reads the
-// ranks' indexes, checks that the pieces of each tensor agree on its dtype
-// and shape, do not overlap and cover it, and writes the manifest, last and
-// atomically. `metadata` (step, mesh, data position: strings) is the save's
-// own; keys starting "fusor." are reserved.
+/// After every rank's shard_writer::save() (a barrier between): reads the
+/// ranks' indexes, checks that the pieces of each tensor agree on its dtype
+/// and shape, do not overlap and cover it, and writes the manifest, last and
+/// atomically. `metadata` (step, mesh, data position: strings) is the save's
+/// own; keys starting "fusor." are reserved.
 inline void write_manifest(const std::filesystem::path& directory, int ranks, const std::string& save_id,
                            const std::map<std::string, std::string>& metadata = {}) {
   struct held {
@@ -359,9 +366,11 @@ inline void write_manifest(const std::filesystem::path& directory, int ranks, co
   manifest.save(directory / detail::manifest_name);
 }
 
-// A finished sharded checkpoint, read in any pieces.
+/// A finished sharded checkpoint, read in any pieces.
 class sharded_checkpoint_reader {
  public:
+  /// Reads the manifest of the checkpoint in `directory` (the shards are read when first needed). Throws
+  /// checkpoint_error when there is no manifest (the save did not finish) or it is not valid.
   explicit sharded_checkpoint_reader(std::filesystem::path directory) : directory_(std::move(directory)) {
     const auto file = directory_ / detail::manifest_name;
     if (!std::filesystem::exists(file))
@@ -393,11 +402,15 @@ class sharded_checkpoint_reader {
       shard_bytes_.push_back(parse_count(manifest.metadata("fusor.shard_bytes/" + std::to_string(r)), file, "shard bytes"));
   }
 
+  /// The number of ranks, and of shards, that saved it.
   int ranks() const { return ranks_; }
+  /// The id every file of the save carries.
   const std::string& save_id() const { return save_id_; }
+  /// Whether the checkpoint holds a tensor named `name`.
   bool contains(const std::string& name) const { return pieces_.count(name) != 0; }
+  /// The whole shape of tensor `name`; throws checkpoint_error when there is no such tensor.
   const std::vector<index_t>& global_shape(const std::string& name) const { return find(name).front().place.piece.global_shape; }
-  // The save's own metadata (write_manifest's `metadata`); throws naming the key.
+  /// The save's own metadata (write_manifest's `metadata`); throws naming the key.
   const std::string& metadata(const std::string& key) const {
     const auto it = metadata_.find(key);
     if (it == metadata_.end())
@@ -405,12 +418,13 @@ class sharded_checkpoint_reader {
     return it->second;
   }
 
-  // All of the save's own metadata.
+  /// All of the save's own metadata.
   const std::map<std::string, std::string>& all_metadata() const { return metadata_; }
 
-  // Fills `destination` (place.elements() elements, any space and layout,
-  // written in row-major order) with piece `place` of tensor `name`, from
-  // whichever saved pieces hold it.
+  /// Fills `destination` (place.elements() elements, any space and layout,
+  /// written in row-major order) with piece `place` of tensor `name`, from
+  /// whichever saved pieces hold it. Throws checkpoint_error when the dtype or shape differs or the
+  /// shards do not hold every element asked for.
   template <class View>
   void read(const std::string& name, const tensor_piece& place, const View& destination) const {
     place.check("sharded_checkpoint_reader::read('" + name + "')");

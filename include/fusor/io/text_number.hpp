@@ -15,24 +15,28 @@
 
 namespace fusor::io {
 
+/// Why a text is not a number of the type asked for.
 enum class number_fault {
-  none,
-  not_a_number,     // empty, trailing characters, a sign where none is allowed
-  beyond_the_type,  // a number, but too large (or small) for the type
-  not_finite,       // "nan", "inf" for a floating-point type
+  none,  ///< No fault: the text is the number
+  not_a_number,     ///< Empty, trailing characters, a sign where none is allowed
+  beyond_the_type,  ///< A number, but too large (or small) for the type
+  not_finite,       ///< "nan", "inf" for a floating-point type
 };
 
+/// A number read from text by parse_number(), or the fault that stopped it.
 template <class T>
 struct text_number {
-  T value{};
-  number_fault fault = number_fault::none;
+  T value{};  ///< The number; meaningful only when there is no fault.
+  number_fault fault = number_fault::none;  ///< Why the text is not a T; none when it is.
+  /// Whether the text was a T.
   explicit operator bool() const { return fault == number_fault::none; }
 };
 
+/// The types parse_number() reads: the integer types but bool, and the floating-point types.
 template <class T>
 concept text_number_type = (std::integral<T> && !std::same_as<T, bool>) || std::floating_point<T>;
 
-// `text` as a T, or the fault that stops it.
+/// `text` as a T, or the fault that stops it.
 template <text_number_type T>
 text_number<T> parse_number(std::string_view text) {
   text_number<T> out;
@@ -51,7 +55,7 @@ text_number<T> parse_number(std::string_view text) {
   return out;
 }
 
-// What a T is, as an error message says it: "a whole number", "a whole number (0 or more)", "a number".
+/// What a T is, as an error message says it: "a whole number", "a whole number, 0 or more", "a finite number".
 template <text_number_type T>
 std::string number_kind() {
   if constexpr (std::floating_point<T>) return "a finite number";
@@ -59,7 +63,7 @@ std::string number_kind() {
   else return "a whole number";
 }
 
-// Why `text` is not a T, for an error message ("'1x' is not a whole number").
+/// Why `text` is not a T, for an error message ("'1x' is not a whole number").
 template <text_number_type T>
 std::string number_fault_text(std::string_view text, number_fault fault) {
   std::string quoted(1, '\'');  // appended, not "'" + string: g++ 12 -O3 warns falsely (-Wrestrict) on that

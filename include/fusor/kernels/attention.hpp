@@ -109,6 +109,8 @@ auto attention_backward_operands(const DQKV& dqkv, const DY& dy, const QKV& qkv,
 }  // namespace detail
 
 // ---- host ----------------------------------------------------------------------------------
+/// y = causal self-attention of the heads in qkv ([batch, T, (H + 2G) * D]), saving each row's log-sum-exp
+/// in lse ([batch, H, T]) for the backward; on the host.
 template <row_operand Y, row_operand L, row_operand QKV>
 void causal_attention(const Y& y, const L& lse, const QKV& qkv, const attention_heads& heads,
                       const host_executor& ex = {}) {
@@ -116,6 +118,7 @@ void causal_attention(const Y& y, const L& lse, const QKV& qkv, const attention_
                 "fusor: causal_attention on the host executor needs its operands in host-accessible memory");
   detail::attention_forward_host(detail::attention_forward_operands(as_view(y), as_view(lse), as_view(qkv), heads), ex);
 }
+/// dqkv, the gradient of causal_attention's qkv, from dy and the forward's y and lse; deterministic, on the host.
 template <row_operand DQKV, row_operand DY, row_operand QKV, row_operand Y, row_operand L>
 void causal_attention_backward(const DQKV& dqkv, const DY& dy, const QKV& qkv, const Y& y, const L& lse,
                                const attention_heads& heads, const host_executor& ex = {}) {
@@ -128,12 +131,14 @@ void causal_attention_backward(const DQKV& dqkv, const DY& dy, const QKV& qkv, c
 
 // ---- cuda ----------------------------------------------------------------------------------
 #if FUSOR_HAS_CUDA
+/// causal_attention, queued on the cuda executor's stream.
 template <row_operand Y, row_operand L, row_operand QKV>
 void causal_attention(const Y& y, const L& lse, const QKV& qkv, const attention_heads& heads, const cuda_executor& ex) {
   static_assert(detail::device_reachable_v<Y, L, QKV>,
                 "fusor: causal_attention on the cuda executor needs its operands in device-accessible memory");
   detail::attention_forward_cuda(detail::attention_forward_operands(as_view(y), as_view(lse), as_view(qkv), heads), ex);
 }
+/// causal_attention_backward, queued on the cuda executor's stream.
 template <row_operand DQKV, row_operand DY, row_operand QKV, row_operand Y, row_operand L>
 void causal_attention_backward(const DQKV& dqkv, const DY& dy, const QKV& qkv, const Y& y, const L& lse,
                                const attention_heads& heads, const cuda_executor& ex) {

@@ -15,11 +15,11 @@
 
 namespace fusor {
 
-// How the heads of qkv are laid out: `heads` query heads and `kv_heads` key
-// and value heads each (0: as many as query heads; it must divide `heads`).
+/// How the heads of qkv are laid out: `heads` query heads and `kv_heads` key
+/// and value heads each (0: as many as query heads; it must divide `heads`).
 struct attention_heads {
-  index_t heads = 1;
-  index_t kv_heads = 0;
+  index_t heads = 1;     ///< Query heads.
+  index_t kv_heads = 0;  ///< Key heads and value heads each; 0: as many as query heads.
 };
 
 }  // namespace fusor

@@ -34,9 +34,10 @@
 
 namespace fusor {
 
+/// Options of rotary_embedding.
 struct rotary_options {
-  double base = 10000;
-  bool inverse = false;  // rotate by -angle (the backward)
+  double base = 10000;   ///< Columns (2i, 2i + 1) of position t turn by the angle t * base^(-2i / D).
+  bool inverse = false;  ///< Rotate by -angle (the backward).
 };
 
 namespace detail {
@@ -157,6 +158,8 @@ auto rotary_operands_of(const O& out, const I& in, const attention_heads& heads,
 
 }  // namespace detail
 
+/// out = qkv with rotary position embeddings applied to every query and key head (values copied); out may
+/// be qkv. On the host.
 template <row_operand Out, row_operand In>
 void rotary_embedding(const Out& out, const In& qkv, const attention_heads& heads, const rotary_options& options = {},
                       const host_executor& ex = {}) {
@@ -165,6 +168,7 @@ void rotary_embedding(const Out& out, const In& qkv, const attention_heads& head
   detail::rotary_embedding_host(detail::rotary_operands_of(as_view(out), as_view(qkv), heads, options), ex);
 }
 #if FUSOR_HAS_CUDA
+/// rotary_embedding, queued on the cuda executor's stream.
 template <row_operand Out, row_operand In>
 void rotary_embedding(const Out& out, const In& qkv, const attention_heads& heads, const rotary_options& options,
                       const cuda_executor& ex) {

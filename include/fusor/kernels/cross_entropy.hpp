@@ -46,12 +46,15 @@
 
 namespace fusor {
 
+/// How row losses combine into one loss, and so how the gradient is scaled.
+/// `mean`: over the rows whose target is not ignore_index; `sum`: over all rows.
 enum class loss_reduction { mean, sum };
 
+/// Options of cross_entropy, cross_entropy_loss and cross_entropy_reduce.
 struct cross_entropy_options {
-  index_t ignore_index = -100;
-  loss_reduction reduction = loss_reduction::mean;
-  float grad_scale = 1.0f;
+  index_t ignore_index = -100;  ///< A row with this target is not read: loss 0, gradient 0, not counted in the mean.
+  loss_reduction reduction = loss_reduction::mean;  ///< Mean or sum of the row losses.
+  float grad_scale = 1.0f;  ///< The upstream gradient of the reduced loss (1, or a loss scale).
 };
 
 namespace detail {
@@ -151,6 +154,8 @@ auto cross_entropy_reduce_operands(const Loss& loss, const L& losses, const T& t
 
 }  // namespace detail
 
+/// Each row's loss, logsumexp(logits[r]) - logits[r, targets[r]], and the gradient of the logits, in one pass
+/// on the host; dlogits may be logits.
 template <row_operand L, row_operand G, row_operand X, row_operand T>
 void cross_entropy(const L& losses, const G& dlogits, const X& logits, const T& targets,
                    const cross_entropy_options& options = {}, const host_executor& ex = {}) {
@@ -160,6 +165,7 @@ void cross_entropy(const L& losses, const G& dlogits, const X& logits, const T& 
       detail::cross_entropy_operands("cross_entropy", as_view(dlogits), as_view(losses), as_view(logits), as_view(targets));
   detail::cross_entropy_host<true>(g, l, x, t, options, ex);
 }
+/// Each row's loss only, without the gradient (evaluation), on the host.
 template <row_operand L, row_operand X, row_operand T>
 void cross_entropy_loss(const L& losses, const X& logits, const T& targets, const cross_entropy_options& options = {},
                         const host_executor& ex = {}) {
@@ -169,6 +175,8 @@ void cross_entropy_loss(const L& losses, const X& logits, const T& targets, cons
                                                            as_view(logits), as_view(targets));
   detail::cross_entropy_host<false>(g, l, x, t, options, ex);
 }
+/// `loss` (one value) = the mean of `losses` over rows whose target is not ignored, or their sum, as
+/// options.reduction says; on the host.
 template <row_operand Loss, row_operand L, row_operand T>
 void cross_entropy_reduce(const Loss& loss, const L& losses, const T& targets, const cross_entropy_options& options = {},
                           const host_executor& ex = {}) {
@@ -180,6 +188,7 @@ void cross_entropy_reduce(const Loss& loss, const L& losses, const T& targets, c
 }
 
 #if FUSOR_HAS_CUDA
+/// cross_entropy, queued on the cuda executor's stream.
 template <row_operand L, row_operand G, row_operand X, row_operand T>
 void cross_entropy(const L& losses, const G& dlogits, const X& logits, const T& targets,
                    const cross_entropy_options& options, const cuda_executor& ex) {
@@ -190,6 +199,7 @@ void cross_entropy(const L& losses, const G& dlogits, const X& logits, const T& 
   detail::cross_entropy_cuda<true>(g, l, x, t, options.ignore_index, options.reduction == loss_reduction::mean,
                                    options.grad_scale, ex);
 }
+/// cross_entropy_loss, queued on the cuda executor's stream.
 template <row_operand L, row_operand X, row_operand T>
 void cross_entropy_loss(const L& losses, const X& logits, const T& targets, const cross_entropy_options& options,
                         const cuda_executor& ex) {
@@ -199,6 +209,7 @@ void cross_entropy_loss(const L& losses, const X& logits, const T& targets, cons
                                                            as_view(logits), as_view(targets));
   detail::cross_entropy_cuda<false>(g, l, x, t, options.ignore_index, false, options.grad_scale, ex);
 }
+/// cross_entropy_reduce, queued on the cuda executor's stream (one single-block launch, deterministic).
 template <row_operand Loss, row_operand L, row_operand T>
 void cross_entropy_reduce(const Loss& loss, const L& losses, const T& targets, const cross_entropy_options& options,
                           const cuda_executor& ex) {

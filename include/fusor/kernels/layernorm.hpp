@@ -31,8 +31,9 @@
 
 namespace fusor {
 
+/// Options of layernorm and rmsnorm.
 struct norm_options {
-  // Added to the variance (layernorm) or the mean square (rmsnorm) before the square root.
+  /// Added to the variance (layernorm) or the mean square (rmsnorm) before the square root.
   float epsilon = 1e-5f;
 };
 
@@ -74,6 +75,8 @@ auto norm_backward_operands(const char* op, const DX& dx, const DW& dweight, con
 }  // namespace detail
 
 // ---- layernorm -------------------------------------------------------------------------
+/// y = (x - mean) * rstd * weight + bias over the last axis of x, saving each row's mean and rstd for the
+/// backward; on the host.
 template <row_operand Y, row_operand M, row_operand R, row_operand X, row_operand W, row_operand B>
 void layernorm(const Y& y, const M& mean, const R& rstd, const X& x, const W& weight, const B& bias,
                const norm_options& options = {}, const host_executor& ex = {}) {
@@ -84,6 +87,7 @@ void layernorm(const Y& y, const M& mean, const R& rstd, const X& x, const W& we
                                                                       as_view(bias)),
                                   options.epsilon, ex);
 }
+/// The gradients of layernorm: dx, and dweight and dbias overwritten with their sums over rows; on the host.
 template <row_operand DX, row_operand DW, row_operand DB, row_operand DY, row_operand X, row_operand W,
           row_operand M, row_operand R>
 void layernorm_backward(const DX& dx, const DW& dweight, const DB& dbias, const DY& dy, const X& x, const W& weight,
@@ -97,6 +101,8 @@ void layernorm_backward(const DX& dx, const DW& dweight, const DB& dbias, const 
 }
 
 // ---- rmsnorm ---------------------------------------------------------------------------
+/// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + epsilon) per row of the last axis, saving rstd for the
+/// backward; on the host.
 template <row_operand Y, row_operand R, row_operand X, row_operand W>
 void rmsnorm(const Y& y, const R& rstd, const X& x, const W& weight, const norm_options& options = {},
              const host_executor& ex = {}) {
@@ -107,6 +113,7 @@ void rmsnorm(const Y& y, const R& rstd, const X& x, const W& weight, const norm_
   detail::norm_forward_host<false>(
       detail::norm_forward_operands<false>("rmsnorm", as_view(y), r, r, as_view(x), w, w), options.epsilon, ex);
 }
+/// The gradients of rmsnorm: dx, and dweight overwritten with its sum over rows; on the host.
 template <row_operand DX, row_operand DW, row_operand DY, row_operand X, row_operand W, row_operand R>
 void rmsnorm_backward(const DX& dx, const DW& dweight, const DY& dy, const X& x, const W& weight, const R& rstd,
                       const host_executor& ex = {}) {
@@ -121,6 +128,7 @@ void rmsnorm_backward(const DX& dx, const DW& dweight, const DY& dy, const X& x,
 }
 
 #if FUSOR_HAS_CUDA
+/// layernorm, queued on the cuda executor's stream.
 template <row_operand Y, row_operand M, row_operand R, row_operand X, row_operand W, row_operand B>
 void layernorm(const Y& y, const M& mean, const R& rstd, const X& x, const W& weight, const B& bias,
                const norm_options& options, const cuda_executor& ex) {
@@ -131,6 +139,7 @@ void layernorm(const Y& y, const M& mean, const R& rstd, const X& x, const W& we
                                                                       as_view(bias)),
                                   options.epsilon, ex);
 }
+/// layernorm_backward, queued on the cuda executor's stream.
 template <row_operand DX, row_operand DW, row_operand DB, row_operand DY, row_operand X, row_operand W,
           row_operand M, row_operand R>
 void layernorm_backward(const DX& dx, const DW& dweight, const DB& dbias, const DY& dy, const X& x, const W& weight,
@@ -142,6 +151,7 @@ void layernorm_backward(const DX& dx, const DW& dweight, const DB& dbias, const 
                                            as_view(dy), as_view(x), as_view(weight), as_view(mean), as_view(rstd)),
       ex);
 }
+/// rmsnorm, queued on the cuda executor's stream.
 template <row_operand Y, row_operand R, row_operand X, row_operand W>
 void rmsnorm(const Y& y, const R& rstd, const X& x, const W& weight, const norm_options& options,
              const cuda_executor& ex) {
@@ -152,6 +162,7 @@ void rmsnorm(const Y& y, const R& rstd, const X& x, const W& weight, const norm_
   detail::norm_forward_cuda<false>(
       detail::norm_forward_operands<false>("rmsnorm", as_view(y), r, r, as_view(x), w, w), options.epsilon, ex);
 }
+/// rmsnorm_backward, queued on the cuda executor's stream.
 template <row_operand DX, row_operand DW, row_operand DY, row_operand X, row_operand W, row_operand R>
 void rmsnorm_backward(const DX& dx, const DW& dweight, const DY& dy, const X& x, const W& weight, const R& rstd,
                       const cuda_executor& ex) {

@@ -188,6 +188,9 @@ void matmul_4d(const CV& cv, const AV& av, const BV& bv, const Executor& executo
 }
 }  // namespace detail
 
+/// c = a b, then the epilogue `ep`, for matrices, batches of them (3-D) or 4-D [B, H, M, N] operands (no
+/// epilogue); OpenBLAS on the host executor, cuBLASLt on the cuda executor. Throws shape_error when shapes
+/// disagree.
 template <class C, class A, class B, class Epilogue = epilogue::none, class Executor = host_executor>
   requires detail::matmul_epilogue<Epilogue>
 void matmul(const C& c, const A& a, const B& b, const Epilogue& ep = {}, const Executor& executor = {}) {
@@ -203,6 +206,7 @@ void matmul(const C& c, const A& a, const B& b, const Epilogue& ep = {}, const E
   }
 }
 
+/// c = a b on `executor`, without an epilogue.
 template <class C, class A, class B, class Executor>
   requires(!detail::matmul_epilogue<Executor>)
 void matmul(const C& c, const A& a, const B& b, const Executor& executor) {

@@ -32,7 +32,7 @@
 #include "fusor/core/extents.hpp"
 
 namespace fusor::gpu {
-// Throws cuda_error naming the cuBLAS(Lt) call, file, line and status.
+/// Throws cuda_error naming the cuBLAS(Lt) call, file, line and status.
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS)
     throw cuda_error(std::string("fusor: cuBLASLt call ") + call + " failed at " + file + ":" + std::to_string(line) +

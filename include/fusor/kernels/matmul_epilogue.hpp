@@ -40,18 +40,19 @@
 
 namespace fusor {
 
-// Which elements of a relu's pre-activation were positive, one bit each, in
-// the geometry cuBLASLt's RELU_AUX epilogues use: row r of c (r counting over
-// the batch too) starts at bit r * row_bits(), row_bits() being cols rounded up
-// to 128. The host executor writes bit r * row_bits() + j for element j (what
-// test() reads); on the GPU the bits are cuBLASLt's. A mask is read by the
-// executor that wrote it; bytes() lets it be copied between spaces.
+/// Which elements of a relu's pre-activation were positive, one bit each, in
+/// the geometry cuBLASLt's RELU_AUX epilogues use: row r of c (r counting over
+/// the batch too) starts at bit r * row_bits(), row_bits() being cols rounded up
+/// to 128. The host executor writes bit r * row_bits() + j for element j (what
+/// test() reads); on the GPU the bits are cuBLASLt's. A mask is read by the
+/// executor that wrote it; bytes() lets it be copied between spaces.
 template <class Space = host_space>
 class relu_mask {
  public:
-  using space = Space;
+  using space = Space;  ///< The memory space of the bits.
+  /// An empty mask, for no matmul result.
   relu_mask() = default;
-  // A mask for a matmul result of this shape ([M, N] or [batch, M, N]).
+  /// A mask for a matmul result of this shape ([M, N] or [batch, M, N]).
   template <class Extents>
     requires is_extents_v<Extents>
   explicit relu_mask(const Extents& shape_of_c, stream_t stream = {}) {
@@ -73,16 +74,19 @@ class relu_mask {
     }
   }
 
-  index_t batch() const { return batch_; }
-  index_t rows() const { return rows_; }
-  index_t cols() const { return cols_; }
-  index_t row_bits() const { return row_bits_; }
+  index_t batch() const { return batch_; }  ///< Matrices in the result (1 for a 2-D one).
+  index_t rows() const { return rows_; }  ///< Rows (M) of each matrix.
+  index_t cols() const { return cols_; }  ///< Columns (N) of each matrix.
+  index_t row_bits() const { return row_bits_; }  ///< Bits per row: cols() rounded up to 128.
+  /// The first byte of the bits (nullptr for an empty mask).
   std::uint8_t* data() const { return bits_.template as<std::uint8_t>(); }
+  /// The size of the bits in bytes: batch() * rows() * row_bits() / 8.
   std::size_t size_bytes() const { return static_cast<std::size_t>(batch_ * rows_ * row_bits_ / 8); }
+  /// The bits as a 1-D byte view, to copy a mask between spaces.
   view<std::uint8_t, dextents<index_t, 1>, row_major, Space> bytes() const {
     return {data(), static_cast<index_t>(size_bytes())};
   }
-  // Whether c[batch, i, j]'s pre-activation was positive (host-readable masks only).
+  /// Whether c[batch, i, j]'s pre-activation was positive (host-readable masks only).
   bool test(index_t batch, index_t i, index_t j) const {
     static_assert(Space::host_accessible, "fusor: read a device relu mask after copying bytes() to the host");
     const index_t bit = (batch * rows_ + i) * row_bits_ + j;
@@ -147,100 +151,125 @@ FUSOR_HOST_DEVICE inline T gelu_tanh_derivative(T x) {
 }
 }  // namespace detail
 
-// A fused epilogue: the operation and its operands (views, a mask, or absent).
+/// A fused epilogue: the operation and its operands (views, a mask, or absent).
+///
+/// Made by the functions of namespace epilogue (epilogue::bias, epilogue::relu, ...), not directly.
 template <detail::epilogue_op Op, class Bias = detail::absent, class Aux = detail::absent,
           class Gradient = detail::absent>
 struct fused_epilogue {
-  static constexpr detail::epilogue_op op = Op;
-  static constexpr bool has_bias = !std::is_same_v<Bias, detail::absent>;
+  static constexpr detail::epilogue_op op = Op;  ///< The operation.
+  static constexpr bool has_bias = !std::is_same_v<Bias, detail::absent>;  ///< Whether a bias is added.
+  /// Whether there is an auxiliary operand: a relu mask or pre-activation, written forward, read backward.
   static constexpr bool has_aux = !std::is_same_v<Aux, detail::absent>;
+  /// Whether a bias gradient is formed.
   static constexpr bool has_gradient = !std::is_same_v<Gradient, detail::absent>;
+  /// Whether the operation is relu_backward or gelu_tanh_backward.
   static constexpr bool backward = Op == detail::epilogue_op::relu_backward || Op == detail::epilogue_op::gelu_tanh_backward;
+  /// Whether the operation is relu or relu_backward (whose auxiliary operand is a relu_mask).
   static constexpr bool relu_like = Op == detail::epilogue_op::relu || Op == detail::epilogue_op::relu_backward;
+  /// Whether the bias gradient sums an input, not c: db[i] = sum_k a[i, k] (bias_gradient_a) or
+  /// db[j] = sum_k b[k, j] (bias_gradient_b).
   static constexpr bool input_gradient = Op == detail::epilogue_op::bias_gradient_a || Op == detail::epilogue_op::bias_gradient_b;
-  using bias_type = Bias;
-  using aux_type = Aux;
-  using gradient_type = Gradient;
-  Bias bias{};
-  Aux aux{};
-  Gradient gradient{};
+  using bias_type = Bias;  ///< The bias's view type, or detail::absent.
+  using aux_type = Aux;  ///< The mask's or pre-activation's type, or detail::absent.
+  using gradient_type = Gradient;  ///< The bias gradient's view type, or detail::absent.
+  Bias bias{};  ///< The bias, one value per column of c.
+  Aux aux{};  ///< The relu mask or the pre-activation (c's shape).
+  Gradient gradient{};  ///< The bias gradient, overwritten by the matmul.
 };
 
 namespace epilogue {
+/// No epilogue: c = a b.
 struct none {};
+/// The type of no_bias.
 struct no_bias_t {};
+/// In the bias's place where an epilogue records a mask or pre-activation without a bias.
 inline constexpr no_bias_t no_bias{};
 
-// c = f(product) after the GEMM, in one elementwise pass: f takes the product as
-// an expression and returns any fusor expression, e.g.
-// [&](auto y) { return silu(y) + residual; }. Write it generic (auto): the GPU
-// hands it c, the host hands bf16/fp16 products over in fp32, before rounding.
+/// The epilogue made by epilogue::expression: c = f(product).
 template <class F>
 struct expression_t {
-  F function;
+  F function;  ///< f: takes the product as an expression, returns the expression stored in c.
 };
+/// c = f(product) after the GEMM, in one elementwise pass: f takes the product as
+/// an expression and returns any fusor expression, e.g.
+/// `[&](auto y) { return silu(y) + residual; }`. Write it generic (auto): the GPU
+/// hands it c, the host hands bf16/fp16 products over in fp32, before rounding.
 template <class F>
 expression_t<std::decay_t<F>> expression(F&& f) {
   return {std::forward<F>(f)};
 }
 
-using op = detail::epilogue_op;
+using op = detail::epilogue_op;  ///< The fused operations.
 
+/// c = a b + bias[j].
 template <class Bias>
 auto bias(Bias&& b) {
   auto v = detail::epilogue_view(std::forward<Bias>(b));
   return fused_epilogue<op::bias, decltype(v)>{v};
 }
 
+/// c = relu(a b).
 inline auto relu() { return fused_epilogue<op::relu>{}; }
+/// c = relu(a b + bias[j]).
 template <class Bias>
 auto relu(Bias&& b) {
   auto v = detail::epilogue_view(std::forward<Bias>(b));
   return fused_epilogue<op::relu, decltype(v)>{v};
 }
+/// c = relu(a b + bias[j]), recording in `mask` which elements were positive, for relu_backward.
 template <class Bias, class S>
 auto relu(Bias&& b, const relu_mask<S>& mask) {
   auto v = detail::epilogue_view(std::forward<Bias>(b));
   return fused_epilogue<op::relu, decltype(v), detail::relu_mask_ref<S>>{v, detail::mask_ref(mask)};
 }
+/// c = relu(a b), recording in `mask` which elements were positive, for relu_backward.
 template <class S>
 auto relu(no_bias_t, const relu_mask<S>& mask) {
   return fused_epilogue<op::relu, detail::absent, detail::relu_mask_ref<S>>{{}, detail::mask_ref(mask)};
 }
 
+/// c = gelu_tanh(a b).
 inline auto gelu_tanh() { return fused_epilogue<op::gelu_tanh>{}; }
+/// c = gelu_tanh(a b + bias[j]).
 template <class Bias>
 auto gelu_tanh(Bias&& b) {
   auto v = detail::epilogue_view(std::forward<Bias>(b));
   return fused_epilogue<op::gelu_tanh, decltype(v)>{v};
 }
+/// c = gelu_tanh(a b + bias[j]), storing the pre-activation a b + bias[j] for gelu_tanh_backward.
 template <class Bias, class Pre>
 auto gelu_tanh(Bias&& b, Pre&& pre_activation) {
   auto v = detail::epilogue_view(std::forward<Bias>(b));
   auto p = detail::epilogue_view(std::forward<Pre>(pre_activation));
   return fused_epilogue<op::gelu_tanh, decltype(v), decltype(p)>{v, p};
 }
+/// c = gelu_tanh(a b), storing the pre-activation a b for gelu_tanh_backward.
 template <class Pre>
 auto gelu_tanh(no_bias_t, Pre&& pre_activation) {
   auto p = detail::epilogue_view(std::forward<Pre>(pre_activation));
   return fused_epilogue<op::gelu_tanh, detail::absent, decltype(p)>{{}, p};
 }
 
+/// c = a b where the forward's `mask` is set, else 0.
 template <class S>
 auto relu_backward(const relu_mask<S>& mask) {
   return fused_epilogue<op::relu_backward, detail::absent, detail::relu_mask_ref<S>>{{}, detail::mask_ref(mask)};
 }
+/// c = a b where the forward's `mask` is set, else 0; bias_gradient[j] = sum over i of c[i, j].
 template <class S, class Gradient>
 auto relu_backward(const relu_mask<S>& mask, Gradient&& bias_gradient) {
   auto g = detail::epilogue_view(std::forward<Gradient>(bias_gradient));
   return fused_epilogue<op::relu_backward, detail::absent, detail::relu_mask_ref<S>, decltype(g)>{
       {}, detail::mask_ref(mask), g};
 }
+/// c = a b * gelu_tanh'(pre_activation).
 template <class Pre>
 auto gelu_tanh_backward(Pre&& pre_activation) {
   auto p = detail::epilogue_view(std::forward<Pre>(pre_activation));
   return fused_epilogue<op::gelu_tanh_backward, detail::absent, decltype(p)>{{}, p};
 }
+/// c = a b * gelu_tanh'(pre_activation); bias_gradient[j] = sum over i of c[i, j].
 template <class Pre, class Gradient>
 auto gelu_tanh_backward(Pre&& pre_activation, Gradient&& bias_gradient) {
   auto p = detail::epilogue_view(std::forward<Pre>(pre_activation));
@@ -248,14 +277,14 @@ auto gelu_tanh_backward(Pre&& pre_activation, Gradient&& bias_gradient) {
   return fused_epilogue<op::gelu_tanh_backward, detail::absent, decltype(p), decltype(g)>{{}, p, g};
 }
 
-// The weight-gradient product dW = dy^T x of a Linear layer, with its bias
-// gradient: matmul(dw, transpose(dy), x, epilogue::bias_gradient_a(db)).
+/// The weight-gradient product dW = dy^T x of a Linear layer, with its bias
+/// gradient: matmul(dw, transpose(dy), x, epilogue::bias_gradient_a(db)).
 template <class Gradient>
 auto bias_gradient_a(Gradient&& bias_gradient) {
   auto g = detail::epilogue_view(std::forward<Gradient>(bias_gradient));
   return fused_epilogue<op::bias_gradient_a, detail::absent, detail::absent, decltype(g)>{{}, {}, g};
 }
-// The same with dW^T = x^T dy: matmul(dwt, transpose(x), dy, epilogue::bias_gradient_b(db)).
+/// The same with dW^T = x^T dy: matmul(dwt, transpose(x), dy, epilogue::bias_gradient_b(db)).
 template <class Gradient>
 auto bias_gradient_b(Gradient&& bias_gradient) {
   auto g = detail::epilogue_view(std::forward<Gradient>(bias_gradient));

@@ -23,14 +23,14 @@
 
 namespace fusor {
 
-// Named in the compile-time error when static shapes of a matmul disagree.
+/// Named in the compile-time error when static shapes of a matmul disagree.
 template <class CShape, class AShape, class BShape, bool Agree>
 struct static_matmul_shapes_must_agree {
   static_assert(Agree,
                 "fusor: matmul's static shapes do not agree (c [M, N] = a [M, K] times b [K, N], with an optional "
                 "leading batch axis); the shapes are named in static_matmul_shapes_must_agree<shape<c>, shape<a>, "
                 "shape<b>> (-1 is a dynamic extent)");
-  static constexpr bool value = Agree;
+  static constexpr bool value = Agree;  ///< Whether the shapes agree (always true once it compiles).
 };
 
 namespace detail {

@@ -48,7 +48,7 @@
 
 namespace fusor {
 
-// The executors a reduction runs under.
+/// The executors a reduction runs under.
 template <class T>
 concept reduction_executor = std::same_as<T, host_executor>
 #if FUSOR_HAS_CUDA
@@ -217,6 +217,8 @@ auto reduce_value(const E& e, const Executor& executor) {
     return detail::reduce_value<kind>(as_expression(std::forward<In>(in)), executor);                    \
   }
 
+// Doxygen does not expand these macros: the cond section keeps their invocations out of the API reference.
+/// \cond
 FUSOR_REDUCTION(sum, reduction_kind::sum)
 FUSOR_REDUCTION(mean, reduction_kind::mean)
 FUSOR_REDUCTION(amax, reduction_kind::max)
@@ -225,6 +227,7 @@ FUSOR_REDUCTION(argmax, reduction_kind::argmax)
 FUSOR_REDUCTION(argmin, reduction_kind::argmin)
 FUSOR_REDUCTION(sum_of_squares, reduction_kind::sum_of_squares)
 FUSOR_REDUCTION(norm, reduction_kind::norm)
+/// \endcond
 #undef FUSOR_REDUCTION
 
 }  // namespace fusor

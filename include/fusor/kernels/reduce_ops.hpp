@@ -27,6 +27,7 @@
 
 namespace fusor {
 
+/// What a reduction computes: one kind per function of reduce.hpp (max and min are amax and amin).
 enum class reduction_kind { sum, mean, sum_of_squares, norm, max, min, argmax, argmin };
 
 namespace detail {

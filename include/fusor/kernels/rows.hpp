@@ -31,7 +31,7 @@
 
 namespace fusor {
 
-// What the row-wise kernels take as an operand: a view or an lvalue tensor.
+/// What the row-wise kernels take as an operand: a view or an lvalue tensor.
 template <class T>
 concept row_operand = is_view_v<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>>;
 

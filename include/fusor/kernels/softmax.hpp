@@ -162,33 +162,33 @@ constexpr bool input_reachable() {
 
 }  // namespace detail
 
-// An input of softmax and log_softmax: a view, an lvalue tensor, or any fusor
-// expression that broadcasts to the output's shape (softmax(y, x * scale)).
+/// An input of softmax and log_softmax: a view, an lvalue tensor, or any fusor
+/// expression that broadcasts to the output's shape (softmax(y, x * scale)).
 template <class X>
 concept softmax_input = row_operand<X> || expression<std::remove_cvref_t<X>>;
 
-// y = softmax(x) along the last axis.
+/// y = softmax(x) along the last axis.
 template <row_operand Y, softmax_input X>
 void softmax(const Y& y, const X& x, const host_executor& ex = {}) {
   static_assert(detail::host_reachable_v<Y> && detail::input_reachable<true, X>(),
                 "fusor: softmax on the host executor needs its operands in host-accessible memory");
   detail::run_softmax<false>("softmax", y, x, ex);
 }
-// y = log(softmax(x)) along the last axis.
+/// y = log(softmax(x)) along the last axis.
 template <row_operand Y, softmax_input X>
 void log_softmax(const Y& y, const X& x, const host_executor& ex = {}) {
   static_assert(detail::host_reachable_v<Y> && detail::input_reachable<true, X>(),
                 "fusor: log_softmax on the host executor needs its operands in host-accessible memory");
   detail::run_softmax<true>("log_softmax", y, x, ex);
 }
-// dx = y * (dy - sum(dy * y)), y the output of softmax.
+/// dx = y * (dy - sum(dy * y)), y the output of softmax.
 template <row_operand DX, row_operand Y, row_operand DY>
 void softmax_backward(const DX& dx, const Y& y, const DY& dy, const host_executor& ex = {}) {
   static_assert(detail::host_reachable_v<DX, Y, DY>,
                 "fusor: softmax_backward on the host executor needs its operands in host-accessible memory");
   detail::run_softmax_backward<false>("softmax_backward", dx, y, dy, ex);
 }
-// dx = dy - exp(y) * sum(dy), y the output of log_softmax.
+/// dx = dy - exp(y) * sum(dy), y the output of log_softmax.
 template <row_operand DX, row_operand Y, row_operand DY>
 void log_softmax_backward(const DX& dx, const Y& y, const DY& dy, const host_executor& ex = {}) {
   static_assert(detail::host_reachable_v<DX, Y, DY>,
@@ -197,24 +197,28 @@ void log_softmax_backward(const DX& dx, const Y& y, const DY& dy, const host_exe
 }
 
 #if FUSOR_HAS_CUDA
+/// y = softmax(x) along the last axis, queued on the cuda executor's stream.
 template <row_operand Y, softmax_input X>
 void softmax(const Y& y, const X& x, const cuda_executor& ex) {
   static_assert(detail::device_reachable_v<Y> && detail::input_reachable<false, X>(),
                 "fusor: softmax on the cuda executor needs its operands in device-accessible memory");
   detail::run_softmax<false>("softmax", y, x, ex);
 }
+/// y = log(softmax(x)) along the last axis, queued on the cuda executor's stream.
 template <row_operand Y, softmax_input X>
 void log_softmax(const Y& y, const X& x, const cuda_executor& ex) {
   static_assert(detail::device_reachable_v<Y> && detail::input_reachable<false, X>(),
                 "fusor: log_softmax on the cuda executor needs its operands in device-accessible memory");
   detail::run_softmax<true>("log_softmax", y, x, ex);
 }
+/// dx = y * (dy - sum(dy * y)), y the output of softmax, queued on the cuda executor's stream.
 template <row_operand DX, row_operand Y, row_operand DY>
 void softmax_backward(const DX& dx, const Y& y, const DY& dy, const cuda_executor& ex) {
   static_assert(detail::device_reachable_v<DX, Y, DY>,
                 "fusor: softmax_backward on the cuda executor needs its operands in device-accessible memory");
   detail::run_softmax_backward<false>("softmax_backward", dx, y, dy, ex);
 }
+/// dx = dy - exp(y) * sum(dy), y the output of log_softmax, queued on the cuda executor's stream.
 template <row_operand DX, row_operand Y, row_operand DY>
 void log_softmax_backward(const DX& dx, const Y& y, const DY& dy, const cuda_executor& ex) {
   static_assert(detail::device_reachable_v<DX, Y, DY>,

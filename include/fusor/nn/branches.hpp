@@ -30,18 +30,20 @@
 
 namespace fusor::nn {
 
-// How branches join: summed, or concatenated along the last feature axis.
+/// How branches join: summed, every branch giving the same features.
 struct join_add {};
+/// How branches join: concatenated along the last feature axis, the other axes equal.
 struct join_concat {};
 
-// Compile-time error for branches that cannot be joined: the failing
-// instantiation names the join, the branch and both features.
+/// Compile-time error for branches that cannot be joined: the failing
+/// instantiation names the join, the branch and both features.
 template <class Join, std::size_t Branch, class FirstBranchOutput, class BranchOutput, bool Match>
 struct branch_outputs_must_match {
   static_assert(Match,
                 "fusor: nn::branches: join_add needs every branch to give the first branch's features; join_concat "
                 "the same rank and all axes but the last equal; see branch_outputs_must_match<join, branch, first "
                 "branch's features, this branch's features>");
+  /// Match; where it is false the static_assert above stops the build.
   static constexpr bool value = Match;
 };
 
@@ -85,29 +87,40 @@ struct joined_features {
 };
 }  // namespace detail
 
+/// Parallel branches over the same input, joined: `y = f(x) + g(x)` with join_add, `y = [f(x), g(x)]` on the last
+/// feature axis with join_concat.
+///
+/// Each branch is a chain (a bare layer counts as a chain of one). Parameters are named `"<branch>.<layer>.<name>"`;
+/// backward gives every branch dy (its slice for join_concat) and sums their dx.
 template <class Join, class... Branches>
 struct branches {
   static_assert(std::is_same_v<Join, join_add> || std::is_same_v<Join, join_concat>,
                 "fusor::nn::branches' first argument is how the branches join: nn::join_add or nn::join_concat");
   static_assert(sizeof...(Branches) >= 1, "fusor::nn::branches needs at least one branch");
+  /// Number of branches.
   static constexpr std::size_t count = sizeof...(Branches);
+  /// The first branch, as a chain.
   using first_branch = detail::as_chain<std::tuple_element_t<0, std::tuple<Branches...>>>;
 
-  // The first branch decides what comes in; a branch further on that does not
-  // take it is reported when its output is inferred (its chain's junction check).
+  /// The first branch decides what comes in; a branch further on that does not
+  /// take it is reported when its output is inferred (its chain's junction check).
   template <class In>
   static constexpr bool accepts = first_branch::template accepts<In>;
+  /// The first branch's expected input.
   using expected_input = typename first_branch::expected_input;
+  /// The joined features given In: the first branch's for join_add; for join_concat, the branches' outputs with their
+  /// last extents summed.
   template <class In>
   using output =
       typename detail::joined_features<Join, typename detail::as_chain<Branches>::template output<In>...>::type;
 
+  /// `"nn::branches of N (added)"` or `"... (concatenated)"`, for messages.
   static std::string name() {
     return "nn::branches of " + std::to_string(count) +
            (std::is_same_v<Join, join_add> ? " (added)" : " (concatenated)");
   }
 
-  // Each branch's chain instance, given what comes in.
+  /// Each branch's chain instance, given what comes in (a std::tuple).
   template <class In, class NetworkPrecision, class Space>
   using branch_instances =
       std::tuple<typename detail::as_chain<Branches>::template instance<In, NetworkPrecision, Space>...>;
@@ -115,6 +128,8 @@ struct branches {
   class instance;
 };
 
+/// The branches given input features In, the network's precision and a memory Space: each branch's chain instance and
+/// the branches' outputs.
 template <class Join, class... Branches>
 template <class In, class NetworkPrecision, class Space>
 class branches<Join, Branches...>::instance
@@ -126,10 +141,15 @@ class branches<Join, Branches...>::instance
   static constexpr bool add = std::is_same_v<Join, join_add>;
 
  public:
+  /// The network's precision: that of x, y and every branch's input and output.
   using precision = NetworkPrecision;
+  /// In, the input features.
   using input_features = In;
+  /// The joined output features.
   using output_features = output<In>;
+  /// A batch of x (or dx).
   using input_view = activation_view<precision, In, Space>;
+  /// A batch of y (or dy).
   using output_view = activation_view<precision, output_features, Space>;
   static_assert([]<std::size_t... B>(std::index_sequence<B...>) {
     return (std::is_same_v<layer_input_precision<branch_type<B>>, precision> && ...);
@@ -150,25 +170,37 @@ class branches<Join, Branches...>::instance
   using children = detail::inner_memory<branch_tuple>;
 
  public:
+  /// Activations held from forward to backward, per sample: each branch's output and what its chain keeps.
   static constexpr index_t kept_bytes_per_sample = own_kept_per_sample + children::kept_per_sample;
+  /// Memory used only inside one forward or backward call, per sample: one copy of dy (or of a slice), the input
+  /// gradients of branches 1 on, and the largest scratch of a branch.
   static constexpr index_t scratch_bytes_per_sample =
       dy_copy_bytes + index_t(count - 1) * input_bytes + children::scratch_per_sample;
+  /// Bytes of kept memory reserve(max_batch) takes (each region rounded to 256 bytes).
   static constexpr std::size_t kept_bytes(index_t max_batch) {
     return []<std::size_t... B>(std::index_sequence<B...>, [[maybe_unused]] index_t n) {
       return (std::size_t(0) + ... + detail::region_bytes(branch_bytes<B>, n));
     }(std::make_index_sequence<count>{}, max_batch) + children::kept_bytes(max_batch);
   }
+  /// Bytes of scratch memory reserve(max_batch) takes (each region rounded to 256 bytes).
   static constexpr std::size_t scratch_bytes(index_t max_batch) {
     return detail::region_bytes(dy_copy_bytes, max_batch) + (count - 1) * detail::region_bytes(input_bytes, max_batch) +
            children::scratch_bytes(max_batch);
   }
 
+  /// The descriptor's name(), for messages.
   static std::string name() { return branches::name(); }
+  /// The branches' parameter specs in order, each name prefixed by its branch (`"1.0.weight"`: branch 1, its layer 0).
   static std::vector<parameter_spec> parameters() {
     return detail::prefixed_parameters<branch_tuple>::get();
   }
+  /// Hands each branch its own consecutive part of the binding; throws fusor::error when the binding's count does not
+  /// match the branches'.
   void bind(const parameter_binding<storage_t<precision>, Space>& binding) { detail::bind_inner(branches_, binding); }
+  /// Before reserve(): the memory an enclosing composite provides (nullptr: own it).
   void place(std::byte* kept, std::byte* scratch) { memory_.place(kept, scratch); }
+  /// Allocates on `stream` the kept and scratch blocks not placed, for up to max_batch samples, then places and
+  /// reserves the branches.
   void reserve(index_t max_batch, stream_t stream) {
     memory_.reserve(kept_bytes(max_batch), scratch_bytes(max_batch), stream);
     detail::region_cursor kept = memory_.kept(), scratch = memory_.scratch();
@@ -182,8 +214,11 @@ class branches<Join, Branches...>::instance
       detail::reserve_inner(std::get<B>(branches_), kept, scratch.at, max_batch, stream);
     });
   }
+  /// Gives each branch a seed derived from s and its branch index, passed on to its layers that take one (dropout).
   void seed(std::uint64_t s) { detail::seed_inner(branches_, s); }
 
+  /// Runs every branch on x, one after the other, keeping their outputs, then joins them into y: one fused sum, or one
+  /// copy per branch.
   template <class Executor>
   void forward(const input_view& x, const output_view& y, const run_mode& mode, const Executor& ex) {
     const index_t batch = x.extent(0);
@@ -201,6 +236,8 @@ class branches<Join, Branches...>::instance
     }
   }
 
+  /// Runs every branch's backward from dy (its columns of dy for join_concat); dx, when wanted, is the sum of the
+  /// branches' input gradients (one fused pass).
   template <class Executor>
   void backward(const input_view& x, const output_view&, const output_view& dy, const input_view& dx,
                 const Executor& ex) {
@@ -228,9 +265,10 @@ class branches<Join, Branches...>::instance
     }
   }
 
-  // Branch B's chain instance; fn(chain instance) for each, in order.
+  /// Branch B's chain instance.
   template <std::size_t B>
   branch_type<B>& branch() { return std::get<B>(branches_); }
+  /// Calls fn(chain instance) for each branch, in order.
   template <class Fn>
   void for_each_layer(Fn&& fn) {
     std::apply([&](auto&... branch) { (fn(branch), ...); }, branches_);
@@ -268,6 +306,7 @@ class branches<Join, Branches...>::instance
   std::byte* dy_copy_ = nullptr;
 };
 
+/// branches is a composite.
 template <class Join, class... Branches>
 inline constexpr bool is_composite_v<branches<Join, Branches...>> = true;
 

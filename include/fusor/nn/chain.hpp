@@ -22,23 +22,32 @@
 
 namespace fusor::nn {
 
+/// A sub-sequence of layers as one layer: `Ln(...L1(L0(x)))`, usable anywhere a layer is.
+///
+/// Features are inferred through it as sequential<> does; its parameters are named `"<inner position>.<name>"`
+/// (nn/composite.hpp has its memory scheme).
 template <class... Layers>
 struct chain {
   static_assert(sizeof...(Layers) >= 1, "fusor::nn::chain needs at least one layer");
+  /// The first inner layer, which decides what comes in.
   using first_layer = std::tuple_element_t<0, std::tuple<Layers...>>;
+  /// Number of inner layers.
   static constexpr std::size_t depth = sizeof...(Layers);
 
-  // The first layer decides what comes in; a mismatch further in is reported
-  // when the output is inferred.
+  /// The first layer decides what comes in; a mismatch further in is reported
+  /// when the output is inferred.
   template <class In>
   static constexpr bool accepts = first_layer::template accepts<In>;
+  /// The first layer's expected input.
   using expected_input = typename first_layer::expected_input;
+  /// The last inner layer's output features given In (a mismatch inside fails here, with layer_sizes_must_match).
   template <class In>
   using output = typename detail::feature_chain<0, composite_input, In, Layers...>::output;
 
+  /// `"nn::chain of N layers"`, for messages.
   static std::string name() { return "nn::chain of " + std::to_string(depth) + " layers"; }
 
-  // The inner layers' instances, given what comes in.
+  /// The inner layers' instances, given what comes in (a std::tuple).
   template <class In, class NetworkPrecision, class Space>
   using inner_instances =
       typename detail::bind_layers<detail::type_list<Layers...>,
@@ -49,6 +58,8 @@ struct chain {
   class instance;
 };
 
+/// The chain given input features In, the network's precision and a memory Space: its inner layers' instances and the
+/// activations between them.
 template <class... Layers>
 template <class In, class NetworkPrecision, class Space>
 class chain<Layers...>::instance
@@ -62,11 +73,17 @@ class chain<Layers...>::instance
   static constexpr std::size_t last = depth - 1;
 
  public:
+  /// The network's precision, that of y; every inner layer stores its element type.
   using precision = NetworkPrecision;
+  /// In, the input features.
   using input_features = In;
+  /// The last inner layer's output features.
   using output_features = typename through::output;
+  /// Precision of x: the first inner layer's input_precision where it names one (an embedding), else `precision`.
   using x_precision = typename detail::composite_input_precision<inner<0>, precision>::type;
+  /// A batch of x (or dx).
   using input_view = activation_view<x_precision, In, Space>;
+  /// A batch of y (or dy).
   using output_view = activation_view<precision, output_features, Space>;
   static_assert([]<std::size_t... I>(std::index_sequence<I...>) {
     return detail::inner_storage_matches<precision, inner<I>...>();
@@ -89,28 +106,35 @@ class chain<Layers...>::instance
   using children = detail::inner_memory<inner_tuple>;
 
  public:
-  // Activations this chain holds from forward to backward, per sample (its
-  // inner layers' own state, a linear's pre-activation say, not counted).
+  /// Activations this chain holds from forward to backward, per sample (its
+  /// inner layers' own state, a linear's pre-activation say, not counted).
   static constexpr index_t kept_bytes_per_sample = own_kept_per_sample + children::kept_per_sample;
-  // Memory used only inside one forward or backward call, per sample.
+  /// Memory used only inside one forward or backward call, per sample.
   static constexpr index_t scratch_bytes_per_sample =
       gradient_bytes[0] + gradient_bytes[1] + children::scratch_per_sample;
-  // What reserve(max_batch) takes (each region rounded to 256 bytes).
+  /// Bytes of kept memory reserve(max_batch) takes (each region rounded to 256 bytes).
   static constexpr std::size_t kept_bytes(index_t max_batch) {
     return []<std::size_t... I>(std::index_sequence<I...>, [[maybe_unused]] index_t n) {
       return (std::size_t(0) + ... + detail::region_bytes(junction_bytes<I>, n));
     }(std::make_index_sequence<last>{}, max_batch) + children::kept_bytes(max_batch);
   }
+  /// Bytes of scratch memory reserve(max_batch) takes (each region rounded to 256 bytes).
   static constexpr std::size_t scratch_bytes(index_t max_batch) {
     return detail::region_bytes(gradient_bytes[0], max_batch) + detail::region_bytes(gradient_bytes[1], max_batch) +
            children::scratch_bytes(max_batch);
   }
 
+  /// The descriptor's name(), for messages.
   static std::string name() { return chain::name(); }
+  /// The inner layers' parameter specs in order, each name prefixed by its inner position (`"1.weight"`).
   static std::vector<parameter_spec> parameters() { return detail::prefixed_parameters<inner_tuple>::get(); }
+  /// Hands each inner layer its own consecutive part of the binding; throws fusor::error when the binding's count does
+  /// not match the inner layers'.
   void bind(const parameter_binding<storage_t<precision>, Space>& binding) { detail::bind_inner(inner_, binding); }
-  // Before reserve(): the memory an enclosing composite provides (nullptr: own it).
+  /// Before reserve(): the memory an enclosing composite provides (nullptr: own it).
   void place(std::byte* kept, std::byte* scratch) { memory_.place(kept, scratch); }
+  /// Allocates on `stream` the kept and scratch blocks not placed, for up to max_batch samples, then places and
+  /// reserves the inner layers.
   void reserve(index_t max_batch, stream_t stream) {
     memory_.reserve(kept_bytes(max_batch), scratch_bytes(max_batch), stream);
     detail::region_cursor kept = memory_.kept(), scratch = memory_.scratch();
@@ -123,24 +147,27 @@ class chain<Layers...>::instance
       detail::reserve_inner(std::get<I>(inner_), kept, scratch.at, max_batch, stream);
     });
   }
+  /// Gives every inner layer that takes a seed (dropout) one derived from s and its inner position.
   void seed(std::uint64_t s) { detail::seed_inner(inner_, s); }
 
+  /// Runs the inner layers' forwards in order, keeping their outputs for backward; the last one writes y.
   template <class Executor>
   void forward(const input_view& x, const output_view& y, const run_mode& mode, const Executor& ex) {
     detail::for_each_index<depth>([&]<std::size_t I>() {
       std::get<I>(inner_).forward(input_of<I>(x), output_of<I>(y), mode, ex);
     });
   }
-  // Inner layers in reverse; the first gets dx (data() == nullptr: not wanted).
+  /// Inner layers in reverse; the first gets dx (data() == nullptr: not wanted).
   template <class Executor>
   void backward(const input_view& x, const output_view& y, const output_view& dy, const input_view& dx,
                 const Executor& ex) {
     backward_from<last>(x, y, dy, dx, ex);
   }
 
-  // Inner layer I's instance; fn(instance) for each, in order.
+  /// Inner layer I's instance.
   template <std::size_t I>
   inner<I>& layer() { return std::get<I>(inner_); }
+  /// Calls fn(instance) for each inner layer's instance, in order.
   template <class Fn>
   void for_each_layer(Fn&& fn) {
     std::apply([&](auto&... layer) { (fn(layer), ...); }, inner_);
@@ -192,11 +219,14 @@ class chain<Layers...>::instance
   std::array<std::byte*, 2> gradients_{};
 };
 
+/// A chain is a composite.
 template <class... Layers>
 inline constexpr bool is_composite_v<chain<Layers...>> = true;
 
+/// Whether T is an nn::chain.
 template <class T>
 inline constexpr bool is_chain_v = false;
+/// True for every `chain<Layers...>`.
 template <class... Layers>
 inline constexpr bool is_chain_v<chain<Layers...>> = true;
 

@@ -42,7 +42,7 @@ namespace fusor::nn {
 // the layer before (layer_sizes_must_match's second argument).
 struct composite_input {};
 
-// Whether a layer descriptor is a composite (chain, residual, branches, recomputed).
+/// Whether a layer descriptor is a composite (chain, residual, branches, recomputed).
 template <class Layer>
 inline constexpr bool is_composite_v = false;
 

@@ -38,78 +38,115 @@
 
 namespace fusor::nn {
 
-// Compile-time error: the kernel does not fit the padded image it is given.
+/// Compile-time error: the kernel does not fit the padded image it is given.
 template <std::size_t Kernel, std::size_t Padding, std::size_t Height, std::size_t Width, bool Fits>
 struct conv_kernel_must_fit_the_padded_image {
   static_assert(Fits,
                 "fusor: nn::conv2d: the kernel is larger than the padded image; see "
                 "conv_kernel_must_fit_the_padded_image<kernel, padding, image height, image width>");
+  /// Fits; where it is false the static_assert above stops the build.
   static constexpr bool value = Fits;
 };
 
 template <std::size_t InChannels, std::size_t OutChannels, std::size_t Kernel, std::size_t Stride = 1,
           std::size_t Padding = 0, class... Policies>
+/// A 2-D convolution over NCHW images, as PyTorch's `nn.Conv2d(InChannels, OutChannels, Kernel, Stride, Padding)`:
+/// square kernel, zero padding, no dilation or groups.
+///
+/// Weight [Out, In, K, K] and bias [Out], initialised `U(+-1/sqrt(In K K))` as PyTorch does; each output axis is
+/// `(H + 2 Padding - K) / Stride + 1`. im2col and one GEMM per product; the columns are kept for backward.
 struct conv2d {
   static_assert(InChannels > 0 && OutChannels > 0 && Kernel > 0 && Stride > 0,
                 "fusor::nn::conv2d needs positive channel counts, kernel size and stride");
+  /// The layer's policies, resolved (nn/policies.hpp): the layout must be nchw and there is no parallel strategy.
   using policies = layer_policies<nchw, Policies...>;
   static_assert(std::is_same_v<typename policies::layout, nchw>,
                 "fusor::nn::conv2d: images are NCHW (nn::layout<nchw>, the default)");
   static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
                 "fusor::nn::conv2d: no parallel strategy splits a convolution yet");
 
+  /// An image `features<InChannels, H, W>` of any height and width (one the kernel does not fit is an error when the
+  /// output is inferred).
   template <class F>
   static constexpr bool accepts = [] {
     if constexpr (is_image_v<F>) return detail::feature_extent<0>(F{}) == InChannels;
     else return false;
   }();
-  // The smallest image it takes: features<InChannels, height, width>.
+  /// The side of the smallest image it takes, `features<InChannels, smallest, smallest>`: `Kernel - 2 Padding`, at
+  /// least 1.
   static constexpr std::size_t smallest = Kernel > 2 * Padding ? Kernel - 2 * Padding : 1;
+  /// Named in mismatch errors: the smallest image it takes.
   using expected_input = features<InChannels, smallest, smallest>;
 
+  /// Output shape and im2col geometry for input features F; defined for images only.
   template <class F>
   struct shape;
+  /// Output shape and im2col geometry for an image `features<C, H, W>`.
   template <std::size_t C, std::size_t H, std::size_t W>
   struct shape<features<C, H, W>> {
+    /// Whether the kernel fits the padded image (conv_kernel_must_fit_the_padded_image fails the build otherwise).
     static constexpr bool fits =
         conv_kernel_must_fit_the_padded_image<Kernel, Padding, H, W,
                                               (Kernel <= H + 2 * Padding && Kernel <= W + 2 * Padding)>::value;
-    // After the error above, a 1 x 1 output: no second error about sizes.
+    /// Output height, `(H + 2 Padding - Kernel) / Stride + 1`. After the error above, a 1 x 1 output: no second error
+    /// about sizes.
     static constexpr std::size_t out_height = fits ? (H + 2 * Padding - Kernel) / Stride + 1 : 1;
+    /// Output width, `(W + 2 Padding - Kernel) / Stride + 1` (1 after the error above).
     static constexpr std::size_t out_width = fits ? (W + 2 * Padding - Kernel) / Stride + 1 : 1;
+    /// The output features, `features<OutChannels, out_height, out_width>`.
     using type = features<OutChannels, out_height, out_width>;
+    /// The im2col geometry of this image (nn/im2col.hpp).
     using geometry = detail::conv_geometry<InChannels, H, W, OutChannels, Kernel, Stride, Padding, out_height, out_width>;
   };
+  /// The output features for input image F.
   template <class F>
   using output = typename shape<F>::type;
 
+  /// The convolution given an input image F, the network's precision and a memory Space: views of its weight and bias,
+  /// and the im2col columns of the last forward, kept for backward.
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
+    /// Precision of x, y and the parameters: the precision policy's, else the network's.
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    /// The element type `precision` stores.
     using element = storage_t<precision>;
+    /// F, the input image's features.
     using input_features = F;
+    /// `features<OutChannels, out height, out width>`.
     using output_features = output<F>;
+    /// A batch of x (or dx), NCHW.
     using input_view = activation_view<precision, input_features, Space>;
+    /// A batch of y (or dy), NCHW.
     using output_view = activation_view<precision, output_features, Space>;
+    /// The im2col geometry of F (nn/im2col.hpp).
     using geometry = typename shape<F>::geometry;
+    /// Columns of the im2col matrix: `InChannels * Kernel * Kernel`.
     static constexpr std::size_t columns = std::size_t(geometry::columns);
+    /// Output positions per image: out height times out width.
     static constexpr std::size_t positions = std::size_t(geometry::positions);
+    /// The weight as a [OutChannels, InChannels K K] matrix: PyTorch's [Out, In, K, K], row-major.
     using weight_view = view<precision, extents<index_t, OutChannels, columns>, row_major, Space>;
+    /// The bias, [OutChannels].
     using bias_view = view<precision, extents<index_t, OutChannels>, row_major, Space>;
 
+    /// weight [Out, In, K, K] and bias [Out], both `U(+-1/sqrt(In K K))` as PyTorch's.
     static std::vector<parameter_spec> parameters() {
       const index_t fan_in = index_t(columns);
       return {{"weight", {index_t(OutChannels), index_t(InChannels), index_t(Kernel), index_t(Kernel)},
                initializer::uniform_fan_in(fan_in)},
               {"bias", {index_t(OutChannels)}, initializer::uniform_fan_in(fan_in)}};
     }
+    /// Views the bound weight, bias and their gradients.
     void bind(const parameter_binding<element, Space>& p) {
       weight_ = shaped<precision, extents<index_t, OutChannels, columns>>(p.values[0]);
       bias_ = shaped<precision, extents<index_t, OutChannels>>(p.values[1]);
       weight_gradient_ = shaped<precision, extents<index_t, OutChannels, columns>>(p.gradients[0]);
       bias_gradient_ = shaped<precision, extents<index_t, OutChannels>>(p.gradients[1]);
     }
+    /// Allocates on `stream` the columns [max_batch * positions, columns] and the product buffer [max_batch *
+    /// positions, OutChannels], plus, in a host-accessible space where the element type is not the compute type (bf16,
+    /// fp16), per-thread fp32 scratch for row2im.
     void reserve(index_t max_batch, stream_t stream) {
       columns_ = column_tensor(column_extents(max_batch * index_t(positions)), stream);
       products_ = product_tensor(product_extents(max_batch * index_t(positions)), stream);
@@ -122,6 +159,8 @@ struct conv2d {
       }
     }
 
+    /// y = convolution of x plus bias: im2row, one GEMM with the weight, then the bias and the NCHW layout in one pass;
+    /// keeps the columns for backward.
     template <class Executor>
     void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
       const index_t batch = x.extent(0), rows = batch * index_t(positions);
@@ -131,6 +170,8 @@ struct conv2d {
           detail::rows_to_nchw_pass<element, accumulator, geometry>{products_.data(), bias_.data(), y.data()}, batch, ex);
     }
 
+    /// dweight and dbias from dy and the kept columns; dx, when wanted, through dcolumns = dz weight (in the columns'
+    /// memory: one backward per forward) and a deterministic row2im.
     template <class Executor>
     void backward(const input_view&, const output_view&, const output_view& dy, const input_view& dx,
                   const Executor& ex) {
@@ -152,7 +193,9 @@ struct conv2d {
           batch, ex);
     }
 
+    /// The bound weight, [OutChannels, InChannels K K].
     weight_view weight() const { return weight_; }
+    /// The bound bias, [OutChannels].
     bias_view bias() const { return bias_; }
 
    private:

@@ -91,32 +91,55 @@ void run_dropout_mask(const dropout_mask_pass<Element, Compute>& p, const cuda_e
 #endif
 }  // namespace detail
 
+/// Dropout with rate p = RateNumerator / RateDenominator (`dropout<10>` is p = 0.1): in training
+/// `y = x * keep / (1 - p)`, in evaluation y = x.
+///
+/// The mask is counter-based, drawn from the layer's seed, the step and each element's place in the step's whole batch:
+/// backward draws it again, so nothing is stored.
 template <std::size_t RateNumerator, std::size_t RateDenominator = 100, class... Policies>
 struct dropout {
   static_assert(RateDenominator > 0 && RateNumerator < RateDenominator,
                 "fusor::nn::dropout<Numerator, Denominator>: the rate Numerator / Denominator must be in [0, 1)");
+  /// p, the probability that an element is dropped.
   static constexpr double rate = double(RateNumerator) / double(RateDenominator);
+  /// The layer's policies, resolved (nn/policies.hpp).
   using policies = layer_policies<row_major, Policies...>;
 
+  /// Any features.
   template <class F>
   static constexpr bool accepts = is_features_v<F>;
+  /// Named in mismatch errors only; any features are accepted, so none occur.
   using expected_input = features<1>;  // any features; never a mismatch
+  /// The input features, unchanged.
   template <class F>
   using output = F;
 
+  /// The layer given input features F, the network's precision and a memory Space: no parameters; it keeps its seed and
+  /// the last forward's run_mode.
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
+    /// Precision of x and y: the precision policy's, else the network's.
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    /// F, the input features.
     using input_features = F;
+    /// F: the output has the input's features.
     using output_features = F;
+    /// A batch of x, y, dy or dx.
     using activation = activation_view<precision, F, Space>;
 
+    /// None: the layer has no parameters.
     static std::vector<parameter_spec> parameters() { return {}; }
+    /// Does nothing: there are no parameters.
     void bind(const parameter_binding<storage_t<precision>, Space>&) {}
+    /// Does nothing: the mask is drawn again, never stored.
     void reserve(index_t, stream_t) {}
+    /// Sets the seed the masks are drawn from (the network calls it once, with a seed derived from its own and the
+    /// layer's position).
     void seed(std::uint64_t s) { seed_ = s; }
 
+    /// Training: element i is kept when `random_uniform(seed, step * 2^40 + first_sample * F::size + i) >= p`, and
+    /// `y = x * keep / (1 - p)`. Evaluation or p = 0: y = x, one copy pass. Remembers mode for backward.
     template <class Executor>
     void forward(const activation& x, const activation& y, const run_mode& mode, const Executor& ex) {
       last_mode_ = mode;
@@ -127,6 +150,8 @@ struct dropout {
       detail::run_dropout_mask(pass(x.data(), y.data(), x.size(), mode), ex);
     }
 
+    /// `dx = dy * keep / (1 - p)` with the last forward's mask drawn again (dx = dy after an evaluation forward, or
+    /// with p = 0); nothing when dx is not wanted (`dx.data() == nullptr`).
     template <class Executor>
     void backward(const activation&, const activation&, const activation& dy, const activation& dx,
                   const Executor& ex) {
@@ -138,6 +163,7 @@ struct dropout {
       detail::run_dropout_mask(pass(dy.data(), dx.data(), dy.size(), last_mode_), ex);
     }
 
+    /// The seed the masks are drawn from.
     std::uint64_t seed() const { return seed_; }
 
    private:

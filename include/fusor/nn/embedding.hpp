@@ -134,51 +134,79 @@ void embedding_scatter_add(const embedding_pass<Element, Accumulator>& p, const 
 #endif
 }  // namespace detail
 
+/// A lookup table of learned vectors, as PyTorch's `nn.Embedding(Vocabulary, Dimension)`: int32 token ids in, one row
+/// of the table each out.
+///
+/// Its input is int32 (input_precision), so it comes first in a network or in a chain that does; ids have no gradient.
+/// Weight [Vocabulary, Dimension], initialised with mean 0 and deviation 1, or N / D with `nn::init_std<N, D>`.
 template <std::size_t Vocabulary, std::size_t Dimension, class... Policies>
 struct embedding {
   static_assert(Vocabulary > 0 && Dimension > 0, "fusor::nn::embedding needs a positive vocabulary and dimension");
   static_assert(Vocabulary <= 2147483647u, "fusor::nn::embedding: token ids are int32");
+  /// The layer's policies, resolved (nn/policies.hpp); `nn::init_std<N, D>` sets the initial deviation.
   using policies = layer_policies<row_major, Policies...>;
 
+  /// A sequence of ids, `features<length>`.
   template <class F>
   static constexpr bool accepts = [] {
     if constexpr (is_features_v<F>) return F::rank == 1;
     else return false;
   }();
+  /// Named in mismatch errors; any sequence `features<length>` is accepted.
   using expected_input = features<1>;  // a sequence of ids: features<length>
+  /// `features<length, Dimension>`: one row per id.
   template <class F>
   using output = features<std::size_t(F::size), Dimension>;
 
+  /// The table given input features F = `features<length>`, the network's precision and a memory Space; x is int32
+  /// (input_precision).
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
+    /// Precision of the table and of y: the precision policy's, else the network's.
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    /// Token ids are int32, not in `precision`.
     using input_precision = std::int32_t;
+    /// The element type `precision` stores.
     using element = storage_t<precision>;
+    /// F, `features<length>` ids per sample.
     using input_features = F;
+    /// `features<length, Dimension>`.
     using output_features = features<std::size_t(F::size), Dimension>;
+    /// A batch of token ids, [batch, length].
     using input_view = activation_view<input_precision, input_features, Space>;
+    /// A batch of y (or dy), [batch, length, Dimension].
     using output_view = activation_view<precision, output_features, Space>;
+    /// The table, [Vocabulary, Dimension].
     using table_view = view<precision, extents<index_t, Vocabulary, Dimension>, row_major, Space>;
 
+    /// weight [Vocabulary, Dimension], drawn `U(-sqrt(3) s, sqrt(3) s)`: mean 0 and deviation s, the policies' init_std
+    /// (1 by default).
     static std::vector<parameter_spec> parameters() {
       return {{"weight", {index_t(Vocabulary), index_t(Dimension)}, initializer::uniform_fan_in(1, std::sqrt(3.0) * policies::init_std)}};
     }
+    /// Views the bound table and its gradient.
     void bind(const parameter_binding<element, Space>& p) {
       weight_ = shaped<precision, extents<index_t, Vocabulary, Dimension>>(p.values[0]);
       weight_gradient_ = shaped<precision, extents<index_t, Vocabulary, Dimension>>(p.gradients[0]);
     }
+    /// Allocates on `stream` the fp32 table that bf16/fp16 layers accumulate the gradient in (rounded once); nothing
+    /// for other layers.
     void reserve(index_t, stream_t stream) {
       if constexpr (!accumulates_in_place)
         accumulator_ = accumulator_tensor(extents<index_t, Vocabulary, Dimension>{}, stream);
     }
 
+    /// Copies row x[t] of the table into y for every token t. Ids outside [0, Vocabulary): the host executor throws
+    /// fusor::error before writing anything; the GPU writes a zero row.
     template <class Executor>
     void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
       if constexpr (std::is_same_v<Executor, host_executor>)
         detail::check_token_ids(x.data(), x.size(), index_t(Vocabulary), index_t(F::size));
       detail::embedding_lookup(pass(x, weight_.data(), y.data()), ex);
     }
+    /// dweight = 0, then row id[t] += dy[t] for every token t (deterministic on the host; atomic adds on the GPU, whose
+    /// order may differ from run to run). Throws fusor::error when given a dx: token ids have no gradient.
     template <class Executor>
     void backward(const input_view& x, const output_view&, const output_view& dy, const input_view& dx,
                   const Executor& ex) {
@@ -191,6 +219,7 @@ struct embedding {
       if constexpr (!accumulates_in_place) assign(weight_gradient_, table, ex);
     }
 
+    /// The bound table, [Vocabulary, Dimension].
     table_view weight() const { return weight_; }
 
    private:

@@ -42,22 +42,29 @@
 
 namespace fusor::nn {
 
-// How forward runs: training (dropout drops, masks are drawn from `step`) or
-// evaluation. `step` is on the host for the host executor; a CUDA graph replays
-// whatever value it captured, so layers that need a fresh draw per replay read
-// `device_step` (a device counter the trainer advances) when it is set.
+/// How forward runs: training (dropout drops, masks are drawn from `step`) or
+/// evaluation. `step` is on the host for the host executor; a CUDA graph replays
+/// whatever value it captured, so layers that need a fresh draw per replay read
+/// `device_step` (a device counter the trainer advances) when it is set.
 struct run_mode {
+  /// True in training (dropout drops elements); false in evaluation (dropout passes x through).
   bool training = true;
+  /// The training step that per-step random draws (dropout's masks) follow, used while `device_step` is null.
   std::uint64_t step = 0;
+  /// Where to read the step in place of `step` (null: use `step`). It must point into memory the executor reads: host
+  /// memory for the host executor, device memory for the cuda executor.
   const std::int64_t* device_step = nullptr;
-  // Where this batch's first sample lies in the step's whole batch (a data-parallel
-  // rank's rows, a micro-batch): random choices per sample (dropout) follow the
-  // sample's place in the whole batch, so a split step draws what one process does.
+  /// Where this batch's first sample lies in the step's whole batch (a data-parallel
+  /// rank's rows, a micro-batch): random choices per sample (dropout) follow the
+  /// sample's place in the whole batch, so a split step draws what one process does.
   index_t first_sample = 0;
 };
+/// A run_mode for training at step 0, with no device step.
 inline constexpr run_mode training{true};
+/// A run_mode for evaluation: dropout passes x through.
 inline constexpr run_mode evaluation{false};
 
+/// The instance of layer descriptor Layer given its input features In, the network's precision and a memory Space.
 template <class Layer, class In, class NetworkPrecision, class Space>
 using layer_instance = typename Layer::template instance<In, NetworkPrecision, Space>;
 
@@ -73,17 +80,18 @@ struct input_precision_of<Instance> {
 };
 }  // namespace detail
 
-// The precision of a layer instance's input x: its input_precision if it names one.
+/// The precision of a layer instance's input x: its input_precision if it names one.
 template <class Instance>
 using layer_input_precision = typename detail::input_precision_of<Instance>::type;
 
-// Compile-time error for sequential<>: the produced and expected features are
-// named in the instantiation that fails.
+/// Compile-time error for sequential<>: the produced and expected features are
+/// named in the instantiation that fails.
 template <std::size_t Position, class PreviousLayer, class Layer, class Produced, class Expected, bool Match>
 struct layer_sizes_must_match {
   static_assert(Match,
                 "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; see "
                 "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>");
+  /// Match; where it is false the static_assert above stops the build.
   static constexpr bool value = Match;
 };
 

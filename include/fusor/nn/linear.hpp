@@ -72,40 +72,57 @@ inline constexpr bool last_feature_is = [] {
 }();
 }  // namespace detail
 
+/// A fully connected layer, `y = Activation(x w^T + b)` per token over the last feature axis, as PyTorch's Linear, with
+/// the bias and the activation fused into the matmul's epilogue where it can.
+///
+/// w [Out, In] and b [Out], initialised `U(+-1/sqrt(In))` as PyTorch. Policies: a precision, and
+/// `nn::parallel<nn::column_parallel<W, P>>` or `nn::parallel<nn::row_parallel<W>>` to split it across W ranks
+/// (Megatron's tensor parallelism, nn/sharding.hpp).
 template <std::size_t In, std::size_t Out, class Activation = identity, class... Policies>
 struct linear {
   static_assert(In > 0 && Out > 0, "fusor::nn::linear needs positive sizes");
   static_assert(is_activation_v<Activation>,
                 "fusor::nn::linear's third argument is an activation: nn::identity, nn::relu, nn::gelu_tanh or "
                 "nn::elementwise<F>");
+  /// The layer's policies, resolved (nn/policies.hpp).
   using policies = layer_policies<row_major, Policies...>;
+  /// The parallel strategy: no_parallel, `column_parallel<W, P>` or `row_parallel<W>`.
   using strategy = typename policies::parallel;
   static_assert(std::is_same_v<strategy, no_parallel> || is_tensor_parallel_v<strategy>,
                 "fusor: nn::linear's parallel strategy is nn::column_parallel<Ways, Parts> or nn::row_parallel<Ways>");
 
+  /// Whether the output width is split across ranks (column_parallel).
   static constexpr bool column = is_column_parallel_v<strategy>;
+  /// Whether the input width is split across ranks (row_parallel).
   static constexpr bool row = is_row_parallel_v<strategy>;
+  /// Whether the layer is split across ranks at all.
   static constexpr bool sharded = column || row;
+  /// How many ranks the layer is split over (1: not split).
   static constexpr int ways = parallel_ways_v<strategy>;
+  /// Interleaved parts of the output, each split `ways` ways: P of `column_parallel<W, P>`, else 1.
   static constexpr int parts = parallel_parts_v<strategy>;  // column_parallel<W, P>: P interleaved parts
-  // Column-parallel splits the output width, row-parallel the input width.
+  /// The width split across ranks. Column-parallel splits the output width, row-parallel the input width.
   static constexpr std::size_t split_width = column ? Out : In;
   static_assert(sizeof(tensor_parallel_degree_must_divide_width<split_width, ways, split_width % ways == 0>) > 0);
   static_assert(parts == 1 || split_width % ways != 0 ||
                 sizeof(column_parallel_parts_times_ways_must_divide_width<
                        Out, parts, ways, Out % (std::size_t(parts) * std::size_t(ways)) == 0>) > 0);
-  // This rank's widths (at least 1, so a bad degree reports only the error above).
+  /// This rank's input width, In / ways for row_parallel (at least 1, so a bad degree reports only the error above).
   static constexpr std::size_t local_in = row ? std::max<std::size_t>(In / ways, 1) : In;
+  /// This rank's output width, Out / ways for column_parallel (at least 1, so a bad degree reports only the error
+  /// above).
   static constexpr std::size_t local_out = column ? std::max<std::size_t>(Out / ways, 1) : Out;
 
-  // Any features whose last extent is this rank's input width; the leading ones pass through.
+  /// Any features whose last extent is this rank's input width; the leading ones pass through.
   template <class F>
   static constexpr bool accepts = detail::last_feature_is<F, local_in>;
+  /// Named in mismatch errors; any `features<..., local_in>` is accepted.
   using expected_input = features<local_in>;  // or any features<..., local_in>
+  /// The input features with the last extent replaced by local_out.
   template <class F>
   using output = typename detail::features_with_last<F, local_out>::type;
 
-  // "nn::linear<784, 512> (column_parallel<2>)", for errors.
+  /// `"nn::linear<784, 512> (column_parallel<2>)"`, for errors.
   static std::string name() {
     std::string n = "nn::linear<" + std::to_string(In) + ", " + std::to_string(Out) + ">";
     if constexpr (sharded)
@@ -114,29 +131,47 @@ struct linear {
     return n;
   }
 
+  /// The layer given input features F, the network's precision and a memory Space: views of its weight and bias, the
+  /// pre-activation where backward needs it, and for a split layer its group connection.
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
+    /// Precision of x, y and the parameters: the precision policy's, else the network's.
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    /// The element type `precision` stores.
     using element = storage_t<precision>;
+    /// F, the input features.
     using input_features = F;
+    /// F with its last extent replaced by local_out.
     using output_features = output<F>;
-    // Rows of the matmul per sample: the product of the leading feature extents.
+    /// Rows of the matmul per sample: the product of the leading feature extents.
     static constexpr index_t rows_per_sample = F::size / index_t(local_in);
+    /// This rank's weight, [local_out, local_in] (PyTorch's layout).
     using weight_view = view<precision, extents<index_t, local_out, local_in>, row_major, Space>;
+    /// This rank's bias, [local_out].
     using bias_view = view<precision, extents<index_t, local_out>, row_major, Space>;
+    /// Whether the activation is nn::relu.
     static constexpr bool is_relu = std::is_same_v<Activation, relu>;
+    /// Whether the activation is nn::identity: none.
     static constexpr bool plain = std::is_same_v<Activation, identity>;
-    // After a row-parallel matmul the activation waits for the sum: no fused epilogue.
+    /// Whether relu rides in the matmul's epilogue.
+    ///
+    /// After a row-parallel matmul the activation waits for the sum: no fused epilogue.
     static constexpr bool fused_relu = is_relu && !row;
-    // cuBLASLt keeps the GELU pre-activation only with rows of a multiple of 8 elements.
+    /// Whether gelu_tanh rides in the matmul's epilogue (not after a row-parallel matmul).
+    ///
+    /// cuBLASLt keeps the GELU pre-activation only with rows of a multiple of 8 elements.
     static constexpr bool fused_gelu = std::is_same_v<Activation, gelu_tanh> && local_out % 8 == 0 && !row;
-    // Everything except relu (whose derivative the output gives) keeps the pre-activation.
+    /// Whether forward keeps the pre-activation for backward: every activation but identity and relu (whose
+    /// derivative the output gives).
     static constexpr bool keeps_pre_activation = !plain && !is_relu;
-    // How many ways the layer is split (1: not split), and its name for errors.
+    /// How many ways the layer is split (1: not split).
     static constexpr int shard_ways = ways;
+    /// Its name for errors, as linear::name().
     static std::string name() { return linear::name(); }
 
+    /// weight [local_out, local_in] and bias [local_out], `U(+-1/sqrt(In))`; a split layer's specs say which slice of
+    /// the unsplit layer's they are.
     static std::vector<parameter_spec> parameters() {
       parameter_spec weight{"weight", {index_t(local_out), index_t(local_in)}, initializer::uniform_fan_in(In)};
       parameter_spec bias{"bias", {index_t(local_out)}, initializer::uniform_fan_in(In)};
@@ -147,40 +182,49 @@ struct linear {
       if constexpr (row) weight.shard = {1, ways};
       return {weight, bias};
     }
+    /// Views the bound weight, bias and their gradients.
     void bind(const parameter_binding<element, Space>& p) {
       weight_ = shaped<precision, extents<index_t, local_out, local_in>>(p.values[0]);
       bias_ = shaped<precision, extents<index_t, local_out>>(p.values[1]);
       weight_gradient_ = shaped<precision, extents<index_t, local_out, local_in>>(p.gradients[0]);
       bias_gradient_ = shaped<precision, extents<index_t, local_out>>(p.gradients[1]);
     }
+    /// Allocates on `stream` the pre-activation [max_batch * rows_per_sample, local_out] where backward needs it
+    /// (keeps_pre_activation); nothing otherwise.
     void reserve(index_t max_batch, stream_t stream) {
       if constexpr (keeps_pre_activation)
         pre_activation_ = output_rows_tensor(output_rows_extents(max_batch * rows_per_sample), stream);
     }
 
-    // Split layers: the group whose ranks hold the other slices (it must outlive
-    // the connection), and which slice this rank holds (0 before connect).
+    /// Split layers: connects to the group whose ranks hold the other slices (it must outlive the connection); throws
+    /// fusor::error when its size is not `ways`.
     void connect(shard_group<Space>& group)
       requires sharded
     {
       shard_.connect(group, ways, name());
     }
+    /// Split layers: leaves the group.
     void disconnect()
       requires sharded
     {
       shard_.disconnect();
     }
+    /// Split layers: whether the layer is connected to its group.
     bool connected() const
       requires sharded
     {
       return shard_.connected();
     }
+    /// Split layers: which slice this rank holds (0 before connect).
     int shard_index() const
       requires sharded
     {
       return shard_.shard_index();
     }
 
+    /// `y = Activation(x w^T + b)` over `x.extent(0) * rows_per_sample` rows. Row-parallel: the partial products are
+    /// summed over the ranks, rank 0 alone adding the bias, then the activation. A split layer throws fusor::error
+    /// before connect.
     template <class Executor>
     void forward(const activation_view<precision, input_features, Space>& x,
                  const activation_view<precision, output_features, Space>& y, const run_mode&, const Executor& ex) {
@@ -209,6 +253,8 @@ struct linear {
       }
     }
 
+    /// Masks dy in place by the activation's derivative, then dw = dy^T x with db fused, and dx = dy w when wanted
+    /// (column-parallel: summed over the ranks). A split layer throws fusor::error before connect.
     template <class Executor>
     void backward(const activation_view<precision, input_features, Space>& x,
                   const activation_view<precision, output_features, Space>& y,

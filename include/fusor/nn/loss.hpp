@@ -27,12 +27,16 @@
 
 namespace fusor::nn {
 
+/// Running totals of a softmax_cross_entropy since its last reset(), as returned by totals().
 struct loss_totals {
-  double mean_loss = 0;  // over the samples seen since reset()
-  double accuracy = 0;   // fraction of them whose largest logit is the label
+  double mean_loss = 0;  ///< over the samples seen since reset()
+  double accuracy = 0;   ///< fraction of them whose largest logit is the label
+  /// Rows counted since reset() (rows whose label is ignore_index excluded)
   index_t samples = 0;
 };
 
+/// Softmax cross-entropy loss of a classifier over logit rows, with the logits' gradient in the same pass and
+/// running loss/accuracy totals kept in Space (nothing waits for the device until totals()).
 template <class Space = host_space>
 class softmax_cross_entropy {
   using scalar = tensor<double, extents<index_t>, row_major, Space>;
@@ -40,6 +44,7 @@ class softmax_cross_entropy {
   using per_sample_int = tensor<std::int32_t, dextents<index_t, 1>, row_major, Space>;
 
  public:
+  /// Allocates buffers in Space (on `stream`) for batches of up to `max_rows` rows and zeroes the totals.
   explicit softmax_cross_entropy(index_t max_rows, cross_entropy_options options = {}, stream_t stream = {})
       : options_(options),
         losses_(dextents<index_t, 1>(max_rows), stream),
@@ -52,9 +57,10 @@ class softmax_cross_entropy {
     reset_host_side();
   }
 
-  // Per-sample losses, the batch's mean loss (loss()), the running totals, and
-  // dlogits = d(mean loss)/d(logits) * options.grad_scale.
-  // dlogits may be logits (in place: the logits are then stored once).
+  /// Per-sample losses, the batch's mean loss (loss()), the running totals, and
+  /// dlogits = d(mean loss)/d(logits) * options.grad_scale.
+  /// dlogits may be logits (in place: the logits are then stored once).
+  /// Throws shape_error for more rows than max_rows or labels that do not match the logits' rows.
   template <class Logits, class Labels, class Gradient, class Executor>
   void forward_backward(const Logits& logits, const Labels& labels, const Gradient& dlogits, const Executor& ex) {
     const auto rows = as_rows(logits);
@@ -65,7 +71,7 @@ class softmax_cross_entropy {
     cross_entropy(l, as_rows(dlogits), rows, targets, options_, ex);
     accumulate(targets, l, ex);
   }
-  // The same without the gradient (evaluation).
+  /// The same as forward_backward() without the gradient (evaluation).
   template <class Logits, class Labels, class Executor>
   void evaluate(const Logits& logits, const Labels& labels, const Executor& ex) {
     const auto rows = as_rows(logits);
@@ -76,15 +82,15 @@ class softmax_cross_entropy {
     accumulate(targets, l, ex);
   }
 
-  // The last batch's mean loss, a one-element view in Space (for a loss scaler or a log).
+  /// The last batch's mean loss, a one-element view in Space (for a loss scaler or a log).
   view<double, extents<index_t>, row_major, Space> loss() const { return batch_loss_.view(); }
 
-  // Zeroes the running totals (in stream order).
+  /// Zeroes the running totals (in stream order).
   template <class Executor>
   void reset(const Executor& ex) {
     assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0));
   }
-  // Copies the totals to the host (waits for them).
+  /// Copies the totals to the host (waits for them).
   loss_totals totals() const {
     double host[3];
     copy(view<double, extents<index_t>>(host + 0), loss_sum_.view());
@@ -93,6 +99,7 @@ class softmax_cross_entropy {
     const index_t n = static_cast<index_t>(host[2]);
     return {n ? host[0] / host[2] : 0.0, n ? host[1] / host[2] : 0.0, n};
   }
+  /// The options (ignore_index, reduction, grad_scale) the loss was built with.
   const cross_entropy_options& options() const { return options_; }
 
  private:

@@ -31,12 +31,13 @@
 
 namespace fusor::nn {
 
-// Compile-time error: the pooling window does not fit the image it is given.
+/// Compile-time error: the pooling window does not fit the image it is given.
 template <std::size_t Window, std::size_t Height, std::size_t Width, bool Fits>
 struct pool_window_must_fit_the_image {
   static_assert(Fits,
                 "fusor: nn::max_pool2d: the pooling window is larger than the image; see "
                 "pool_window_must_fit_the_image<window, image height, image width>");
+  /// Fits (the static_assert fails when false)
   static constexpr bool value = Fits;
 };
 
@@ -168,54 +169,80 @@ void run_pool_backward(const pool_backward_pass<Element, Compute, G>& pass, inde
 #endif
 }  // namespace detail
 
+/// 2-D max pooling over NCHW images with a Window x Window window and stride Stride, no padding (floor mode),
+/// as PyTorch's nn.MaxPool2d(Window, Stride); a layer descriptor for sequential<>.
 template <std::size_t Window, std::size_t Stride = Window, class... Policies>
 struct max_pool2d {
   static_assert(Window > 0 && Stride > 0, "fusor::nn::max_pool2d needs a positive window and stride");
+  /// The layer's policies, defaults filled in; the layout must be nchw.
   using policies = layer_policies<nchw, Policies...>;
   static_assert(std::is_same_v<typename policies::layout, nchw>,
                 "fusor::nn::max_pool2d: images are NCHW (nn::layout<nchw>, the default)");
 
+  /// Whether features F can come in: any image, features<C, H, W>.
   template <class F>
   static constexpr bool accepts = is_image_v<F>;
-  using expected_input = features<1, Window, Window>;  // an image: features<channels, height, width>
+  using expected_input = features<1, Window, Window>;  ///< an image: features<channels, height, width>
 
+  /// The output sizes for input features F (defined for images only).
   template <class F>
   struct shape;
+  /// The output sizes for an image of C channels, H rows and W columns.
   template <std::size_t C, std::size_t H, std::size_t W>
   struct shape<features<C, H, W>> {
+    /// Whether the window fits the image (a compile-time error when not).
     static constexpr bool fits = pool_window_must_fit_the_image<Window, H, W, (Window <= H && Window <= W)>::value;
-    // After the error above, one output row or column: no second error about sizes.
+    /// Output rows, (H - Window) / Stride + 1.
+    /// After the error above, one output row or column: no second error about sizes.
     static constexpr std::size_t out_height = fits ? (H - Window) / Stride + 1 : 1;
+    /// (W - Window) / Stride + 1
     static constexpr std::size_t out_width = fits ? (W - Window) / Stride + 1 : 1;
+    /// The output features
     using type = features<C, out_height, out_width>;
+    /// The pooling's sizes as compile-time constants, for the kernels.
     using geometry = detail::pool_geometry<H, W, Window, Stride, out_height, out_width>;
+    /// Channels, unchanged by pooling
     static constexpr index_t channels = C;
   };
+  /// The features that go out for input features F: features<C, out_height, out_width>.
   template <class F>
   using output = typename shape<F>::type;
 
+  /// The pooling bound to input features F, the network's precision and memory Space; holds the argmax indices.
   template <class F, class NetworkPrecision, class Space>
   class instance {
    public:
+    /// The activations' precision: the layer's precision policy, or the network's.
     using precision = resolve_precision<typename policies::precision, NetworkPrecision>;
+    /// The image that comes in
     using input_features = F;
+    /// The pooled image that goes out
     using output_features = output<F>;
+    /// x and dx, batch first
     using input_view = activation_view<precision, input_features, Space>;
+    /// y and dy, batch first
     using output_view = activation_view<precision, output_features, Space>;
+    /// The pooling's sizes as compile-time constants
     using geometry = typename shape<F>::geometry;
 
+    /// None: pooling has no parameters.
     static std::vector<parameter_spec> parameters() { return {}; }
+    /// Does nothing (no parameters to bind).
     void bind(const parameter_binding<storage_t<precision>, Space>&) {}
+    /// Allocates the argmax indices (an int32 per output) for batches of up to max_batch, in Space.
     void reserve(index_t max_batch, stream_t stream) {
       argmax_ = tensor<std::int32_t, typename output_features::batched_extents, row_major, Space>(
           typename output_features::batched_extents(max_batch), stream);
     }
 
+    /// y = the maximum of each window of x; records where each maximum was (first wins a tie, NaN wins).
     template <class Executor>
     void forward(const input_view& x, const output_view& y, const run_mode&, const Executor& ex) {
       detail::run_pool_forward(detail::pool_forward_pass<element, compute, geometry>{x.data(), y.data(), argmax_.data()},
                                planes(x), ex);
     }
+    /// Writes all of dx: each input element gets the sum of dy over the outputs whose maximum it was,
+    /// deterministically; does nothing when dx.data() is null.
     template <class Executor>
     void backward(const input_view&, const output_view&, const output_view& dy, const input_view& dx,
                   const Executor& ex) {
@@ -224,7 +251,7 @@ struct max_pool2d {
           detail::pool_backward_pass<element, compute, geometry>{dy.data(), dx.data(), argmax_.data()}, planes(dx), ex);
     }
 
-    // Where each output's maximum was (h * W + w in its image plane), for the last forward.
+    /// Where each output's maximum was (h * W + w in its image plane), for the last forward.
     const std::int32_t* argmax() const { return argmax_.data(); }
 
    private:

@@ -34,16 +34,19 @@
 
 namespace fusor::nn {
 
-// Layers [first, last) of the sequential: a pipeline stage holds only its own.
+/// Layers [first, last) of the sequential: a pipeline stage holds only its own.
 struct layer_range {
+  /// The first layer held.
   std::size_t first = 0;
-  std::size_t last = std::size_t(-1);  // past the end: every layer from first on
+  std::size_t last = std::size_t(-1);  ///< past the end: every layer from first on
 };
 
+/// How a network is built: the seed of its initial parameters, the stream it allocates on, its layer range.
 struct network_options {
-  std::uint64_t seed = 0;  // initial parameters are a function of this alone
-  stream_t stream = {};    // where device memory is allocated, zeroed and freed; an executor
-                           // on another stream is ordered after it by events (core/stream_binding.hpp)
+  std::uint64_t seed = 0;  ///< initial parameters are a function of this alone
+  stream_t stream = {};    ///< where device memory is allocated, zeroed and freed; an executor
+                           ///< on another stream is ordered after it by events (core/stream_binding.hpp)
+  /// The layers this network holds (a pipeline stage's); by default every layer.
   layer_range layers = {};
 };
 
@@ -80,21 +83,33 @@ auto with_precision(const V& v) {
 }
 }  // namespace detail
 
+/// The state of a sequential<> network in Precision and memory Space: its layers, the activations forward keeps
+/// for backward, and its parameters in one flat buffer per element type; forward and backward allocate nothing.
 template <class Sequential, class Precision = fp32, class Space = host_space>
 class network {
   static_assert(is_sequential_v<Sequential>, "fusor::nn::network's first argument is an nn::sequential<...>");
 
  public:
+  /// A std::tuple of every layer's instance, in order.
   using layers_type = typename Sequential::template instances<Precision, Space>;
+  /// The number of layers of the sequential (held or not).
   static constexpr std::size_t depth = Sequential::depth;
+  /// Layer I's instance type.
   template <std::size_t I>
   using layer_type = std::tuple_element_t<I, layers_type>;
+  /// What one sample of the input is.
   using input_features = typename Sequential::input_features;
+  /// What one sample of the output is.
   using output_features = typename Sequential::output_features;
+  /// The precision of the input x: the first layer's input precision.
   using input_precision = layer_input_precision<layer_type<0>>;  // int32 for an embedding
+  /// The precision of the output: the last layer's.
   using output_precision = typename layer_type<depth - 1>::precision;
+  /// The input (and its gradient), [batch, input features...] in Space.
   using input_view = activation_view<input_precision, input_features, Space>;
+  /// The output (and its gradient), [batch, output features...] in Space.
   using output_view = activation_view<output_precision, output_features, Space>;
+  /// The memory space of the network's state.
   using space = Space;
 
  private:
@@ -112,21 +127,24 @@ class network {
   using activations_type = typename activation_tuple<indices>::type;
 
  public:
-  // The element types of the parameter groups, in order (a detail::type_list).
+  /// The element types of the parameter groups, in order (a detail::type_list).
   using group_elements = typename detail::unique_types<typename activation_tuple<indices>::elements>::type;
+  /// A std::tuple of parameter_group<E, Space>, one per element type of group_elements.
   using groups_type = typename detail::group_tuple<Space, group_elements>::type;
 
+  /// Allocates everything a step touches for batches of up to max_batch samples and draws the parameters from
+  /// options.seed. Throws fusor::error for max_batch < 1, an empty layer range or a bad weight tie.
   explicit network(index_t max_batch, network_options options = {}) : network(max_batch, options, nullptr) {}
-  // A network over `shared`'s parameters and gradients (same layers and range):
-  // its own activations, so several batches can be in flight at once (a pipeline
-  // stage's micro-batches). Backward writes the shared gradients. `shared` must
-  // outlive it.
+  /// A network over `shared`'s parameters and gradients (same layers and range):
+  /// its own activations, so several batches can be in flight at once (a pipeline
+  /// stage's micro-batches). Backward writes the shared gradients. `shared` must
+  /// outlive it.
   network(index_t max_batch, network_options options, const network& shared) : network(max_batch, options, &shared) {}
   network(const network&) = delete;
   network& operator=(const network&) = delete;
 
-  // Draws every parameter afresh from `seed` (the same seed gives the same values
-  // anywhere; a layer range or a sharded layer gets its part of the same values).
+  /// Draws every parameter afresh from `seed` (the same seed gives the same values
+  /// anywhere; a layer range or a sharded layer gets its part of the same values).
   void initialize(std::uint64_t seed) {
     seed_ = seed;
     const std::vector<int> shard_of_layer = shard_of_layers();
@@ -140,22 +158,22 @@ class network {
       copy(group.values(), flat_view<element, host_space>(host.data(), group.size()));
     });
   }
-  // The seed of the last initialize (the constructor's by default).
+  /// The seed of the last initialize (the constructor's by default).
   std::uint64_t seed() const { return seed_; }
-  // The layers this network holds: [first, last).
+  /// The layers this network holds: [first, last).
   layer_range layers() const { return {first_, last_}; }
 
-  // y = network(x). x: a batch of samples, [batch, features...] or any contiguous
-  // row-major view whose elements are batch * features (the batch is its first
-  // extent); another element type is converted in one pass. x must stay valid
-  // until backward(), which reads it.
-  // A stage without the last layer returns an empty view (see with_stage_output).
+  /// y = network(x). x: a batch of samples, [batch, features...] or any contiguous
+  /// row-major view whose elements are batch * features (the batch is its first
+  /// extent); another element type is converted in one pass. x must stay valid
+  /// until backward(), which reads it.
+  /// A stage without the last layer returns an empty view (see with_stage_output).
   template <class X, class Executor>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode = training) {
     return forward(x, ex, mode, [](std::size_t) {});
   }
-  // The same, calling before_layer(I) just before layer I runs: ZeRO-3 gathers
-  // a bucket's parameters there (and starts gathering the next).
+  /// The same, calling before_layer(I) just before layer I runs: ZeRO-3 gathers
+  /// a bucket's parameters there (and starts gathering the next).
   template <class X, class Executor, class BeforeLayer>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode, BeforeLayer&& before_layer) {
     if (first_ != 0)
@@ -167,25 +185,21 @@ class network {
     return last_ == depth ? output<depth - 1>() : output_view{};
   }
 
-  // Where the loss writes the gradient of the output, for the last forward's batch.
+  /// Where the loss writes the gradient of the output, for the last forward's batch.
   output_view output_gradient() const {
     require_last_layer("output_gradient");
     return output_gradient_of<depth - 1>();
   }
-  // The output of the last forward.
+  /// The output of the last forward.
   output_view output() const {
     require_last_layer("output");
     return output<depth - 1>();
   }
 
-  // A pipeline stage (options.layers) moves its activations as flat arrays:
-  //   with_stage_input(batch, fn)     fn(flat view) to fill with the stage's input (batch samples
-  //                                   of layer `first`'s input), then forward_stage(ex, mode);
-  //   with_stage_output(fn)           the last forward's output of layer last - 1, to send on;
-  //   with_stage_output_gradient(fn)  to fill with its gradient before backward(ex);
-  //   with_stage_input_gradient(fn)   after backward(ex): the gradient of the stage's input
-  //                                   (stages after the first), to send back.
-  // fn receives a flat_view<Element, Space> of batch x features elements.
+  /// A pipeline stage (options.layers) moves its activations as flat arrays: fn(flat view) to fill with the
+  /// stage's input (batch samples of layer `first`'s input), then forward_stage(ex, mode).
+  /// fn receives a flat_view<Element, Space> of batch x features elements; a batch outside [1, max_batch]
+  /// throws shape_error.
   template <class Fn>
   void with_stage_input(index_t batch, Fn&& fn) {
     if (batch < 1 || batch > max_batch_)
@@ -199,19 +213,24 @@ class network {
       visit_activation(first_ - 1, activations_, std::forward<Fn>(fn));
     }
   }
+  /// Runs the stage's layers on the input filled by with_stage_input (fusor::error before it).
   template <class Executor>
   void forward_stage(const Executor& ex, const run_mode& mode = training) {
     if (batch_ == 0) throw error("fusor::nn::network::forward_stage: fill with_stage_input first");
     run_layers(ex, mode);
   }
+  /// fn(flat view) of the last forward's output of layer last - 1, to send on.
   template <class Fn>
   void with_stage_output(Fn&& fn) {
     visit_activation(last_ - 1, activations_, std::forward<Fn>(fn));
   }
+  /// fn(flat view) to fill with the gradient of that output before backward(ex).
   template <class Fn>
   void with_stage_output_gradient(Fn&& fn) {
     visit_activation(last_ - 1, output_gradients_, std::forward<Fn>(fn));
   }
+  /// After backward(ex): fn(flat view) of the gradient of the stage's input
+  /// (stages after the first), to send back; fusor::error on the first stage.
   template <class Fn>
   void with_stage_input_gradient(Fn&& fn) {
     if (first_ == 0)
@@ -219,23 +238,25 @@ class network {
                   "input_gradient argument");
     visit_activation(first_ - 1, output_gradients_, std::forward<Fn>(fn));
   }
+  /// The samples of the last forward (or with_stage_input); 0 before any.
   index_t batch() const { return batch_; }
+  /// The most samples a batch may have, as constructed.
   index_t max_batch() const { return max_batch_; }
 
-  // Every parameter's gradient from output_gradient() (overwritten, not accumulated).
+  /// Every parameter's gradient from output_gradient() (overwritten, not accumulated).
   template <class Executor>
   void backward(const Executor& ex) {
     backward(ex, input_view{});
   }
-  // The same, and the gradient of the input into input_gradient ([batch, features...]
-  // of the input precision): what a pipeline stage sends to the one before it.
+  /// The same, and the gradient of the input into input_gradient ([batch, features...]
+  /// of the input precision): what a pipeline stage sends to the one before it.
   template <class Executor>
   void backward(const Executor& ex, const input_view& input_gradient) {
     backward(ex, input_gradient, [](std::size_t) {});
   }
-  // The same, calling layer_done(I) as soon as layer I's parameter gradients are
-  // written (layers in reverse order): data parallelism starts communicating a
-  // bucket of gradients there while the layers before it are still working.
+  /// The same, calling layer_done(I) as soon as layer I's parameter gradients are
+  /// written (layers in reverse order): data parallelism starts communicating a
+  /// bucket of gradients there while the layers before it are still working.
   template <class Executor, class LayerDone>
   void backward(const Executor& ex, const input_view& input_gradient, LayerDone&& layer_done) {
     if (batch_ == 0) throw error("fusor::nn::network::backward: call forward first");
@@ -247,18 +268,19 @@ class network {
     backward_from<depth - 1>(ex, layer_done);
   }
 
+  /// Layer I's instance.
   template <std::size_t I>
   layer_type<I>& layer() { return std::get<I>(layers_); }
-  // fn(layer) for every layer instance, in order (e.g. to connect tensor-parallel
-  // layers to their communicator).
+  /// fn(layer) for every layer instance, in order (e.g. to connect tensor-parallel
+  /// layers to their communicator).
   template <class Fn>
   void for_each_layer(Fn&& fn) {
     for_each_index([&]<std::size_t I>() { fn(std::get<I>(layers_)); });
   }
 
-  // Where layer `layer`'s parameters lie in the flat buffers of group<Element>():
-  // [begin, end) offsets (begin == end where it has none of that type). A layer's
-  // parameters are contiguous and layers follow each other in order.
+  /// Where layer `layer`'s parameters lie in the flat buffers of group<Element>():
+  /// [begin, end) offsets (begin == end where it has none of that type). A layer's
+  /// parameters are contiguous and layers follow each other in order.
   template <class Element>
   std::pair<index_t, index_t> parameter_range(std::size_t layer) const {
     const std::string prefix = std::to_string(layer) + ".";
@@ -272,8 +294,8 @@ class network {
     return {begin, (end + parameter_alignment - 1) / parameter_alignment * parameter_alignment};
   }
 
-  // Layers lowest..highest take their parameters' views again from their
-  // groups: after parameter_group::lend_gradients or lend_values moved them (ZeRO-2/3).
+  /// Layers lowest..highest take their parameters' views again from their
+  /// groups: after parameter_group::lend_gradients or lend_values moved them (ZeRO-2/3).
   void rebind_layers(std::size_t lowest, std::size_t highest) {
     for_each_index([&]<std::size_t I>() {
       bool in_range = lowest == 0;  // layer 0 (spelled so: nvcc warns of "0 >= lowest")
@@ -282,21 +304,26 @@ class network {
     });
   }
 
-  // fn(parameter_group<E, Space>&) for each element type E the parameters use.
+  /// fn(parameter_group<E, Space>&) for each element type E the parameters use.
   template <class Fn>
   void for_each_group(Fn&& fn) {
     std::apply([&](auto&... group) { (fn(group), ...); }, groups_);
   }
+  /// fn(const parameter_group<E, Space>&) for each element type E the parameters use.
   template <class Fn>
   void for_each_group(Fn&& fn) const {
     std::apply([&](const auto&... group) { (fn(group), ...); }, groups_);
   }
+  /// Every parameter group, one per element type (groups_type).
   groups_type& groups() { return groups_; }
+  /// Every parameter group, one per element type (groups_type), read-only.
   const groups_type& groups() const { return groups_; }
+  /// The parameter group of element type Element.
   template <class Element>
   parameter_group<Element, Space>& group() { return std::get<parameter_group<Element, Space>>(groups_); }
-  // fn(name, values, gradients) for every parameter, in layer order: flat views
-  // (a tied parameter is its owner, met once under the owner's name).
+  /// fn(slot, values, gradients) for every parameter, in layer order: flat views
+  /// (a tied parameter is its owner, met once under the owner's name).
+  /// Throws fusor::error when the values are lent (ZeRO-3).
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
     for_each_group([&](const auto& group) {
@@ -306,19 +333,19 @@ class network {
       for (const parameter_slot& slot : group.slots()) fn(slot, group.value(slot), group.gradient(slot));
     });
   }
-  // Where a parameter's elements lie in the whole, unsplit tensor (its
-  // tensor-parallel slice, nn/parameters.hpp): what a sharded checkpoint saves
-  // and reads, so that it loads into any other split.
+  /// Where a parameter's elements lie in the whole, unsplit tensor (its
+  /// tensor-parallel slice, nn/parameters.hpp): what a sharded checkpoint saves
+  /// and reads, so that it loads into any other split.
   parameter_placement placement(const parameter_slot& slot) const {
     const std::size_t id = slot_ids_[slot.name];
     return place_parameter(specs_[id].shape, specs_[id].shard, shard_of_layers()[spec_layers_[id]]);
   }
-  // Whether some layer draws random numbers as it trains (dropout, by the
-  // network's seed): a resumed run repeats them only with the same seed.
+  /// Whether some layer draws random numbers as it trains (dropout, by the
+  /// network's seed): a resumed run repeats them only with the same seed.
   static constexpr bool draws_random_numbers =
       []<std::size_t... I>(std::index_sequence<I...>) { return (detail::seeded_layer<layer_type<I>> || ...); }(indices{});
 
-  // The parameters this network holds (its layer range's).
+  /// The number of parameters (elements) this network holds (its layer range's); a tied weight counts once.
   index_t parameter_count() const {
     index_t n = 0;
     for (std::size_t id = 0; id != specs_.size(); ++id)

@@ -13,36 +13,42 @@
 
 namespace fusor::nn {
 
-// "Whatever the network uses": the default precision of every layer.
+/// "Whatever the network uses": the default precision of every layer.
 struct inherit {};
 
+/// Policy: the layer computes in precision P (e.g. nn::precision<tf32>) instead of the network's.
 template <class P>
 struct precision {
+  /// The precision P
   using type = P;
 };
 
-// The layout of a layer's activations or weights, where it has a choice
-// (row_major/col_major weights, nchw/nhwc images).
+/// The layout of a layer's activations or weights, where it has a choice
+/// (row_major/col_major weights, nchw/nhwc images).
 template <class L>
 struct layout {
+  /// The layout L
   using type = L;
 };
 
-// The standard deviation a table starts with (nn::embedding,
-// nn::position_embedding), Numerator / Denominator: GPT-2 draws its token and
-// position tables with 0.02 (nn::init_std<2, 100>); default 1, as PyTorch's
-// nn.Embedding. The draw is uniform with that deviation.
+/// The standard deviation a table starts with (nn::embedding,
+/// nn::position_embedding), Numerator / Denominator: GPT-2 draws its token and
+/// position tables with 0.02 (nn::init_std<2, 100>); default 1, as PyTorch's
+/// nn.Embedding. The draw is uniform with that deviation.
 template <std::size_t Numerator, std::size_t Denominator>
 struct init_std {
   static_assert(Numerator > 0 && Denominator > 0, "fusor::nn::init_std<N, D> is N / D, both positive");
+  /// Numerator / Denominator
   static constexpr double value = double(Numerator) / double(Denominator);
 };
 
-// The parallel strategy slot: no_parallel by default; the parallelism part
-// (tensor-parallel column/row layers) fills it.
+/// The parallel strategy slot: no_parallel by default; the parallelism part
+/// (tensor-parallel column/row layers) fills it.
 struct no_parallel {};
+/// Policy: the layer's parallel strategy S (column_parallel, row_parallel; see nn/sharding.hpp).
 template <class S>
 struct parallel {
+  /// The strategy S
   using type = S;
 };
 
@@ -77,19 +83,23 @@ struct find_init_std<Default, First, Rest...> {
 };
 }  // namespace detail
 
-// The policies of one layer, defaults filled in.
+/// The policies of one layer, defaults filled in.
 template <class DefaultLayout, class... Policies>
 struct layer_policies {
   static_assert((detail::is_policy_v<Policies> && ...),
                 "fusor::nn: a layer's policies are nn::precision<P>, nn::layout<L>, nn::parallel<S> and (tables) "
                 "nn::init_std<N, D>");
+  /// The precision policy's P, or inherit (the network's) when none is given.
   using precision = typename detail::find_policy<nn::precision, nn::precision<inherit>, Policies...>::type::type;
+  /// The layout policy's L, or DefaultLayout when none is given.
   using layout = typename detail::find_policy<nn::layout, nn::layout<DefaultLayout>, Policies...>::type::type;
+  /// The parallel policy's strategy, or no_parallel when none is given.
   using parallel = typename detail::find_policy<nn::parallel, nn::parallel<no_parallel>, Policies...>::type::type;
+  /// The init_std policy's value, or 1 when none is given.
   static constexpr double init_std = detail::find_init_std<nn::init_std<1, 1>, Policies...>::type::value;
 };
 
-// A layer's precision once the network's is known.
+/// A layer's precision once the network's is known: NetworkPrecision where the layer's is inherit.
 template <class LayerPrecision, class NetworkPrecision>
 using resolve_precision = std::conditional_t<std::is_same_v<LayerPrecision, inherit>, NetworkPrecision, LayerPrecision>;
 

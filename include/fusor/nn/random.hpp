@@ -10,7 +10,7 @@
 
 namespace fusor::nn {
 
-// A 64-bit mix of (seed, counter): two rounds of SplitMix64's finaliser.
+/// A 64-bit mix of (seed, counter): two rounds of SplitMix64's finaliser.
 FUSOR_HOST_DEVICE inline std::uint64_t random_bits(std::uint64_t seed, std::uint64_t counter) {
   std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x632BE59BD9B4E019ull;
   for (int round = 0; round < 2; ++round) {
@@ -21,12 +21,12 @@ FUSOR_HOST_DEVICE inline std::uint64_t random_bits(std::uint64_t seed, std::uint
   return z;
 }
 
-// Uniform in [0, 1), 24 random bits (exactly representable in float).
+/// Uniform in [0, 1), 24 random bits (exactly representable in float).
 FUSOR_HOST_DEVICE inline float random_uniform(std::uint64_t seed, std::uint64_t counter) {
   return static_cast<float>(random_bits(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }
 
-// A seed for a part of the model (a layer, a parameter) derived from the model's.
+/// A seed for a part of the model (a layer, a parameter) derived from the model's.
 inline std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t part) { return random_bits(seed, part ^ 0xA5A5A5A5ull); }
 
 }  // namespace fusor::nn

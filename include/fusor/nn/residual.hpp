@@ -25,34 +25,47 @@
 
 namespace fusor::nn {
 
-// Compile-time error for a residual whose chain changes the features: the
-// failing instantiation names what comes in and what the chain gives.
+/// Compile-time error for a residual whose chain changes the features: the
+/// failing instantiation names what comes in and what the chain gives.
 template <class Input, class BlockOutput, bool Match>
 struct residual_features_must_match {
   static_assert(Match,
                 "fusor: nn::residual: the layers inside must give back the features they get (y = x + f(x)); see "
                 "residual_features_must_match<input features, features the inner layers give>");
+  /// Input, the residual's output features (the static_assert fails on a mismatch).
   using type = Input;
 };
 
+/// A skip connection around a chain of layers, y = x + chain<Layers...>(x), as a transformer's pre-norm blocks;
+/// a composite layer descriptor whose parameters are the chain's, named by position inside it.
 template <class... Layers>
 struct residual {
+  /// The chain of layers inside the skip connection.
   using block = chain<Layers...>;
+  /// Whether features In can come in: whatever the chain's first layer accepts.
   template <class In>
   static constexpr bool accepts = block::template accepts<In>;
+  /// What the chain's first layer wants, named in a size error.
   using expected_input = typename block::expected_input;
+  /// The features that go out: In, which the chain must give back (else a compile-time error).
   template <class In>
   using output = typename residual_features_must_match<In, typename block::template output<In>,
                                                        std::is_same_v<In, typename block::template output<In>>>::type;
 
+  /// "nn::residual of N layers", for errors.
   static std::string name() { return "nn::residual of " + std::to_string(sizeof...(Layers)) + " layers"; }
 
+  /// The chain's instance for input features In, the network's precision and memory Space.
   template <class In, class NetworkPrecision, class Space>
   using block_instance = typename block::template instance<In, NetworkPrecision, Space>;
+  /// The residual bound to input features In, the network's precision and memory Space; holds the chain's
+  /// instance and the memory it keeps between forward and backward.
   template <class In, class NetworkPrecision, class Space>
   class instance;
 };
 
+/// The residual bound to input features In, the network's precision and memory Space; holds the chain's
+/// instance and the memory it keeps between forward and backward.
 template <class... Layers>
 template <class In, class NetworkPrecision, class Space>
 class residual<Layers...>::instance
@@ -61,31 +74,45 @@ class residual<Layers...>::instance
   using block_type = block_instance<In, NetworkPrecision, Space>;
 
  public:
+  /// The network's precision: x, y and their gradients are in it.
   using precision = NetworkPrecision;
+  /// The features that come in.
   using input_features = In;
+  /// The same as the input's.
   using output_features = output<In>;
+  /// x, y, dy and dx, batch first.
   using activation = activation_view<precision, In, Space>;
+  /// The input view, an activation.
   using input_view = activation;
+  /// The output view, an activation.
   using output_view = activation;
   static_assert(std::is_same_v<layer_input_precision<block_type>, precision>,
                 "fusor: nn::residual: the first layer inside takes the residual's input, in the network's precision "
                 "(an embedding cannot start a residual)");
 
-  // Activations kept from forward to backward, per sample: the chain's output and what it keeps.
-  static constexpr index_t activation_bytes = detail::activation_bytes<precision, In>;  // one sample of x
+  static constexpr index_t activation_bytes = detail::activation_bytes<precision, In>;  ///< one sample of x
+  /// Activations kept from forward to backward, per sample: the chain's output and what it keeps.
   static constexpr index_t kept_bytes_per_sample = activation_bytes + block_type::kept_bytes_per_sample;
+  /// Memory used only inside one forward or backward call, per sample: a copy of dy and the chain's scratch.
   static constexpr index_t scratch_bytes_per_sample = activation_bytes + block_type::scratch_bytes_per_sample;
+  /// The kept memory reserve(max_batch) takes, in bytes (each region rounded to 256 bytes).
   static constexpr std::size_t kept_bytes(index_t max_batch) {
     return detail::region_bytes(activation_bytes, max_batch) + block_type::kept_bytes(max_batch);
   }
+  /// The scratch memory reserve(max_batch) takes, in bytes (each region rounded to 256 bytes).
   static constexpr std::size_t scratch_bytes(index_t max_batch) {
     return detail::region_bytes(activation_bytes, max_batch) + block_type::scratch_bytes(max_batch);
   }
 
+  /// "nn::residual of N layers", for errors.
   static std::string name() { return residual::name(); }
+  /// The chain's parameters, named by position inside it ("1.weight").
   static std::vector<parameter_spec> parameters() { return block_type::parameters(); }
+  /// Binds the chain's parameters.
   void bind(const parameter_binding<storage_t<precision>, Space>& binding) { block_.bind(binding); }
+  /// Before reserve(): the memory an enclosing composite provides (nullptr: own it).
   void place(std::byte* kept, std::byte* scratch) { memory_.place(kept, scratch); }
+  /// Allocates the kept and scratch memory not placed, for batches of up to max_batch, and reserves the chain's.
   void reserve(index_t max_batch, stream_t stream) {
     memory_.reserve(kept_bytes(max_batch), scratch_bytes(max_batch), stream);
     detail::region_cursor kept = memory_.kept(), scratch = memory_.scratch();
@@ -93,14 +120,18 @@ class residual<Layers...>::instance
     dy_copy_ = scratch.take(detail::region_bytes(activation_bytes, max_batch));
     detail::reserve_inner(block_, kept, scratch.at, max_batch, stream);
   }
+  /// Seeds the chain's random layers (dropout) from s.
   void seed(std::uint64_t s) { block_.seed(derive_seed(s, 0)); }
 
+  /// y = x + chain(x); keeps the chain's output for backward.
   template <class Executor>
   void forward(const activation& x, const activation& y, const run_mode& mode, const Executor& ex) {
     const activation f = at(block_output_, x.extent(0));
     block_.forward(x, f, mode, ex);
     assign(y, x + f, ex);
   }
+  /// The chain's parameter gradients and dx = dy + dchain/dx(dy); only the parameter gradients when dx.data()
+  /// is null (the chain may then overwrite dy).
   template <class Executor>
   void backward(const activation& x, const activation&, const activation& dy, const activation& dx,
                 const Executor& ex) {
@@ -115,8 +146,9 @@ class residual<Layers...>::instance
     assign(dx, dx + dy, ex);
   }
 
-  // The chain's instance.
+  /// The chain's instance.
   block_type& inner() { return block_; }
+  /// fn(instance) for the chain's instance, the residual's only inner layer.
   template <class Fn>
   void for_each_layer(Fn&& fn) {
     fn(block_);
@@ -133,6 +165,7 @@ class residual<Layers...>::instance
   std::byte* dy_copy_ = nullptr;
 };
 
+/// residual<Layers...> is a composite: its layers are instantiated inside it.
 template <class... Layers>
 inline constexpr bool is_composite_v<residual<Layers...>> = true;
 

@@ -21,7 +21,7 @@
 
 namespace fusor::nn {
 
-// Stands for "the network's input" where a previous layer is named.
+/// Stands for "the network's input" where a previous layer is named.
 struct network_input {};
 
 namespace detail {
@@ -59,24 +59,33 @@ struct bind_layers<type_list<Layers...>, type_list<Inputs...>, Precision, Space>
 };
 }  // namespace detail
 
+/// A network's layers composed at compile time: each layer's input features are inferred from Input (what one
+/// sample is), and a layer that does not accept what the previous one makes is a compile-time error.
 template <class Input, class... Layers>
 struct sequential {
   static_assert(is_features_v<Input>,
                 "fusor::nn::sequential's first argument is what one sample is: nn::features<...> (e.g. "
                 "nn::features<784> or nn::features<1, 28, 28>)");
   static_assert(sizeof...(Layers) >= 1, "fusor::nn::sequential needs at least one layer");
+  /// What one sample is
   using input_features = Input;
+  /// The layer descriptors, in order
   using layers = detail::type_list<Layers...>;
+  /// The features entering each layer, checked one junction at a time.
   using chain = detail::feature_chain<0, network_input, Input, Layers...>;
+  /// What the last layer makes of one sample
   using output_features = typename chain::output;
+  /// The number of layers
   static constexpr std::size_t depth = sizeof...(Layers);
-  // The stateful layers for one precision and memory space (what nn::network holds).
+  /// The stateful layers for one precision and memory space (what nn::network holds).
   template <class Precision, class Space>
   using instances = typename detail::bind_layers<layers, typename chain::inputs, Precision, Space>::type;
 };
 
+/// Whether T is an nn::sequential<...>.
 template <class T>
 inline constexpr bool is_sequential_v = false;
+/// True for every nn::sequential<...>.
 template <class I, class... L>
 inline constexpr bool is_sequential_v<sequential<I, L...>> = true;
 

@@ -32,10 +32,15 @@
 
 namespace fusor::optim {
 
+/// AdamW's hyperparameters (torch.optim.AdamW's defaults); the learning rate comes from the step's schedule.
 struct adamw_options {
+  /// Decay rate of the first moment (the running mean of the gradients), in [0, 1).
   float beta1 = 0.9f;
+  /// Decay rate of the second moment (the running mean of the squared gradients), in [0, 1).
   float beta2 = 0.999f;
+  /// Added to the denominator of the update for numerical stability; >= 0.
   float epsilon = 1e-8f;
+  /// Decoupled weight decay: each step first multiplies the weights by 1 - lr * weight_decay; >= 0.
   float weight_decay = 0.01f;
 };
 
@@ -57,15 +62,24 @@ struct adamw_factors_task {
 };
 }  // namespace detail
 
+/// AdamW over one flat parameter buffer of precision `Precision`, as one fused pass per step; its moments (and,
+/// for 16-bit parameters, fp32 master weights) live in `Space`.
 template <class Precision, class Space = host_space>
 class adamw {
  public:
+  /// How the parameters' elements are stored (e.g. __nv_bfloat16 for bf16).
   using storage_type = typename state_traits<Precision>::storage_type;
+  /// Element type of the moments and master weights: the precision's compute type (fp32 for bf16 and fp16).
   using state_type = typename state_traits<Precision>::state_type;
+  /// A flat view of the parameters.
   using parameter_view = flat_view<Precision, Space>;
+  /// A flat view of one state tensor (a moment or the master weights).
   using state_view = flat_view<state_type, Space>;
+  /// Whether the parameters are stored narrower than the state, so the optimizer keeps fp32 master weights.
   static constexpr bool has_master_weights = state_traits<Precision>::has_master_weights;
 
+  /// Zero state for `parameter_count` parameters, allocated on `stream`. Throws fusor::error for a negative
+  /// count or options out of range (0 <= beta1, beta2 < 1; epsilon, weight_decay >= 0).
   explicit adamw(index_t parameter_count, adamw_options options = {}, stream_t stream = {})
       : options_(options), count_(parameter_count) {
     if (parameter_count < 0) throw error("fusor: adamw needs a parameter count >= 0");
@@ -78,13 +92,15 @@ class adamw {
     factors_ = detail::zero_tensor<float, Space>(3, stream);
   }
 
-  // Master weights = params (once, after the parameters are initialised or loaded).
+  /// Master weights = params (once, after the parameters are initialised or loaded).
   template <flat_buffer_of<storage_type> V, class Ex>
   void initialize(const V& params, const Ex& executor) {
     detail::check_size("adamw", "parameters", count_, as_view(params).size());
     if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
   }
 
+  /// One AdamW step over every parameter, reading learning rate, gradient multiplier, skip flag and step count
+  /// from `scalars`. Throws shape_error when parameters or gradients are not parameter_count() long.
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
     detail::check_size("adamw", "parameters", count_, as_view(parameters).size());
@@ -92,13 +108,16 @@ class adamw {
     begin_step(scalars, executor);
     step_part(0, parameters, grads, scalars, executor);
   }
-  // A step in parts (ZeRO updates this rank's chunk of each bucket where it
-  // lies in the network's buffer): begin_step once, then step_part for state
-  // elements [first, first + n) with n parameters and gradients, any order.
+  /// A step in parts (ZeRO updates this rank's chunk of each bucket where it
+  /// lies in the network's buffer): begin_step once, then step_part for state
+  /// elements [first, first + n) with n parameters and gradients, any order.
+  /// begin_step computes the step's bias-correction and decay factors from `scalars`.
   template <class Ex>
   void begin_step(const step_scalars<Space>& scalars, const Ex& executor) {
     run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
   }
+  /// Updates state elements [first, first + n) and the n `parameters` from n `grads`, after begin_step.
+  /// Throws shape_error when the part does not lie inside the state or the sizes differ.
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
                  const Ex& executor) {
@@ -114,19 +133,22 @@ class adamw {
     }
   }
 
-  // The state a checkpoint keeps: fn(name, view), names stable.
+  /// The state a checkpoint keeps: fn(name, view), names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
     fn("exp_avg", exp_avg_.view());
     fn("exp_avg_sq", exp_avg_sq_.view());
     if constexpr (has_master_weights) fn("master", master_.view());
   }
+  /// The fp32 master copy of the parameters, which the update reads and writes (16-bit parameters only).
   state_view master_weights() const
     requires has_master_weights
   {
     return master_.view();
   }
+  /// How many parameters the optimizer was made for.
   index_t parameter_count() const { return count_; }
+  /// The hyperparameters it was made with.
   const adamw_options& options() const { return options_; }
 
  private:

@@ -33,10 +33,12 @@
 
 namespace fusor::optim {
 
-// Scratch for the device sum: made once (construction), reused every step.
+/// Scratch for the device sum: made once (construction), reused every step.
 template <class Space>
 class gradient_norm_workspace {
  public:
+  /// For a device space, allocates 8 partial sums per multiprocessor and a zeroed arrival counter on
+  /// `stream`; for a host-only space, nothing.
   explicit gradient_norm_workspace([[maybe_unused]] stream_t stream = {}) {
 #if FUSOR_HAS_CUDA
     if constexpr (Space::device_accessible) {
@@ -46,8 +48,11 @@ class gradient_norm_workspace {
     }
 #endif
   }
+  /// One partial sum per block, capacity() of them.
   double* partial() const { return memory_.template as<double>(); }
+  /// How many blocks of the sum under way have stored their partial sum (0 between sums).
   unsigned int* arrivals() const { return reinterpret_cast<unsigned int*>(partial() + capacity_); }
+  /// The most blocks one sum launches (0 for a host-only space).
   int capacity() const { return capacity_; }
 
  private:
@@ -101,7 +106,7 @@ __global__ void __launch_bounds__(norm_block_threads)
 }  // namespace detail
 #endif
 
-// total += sum of g[i]^2, on the executor's stream (host: now).
+/// total += sum of g[i]^2, on the executor's stream (host: now).
 template <class P, class Space>
 void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_major, Space>& g,
                         const gradient_norm_workspace<Space>&, const host_executor& executor) {
@@ -111,6 +116,8 @@ void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_m
 }
 
 #if FUSOR_HAS_CUDA
+/// total += sum of g[i]^2, queued on the executor's stream as one launch that uses `workspace`; the result
+/// is bit-for-bit repeatable.
 template <class P, class Space>
 void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_major, Space>& g,
                         const gradient_norm_workspace<Space>& workspace, const cuda_executor& executor) {

@@ -31,16 +31,17 @@
 
 namespace fusor::optim {
 
-// A step had Inf or NaN gradients and training stopped (nonfinite_gradients::stop).
+/// A step had Inf or NaN gradients and training stopped (nonfinite_gradients::stop).
 struct nonfinite_error : error {
+  /// `what`: the message (nonfinite_message makes it); `step`: the 1-based step that had them.
   nonfinite_error(const std::string& what, std::int64_t step) : error(what), step(step) {}
-  std::int64_t step;  // 1-based: the step that had them
+  std::int64_t step;  ///< 1-based: the step that had them
 };
 
-// The error's text: the step, and where this rank's gradients first hold
-// Inf/NaN in backward's order (the last layer first): the parameter names of
-// the highest such layer. Read when the error is raised, from the latest
-// step's gradients (gradients lent to a data-parallel slab are not looked at).
+/// The error's text: the step, and where this rank's gradients first hold
+/// Inf/NaN in backward's order (the last layer first): the parameter names of
+/// the highest such layer. Read when the error is raised, from the latest
+/// step's gradients (gradients lent to a data-parallel slab are not looked at).
 template <class Network>
 std::string nonfinite_message(const std::string& who, std::int64_t step, Network& network) {
   std::string first;
@@ -71,12 +72,14 @@ std::string nonfinite_message(const std::string& who, std::int64_t step, Network
          "trainer_options::on_nonfinite = nonfinite_gradients::skip to skip such steps";
 }
 
+/// Where the host learns, without waiting for the GPU, that a controller stopped training on Inf/NaN
+/// gradients (step_values::stopped_at_step).
 template <class Space>
 class nonfinite_note {
  public:
-  // `in_step_order`: the note is read by seen_in_step_order (trainers of
-  // several ranks, which must all stop at the same step); each step's copy
-  // then also records an event.
+  /// `in_step_order`: the note is read by seen_in_step_order (trainers of
+  /// several ranks, which must all stop at the same step); each step's copy
+  /// then also records an event.
   explicit nonfinite_note(bool in_step_order = false) : in_step_order_(in_step_order) {
 #if FUSOR_HAS_CUDA
     if constexpr (!Space::host_accessible) {  // made here: a first step under capture must not allocate
@@ -97,9 +100,11 @@ class nonfinite_note {
 #endif
   }
 
-  // After a step's finish_step: nothing to copy on the host.
+  /// After a step's finish_step: nothing to copy on the host.
   void record(const step_scalars<Space>&, const host_executor&) { ++recorded_; }
 #if FUSOR_HAS_CUDA
+  /// After a step's finish_step: queues a copy of stopped_at_step into pinned host memory on the executor's
+  /// stream (a captured step records it too).
   void record(const step_scalars<Space>& scalars, const cuda_executor& ex) {
     const int slot = int(recorded_++ % slots);
     if (pinned_ == nullptr) return;  // host-accessible scalars: read directly
@@ -109,8 +114,8 @@ class nonfinite_note {
   }
 #endif
 
-  // The step that stopped training (1-based), or 0, as of the latest step the
-  // GPU finished (host: the one just taken). Never waits.
+  /// The step that stopped training (1-based), or 0, as of the latest step the
+  /// GPU finished (host: the one just taken). Never waits.
   std::int64_t seen(const step_scalars<Space>& scalars) const {
     if constexpr (Space::host_accessible) return scalars.values()->stopped_at_step;
     std::int64_t newest = 0;  // the notes only grow (0, then the step, for good): the largest is the latest
@@ -121,10 +126,10 @@ class nonfinite_note {
       }
     return newest;
   }
-  // The note as of the step `lag` steps before the last one recorded, waiting
-  // for that step on a GPU (the host is then at most `lag` steps ahead of it);
-  // on the host, as of the step just taken. Every rank reads the same step's
-  // note, so every rank stops at the same step.
+  /// The note as of the step `lag` (2) steps before the last one recorded, waiting
+  /// for that step on a GPU (the host is then at most `lag` steps ahead of it);
+  /// on the host, as of the step just taken. Every rank reads the same step's
+  /// note, so every rank stops at the same step. On a GPU, 0 unless the note was made `in_step_order`.
   std::int64_t seen_in_step_order(const step_scalars<Space>& scalars) const {
     if constexpr (Space::host_accessible) return scalars.values()->stopped_at_step;
 #if FUSOR_HAS_CUDA

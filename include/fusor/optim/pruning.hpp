@@ -38,13 +38,18 @@
 
 namespace fusor::optim {
 
+/// [begin, end) ranges of element indices.
 using index_ranges = std::vector<std::pair<index_t, index_t>>;
 
+/// Magnitude pruning of one flat parameter buffer: a 0/1 byte mask in `Space`, chosen by prune_smallest and
+/// applied after every optimizer step so that pruned weights stay exactly zero.
 template <class Space = host_space>
 class magnitude_pruning {
  public:
+  /// A flat view of the mask: one byte per parameter, 1 kept, 0 pruned.
   using mask_view = flat_view<std::uint8_t, Space>;
 
+  /// A mask of `parameter_count` ones (nothing pruned), allocated on `stream`; waits for it.
   explicit magnitude_pruning(index_t parameter_count, stream_t stream = {})
       : mask_(dextents<index_t, 1>(parameter_count), stream) {
     if (parameter_count == 0) return;
@@ -54,11 +59,16 @@ class magnitude_pruning {
     copy(mask_, ones);
   }
 
+  /// prune_smallest over all the parameters.
   template <class View, class Ex>
   void prune_smallest(const View& params, double fraction, const Ex& executor) {
     prune_smallest(params, fraction, index_ranges{{0, parameter_count()}}, executor);
   }
 
+  /// Prunes k = round(fraction * n) of the n elements in `ranges`: the k smallest |w|, ties to the lower
+  /// index, NaN counting as the largest; elements pruned before count first and stay pruned. Then masks
+  /// `params`. Waits for the executor and picks on the host: between steps, never inside a captured one.
+  /// Throws fusor::error for a fraction outside [0, 1], shape_error for a range outside the parameters.
   template <class View, class Ex>
   void prune_smallest(const View& params, double fraction, const index_ranges& ranges, const Ex& executor) {
     const auto& p = as_view(params);
@@ -102,14 +112,14 @@ class magnitude_pruning {
     apply(p, executor);
   }
 
-  // params = where(mask, params, 0): one fused pass.
+  /// params = where(mask, params, 0): one fused pass.
   template <class View, class Ex>
   void apply(const View& params, const Ex& executor) const {
     const auto& p = as_view(params);
     check(p, "parameters");
     assign(p, where(mask_.view(), p, 0), executor);
   }
-  // The parameters and the optimizer's master weights (if it keeps them) in one pass.
+  /// The parameters and the optimizer's master weights (if it keeps them) in one pass.
   template <class View, class Optimizer, class Ex>
   void apply(const View& params, const Optimizer& optimizer, const Ex& executor) const {
     const auto& p = as_view(params);
@@ -123,9 +133,11 @@ class magnitude_pruning {
     }
   }
 
+  /// The mask: 1 kept, 0 pruned.
   mask_view mask() const { return mask_.view(); }
+  /// How many parameters the mask covers.
   index_t parameter_count() const { return mask_.size(); }
-  // Pruned elements, counted on the host (copies the mask; not for inside a step).
+  /// Pruned elements, counted on the host (copies the mask; not for inside a step).
   index_t pruned_count() const {
     wait_for_stream();
     const auto m = host_copy(mask_.view());

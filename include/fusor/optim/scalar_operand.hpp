@@ -25,24 +25,34 @@
 
 namespace fusor::optim {
 
-// A read-only expression leaf: the value at `pointer`, the same for every element.
+/// A read-only expression leaf: the value at `pointer`, the same for every element.
 template <class T, class Space>
 struct scalar_operand {
+  /// The type the value is read as: T's compute type.
   using value_type = compute_t<T>;
+  /// The type stored at `pointer`.
   using element_type = T;
+  /// Rank-0 extents: the value broadcasts to any shape.
   using extents_type = ::cuda::std::extents<index_t>;
+  /// The memory space `pointer` points into.
   using space = Space;
+  /// 0: one value.
   static constexpr std::size_t rank = 0;
+  /// False: unlike a literal scalar, its type counts in the expression's common type.
   static constexpr bool weak = false;
-  static constexpr std::size_t narrowest_element = 16;  // never narrows the vector width
+  static constexpr std::size_t narrowest_element = 16;  ///< never narrows the vector width
 
+  /// Where the value is, in `Space`; read by every element.
   const T* pointer;
 
+  /// Empty extents (rank 0).
   FUSOR_HOST_DEVICE extents_type extents() const { return {}; }
+  /// The value, whatever the index.
   template <std::size_t R>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE value_type at(const ::cuda::std::array<index_t, R>&) const {
     return convert<value_type>(*pointer);
   }
+  /// The value in all V lanes, whatever the position.
   template <int V, bool Aligned>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load(index_t) const {
     const value_type v = convert<value_type>(*pointer);
@@ -51,16 +61,19 @@ struct scalar_operand {
     for (int j = 0; j < V; ++j) out[j] = v;
     return out;
   }
+  /// True: the value can be read at any destination's linear positions.
   template <std::size_t R>
   bool linear_with(const dense_shape<R>&) const { return true; }
+  /// True: the value never limits vectorised access.
   bool aligned16() const { return true; }
 };
 
-// scalar(v): the one element of rank-0 view v as a broadcast operand.
+/// scalar(v): the one element of rank-0 view v as a broadcast operand.
 template <class P, class L, class Space>
 scalar_operand<storage_t<P>, Space> scalar(const view<P, ::cuda::std::extents<index_t>, L, Space>& v) {
   return {v.data()};
 }
+/// The value at `pointer` (in `Space`) as a broadcast operand.
 template <class T, class Space>
 scalar_operand<T, Space> scalar(const T* pointer) {
   return {pointer};
@@ -81,11 +94,13 @@ __global__ void single_thread_task_kernel(const Task task) {
 }  // namespace detail
 #endif
 
+/// Runs `task` now, on the calling thread.
 template <class Task>
 void run_task(const Task& task, const host_executor&) {
   task();
 }
 #if FUSOR_HAS_CUDA
+/// Queues `task` as a one-thread kernel on the executor's stream (no wait; a graph capture records it).
 template <class Task>
 void run_task(const Task& task, const cuda_executor& executor) {
   static_assert(std::is_trivially_copyable_v<Task>, "fusor: a task travels to the GPU by value");

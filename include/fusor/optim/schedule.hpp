@@ -22,17 +22,28 @@
 
 namespace fusor::optim {
 
+/// A learning-rate schedule: constant, or linear warmup followed by cosine decay (see warmup_cosine).
 struct learning_rate_schedule {
+  /// The schedule's shape.
   enum class kind { constant, warmup_cosine };
+  /// Which formula operator() evaluates.
   kind shape = kind::constant;
+  /// The learning rate at the end of warmup (constant: the learning rate).
   float peak_learning_rate = 0.0f;
+  /// The learning rate from total_steps on.
   float final_learning_rate = 0.0f;
+  /// Steps of linear warmup, from peak / warmup_steps up to the peak.
   index_t warmup_steps = 0;
+  /// The step at which the cosine decay reaches final_learning_rate.
   index_t total_steps = 0;
 
+  /// `learning_rate` at every step.
   static learning_rate_schedule constant(float learning_rate) {
     return {kind::constant, learning_rate, learning_rate, 0, 0};
   }
+  /// Linear warmup over `warmup_steps` (peak * (s + 1) / W at step s), then cosine decay to
+  /// `final_learning_rate` at `total_steps`, as in llm.c. Throws fusor::error unless
+  /// 0 <= warmup_steps <= total_steps.
   static learning_rate_schedule warmup_cosine(float peak_learning_rate, index_t warmup_steps, index_t total_steps,
                                               float final_learning_rate = 0.0f) {
     if (warmup_steps < 0 || total_steps < warmup_steps)
@@ -41,6 +52,7 @@ struct learning_rate_schedule {
     return {kind::warmup_cosine, peak_learning_rate, final_learning_rate, warmup_steps, total_steps};
   }
 
+  /// The learning rate at `step` (0-based: optimizer steps applied so far), on the host or in a kernel.
   FUSOR_HOST_DEVICE float operator()(index_t step) const {
     if (shape == kind::constant) return peak_learning_rate;
     if (step < warmup_steps) return peak_learning_rate * float(step + 1) / float(warmup_steps);

@@ -26,22 +26,37 @@
 
 namespace fusor::optim {
 
+/// SGD's hyperparameters (torch.optim.SGD's defaults); the learning rate comes from the step's schedule.
 struct sgd_options {
+  /// Momentum factor, >= 0; 0 keeps no momentum buffer.
   float momentum = 0.0f;
+  /// Dampening of the gradient's share of the momentum, in [0, 1].
   float dampening = 0.0f;
+  /// L2 penalty: weight_decay * w is added to the gradient; >= 0.
   float weight_decay = 0.0f;
+  /// Nesterov momentum (needs momentum > 0 and dampening 0).
   bool nesterov = false;
 };
 
+/// SGD with momentum over one flat parameter buffer of precision `Precision`, as one fused pass per step; its
+/// momentum (and, for 16-bit parameters, fp32 master weights) live in `Space`.
 template <class Precision, class Space = host_space>
 class sgd {
  public:
+  /// How the parameters' elements are stored (e.g. __nv_bfloat16 for bf16).
   using storage_type = typename state_traits<Precision>::storage_type;
+  /// Element type of the momentum and master weights: the precision's compute type (fp32 for bf16 and fp16).
   using state_type = typename state_traits<Precision>::state_type;
+  /// A flat view of the parameters.
   using parameter_view = flat_view<Precision, Space>;
+  /// A flat view of one state tensor (the momentum or the master weights).
   using state_view = flat_view<state_type, Space>;
+  /// Whether the parameters are stored narrower than the state, so the optimizer keeps fp32 master weights.
   static constexpr bool has_master_weights = state_traits<Precision>::has_master_weights;
 
+  /// Zero state for `parameter_count` parameters, allocated on `stream`. Throws fusor::error for a negative
+  /// count or options out of range (momentum, weight_decay >= 0; 0 <= dampening <= 1; Nesterov needs
+  /// momentum > 0 and dampening 0).
   explicit sgd(index_t parameter_count, sgd_options options = {}, stream_t stream = {})
       : options_(options), count_(parameter_count) {
     if (parameter_count < 0) throw error("fusor: sgd needs a parameter count >= 0");
@@ -54,23 +69,27 @@ class sgd {
     if constexpr (has_master_weights) master_ = detail::zero_tensor<state_type, Space>(parameter_count, stream);
   }
 
-  // Master weights = params (once, after the parameters are initialised or loaded).
+  /// Master weights = params (once, after the parameters are initialised or loaded).
   template <flat_buffer_of<storage_type> V, class Ex>
   void initialize(const V& params, const Ex& executor) {
     detail::check_size("sgd", "parameters", count_, as_view(params).size());
     if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
   }
 
+  /// One SGD step over every parameter, reading learning rate, gradient multiplier, skip flag and step count
+  /// from `scalars`. Throws shape_error when parameters or gradients are not parameter_count() long.
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
     detail::check_size("sgd", "parameters", count_, as_view(parameters).size());
     detail::check_size("sgd", "gradients", count_, as_view(grads).size());
     step_part(0, parameters, grads, scalars, executor);
   }
-  // A step in parts (as adamw's): begin_step once, then step_part for state
-  // elements [first, first + n) with n parameters and gradients.
+  /// A step in parts (as adamw's): begin_step once, then step_part for state
+  /// elements [first, first + n) with n parameters and gradients. For SGD begin_step does nothing.
   template <class Ex>
   void begin_step(const step_scalars<Space>&, const Ex&) {}
+  /// Updates state elements [first, first + n) and the n `parameters` from n `grads`, after begin_step.
+  /// Throws shape_error when the part does not lie inside the state or the sizes differ.
   template <flat_buffer_of<storage_type> V, class G, class Ex>
   void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
                  const Ex& executor) {
@@ -86,18 +105,21 @@ class sgd {
     }
   }
 
-  // The state a checkpoint keeps: fn(name, view), names stable.
+  /// The state a checkpoint keeps: fn(name, view), names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
     if (momentum_.size() != 0) fn("momentum", momentum_.view());
     if constexpr (has_master_weights) fn("master", master_.view());
   }
+  /// The fp32 master copy of the parameters, which the update reads and writes (16-bit parameters only).
   state_view master_weights() const
     requires has_master_weights
   {
     return master_.view();
   }
+  /// How many parameters the optimizer was made for.
   index_t parameter_count() const { return count_; }
+  /// The hyperparameters it was made with.
   const sgd_options& options() const { return options_; }
 
  private:

@@ -40,30 +40,40 @@
 
 namespace fusor::optim {
 
-// What a step whose gradients hold Inf or NaN does.
+/// What a step whose gradients hold Inf or NaN does.
 enum class nonfinite_gradients {
-  automatic,  // stop; skip under a dynamic loss scale (fp16), whose overflows are expected: the scale backs off
-  stop,       // training stops with an error naming the step and the first layer (the parameters stay those before it)
-  skip,       // that step changes nothing, training goes on
+  automatic,  ///< stop; skip under a dynamic loss scale (fp16), whose overflows are expected: the scale backs off
+  stop,       ///< training stops with an error naming the step and the first layer (parameters stay those before it)
+  skip,       ///< that step changes nothing, training goes on
 };
 
+/// How optim::trainer trains: learning-rate schedule, clipping, loss scaling, stream, and what Inf/NaN gradients do.
 struct trainer_options {
+  /// The learning-rate schedule (default: a constant 1e-3).
   learning_rate_schedule schedule = learning_rate_schedule::constant(1e-3f);
+  /// Clipping by global gradient norm (default: none).
   clip_options clip = {};
+  /// Loss scaling (default: none, the scale stays 1).
   loss_scaling scaling = {};
-  stream_t stream = {};  // where the optimizer state, loss and step scalars live (see network_options::stream)
-  // Inf/NaN gradients: stop with an error, or skip the step (optim::trainer,
-  // parallel::data_parallel and parallel::pipeline alike).
+  stream_t stream = {};  ///< where the optimizer state, loss and step scalars live (see network_options::stream)
+  /// Inf/NaN gradients: stop with an error, or skip the step (optim::trainer,
+  /// parallel::data_parallel and parallel::pipeline alike).
   nonfinite_gradients on_nonfinite = nonfinite_gradients::automatic;
 };
+/// Whether `o` makes Inf/NaN gradients stop training: nonfinite_gradients::stop, or automatic without a
+/// dynamic loss scale.
 inline bool stops_on_nonfinite(const trainer_options& o) {
   return o.on_nonfinite == nonfinite_gradients::stop ||
          (o.on_nonfinite == nonfinite_gradients::automatic && !o.scaling.dynamic);
 }
 
+/// One training step of a classifier (or sequence model) in one call: forward, softmax cross-entropy,
+/// backward, the update_controller's decisions and one `Optimizer` (adamw, sgd) per parameter group, with
+/// nothing read back on the host.
 template <class Network, template <class, class> class Optimizer>
 class trainer {
  public:
+  /// The network's memory space, where the optimizer state, loss and step scalars live too.
   using space = typename Network::space;
 
  private:
@@ -76,6 +86,8 @@ class trainer {
   using optimizers_type = typename optimizer_tuple<typename Network::group_elements>::type;
 
  public:
+  /// A trainer for `network` (kept by reference: it must outlive the trainer), with one optimizer per
+  /// parameter group made from `optimizer_options` (adamw_options, sgd_options). Call initialize() next.
   template <class OptimizerOptions>
   trainer(Network& network, trainer_options options, const OptimizerOptions& optimizer_options)
       : network_(network),
@@ -91,18 +103,19 @@ class trainer {
     controller_.stop_on_nonfinite(stops_on_nonfinite(options));
   }
 
-  // Master weights and moments from the network's current parameters (after
-  // construction, or after loading a checkpoint of parameters only).
+  /// Master weights and moments from the network's current parameters (after
+  /// construction, or after loading a checkpoint of parameters only).
   template <class Executor>
   void initialize(const Executor& ex) {
     streams_.use_on(executor_stream(ex));
     for_each_group_and_optimizer([&](auto& group, auto& optimizer) { optimizer.initialize(group.values(), ex); });
   }
 
-  // One step on a batch: images [batch, features...] (any element type the
-  // network converts), labels [batch] int32 — or, for a network whose output
-  // is a sequence of logits [batch, time, vocabulary], labels [batch, time]
-  // (the mean loss is over every token not equal to the ignore index).
+  /// One step on a batch: images [batch, features...] (any element type the
+  /// network converts), labels [batch] int32 — or, for a network whose output
+  /// is a sequence of logits [batch, time, vocabulary], labels [batch, time]
+  /// (the mean loss is over every token not equal to the ignore index).
+  /// Throws nonfinite_error as check_not_stopped() does.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     if (norm_reduction_ == nullptr && split_ways_ > 1 && (options_.clip.max_norm > 0.0f || options_.scaling.dynamic))
@@ -131,25 +144,25 @@ class trainer {
     check_not_stopped();
   }
 
-  // Throws nonfinite_error if a step had Inf/NaN gradients under
-  // nonfinite_gradients::stop (the default without a dynamic loss scale),
-  // naming the step and the first layer backward found them in. step() and
-  // evaluate() call it. On the host it sees the step just taken; on a GPU it
-  // reads a copy that each step leaves in pinned memory, without waiting, so
-  // it sees the note of a step the GPU has finished (a few steps later at
-  // most; the steps since changed nothing). A loop replaying a captured step
-  // calls it itself.
+  /// Throws nonfinite_error if a step had Inf/NaN gradients under
+  /// nonfinite_gradients::stop (the default without a dynamic loss scale),
+  /// naming the step and the first layer backward found them in. step() and
+  /// evaluate() call it. On the host it sees the step just taken; on a GPU it
+  /// reads a copy that each step leaves in pinned memory, without waiting, so
+  /// it sees the note of a step the GPU has finished (a few steps later at
+  /// most; the steps since changed nothing). A loop replaying a captured step
+  /// calls it itself.
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen(controller_.scalars());
     if (at != 0) throw nonfinite_error(nonfinite_message("fusor::optim::trainer", at, network_), at);
   }
 
-  // Makes the squared gradient norm global before clipping and the Inf/NaN
-  // skip read it, every step from now on (parallel::tensor_parallel is one:
-  // each rank holds part of the gradients). `reduction` must outlive the steps.
+  /// Makes the squared gradient norm global before clipping and the Inf/NaN
+  /// skip read it, every step from now on (parallel::tensor_parallel is one:
+  /// each rank holds part of the gradients). `reduction` must outlive the steps.
   void reduce_gradient_norm_with(gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
 
-  // Loss and accuracy on a batch, without learning.
+  /// Loss and accuracy on a batch, without learning.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
     check_not_stopped();
@@ -157,8 +170,8 @@ class trainer {
     loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
   }
 
-  // Magnitude pruning of every weight matrix (not biases): the `fraction` of
-  // smallest-magnitude weights become zero and stay zero after every later step.
+  /// Magnitude pruning of every weight matrix (not biases): the `fraction` of
+  /// smallest-magnitude weights become zero and stay zero after every later step.
   template <class Executor>
   void prune(double fraction, const Executor& ex) {
     streams_.use_on(executor_stream(ex));
@@ -174,13 +187,17 @@ class trainer {
     initialize(ex);  // master weights follow the pruned values
   }
 
+  /// The loss, whose totals() (mean loss, accuracy, samples) cover step() and evaluate() since its reset().
   nn::softmax_cross_entropy<space>& loss() { return loss_; }
+  /// The per-step decisions and their step scalars (learning rate, step count, loss scale).
   update_controller<space>& controller() { return controller_; }
+  /// The network being trained.
   Network& network() { return network_; }
+  /// Steps taken, counted on the host (step() calls and replays of a captured step, skipped ones included).
   std::uint64_t steps_taken() const { return host_steps_; }
 
-  // fn(name, view) for everything besides the parameters that training resumes
-  // from: each optimizer's state ("optimizer.<group>.<state>") and the step scalars.
+  /// fn(name, view) for everything besides the parameters that training resumes
+  /// from: each optimizer's state ("optimizer.<group>.<state>") and the step scalars.
   template <class Fn>
   void for_each_state(Fn&& fn) {
     std::size_t k = 0;
@@ -190,10 +207,10 @@ class trainer {
     });
     controller_.for_each_state([&](const auto& name, const auto& v) { fn("controller." + std::string(name), v); });
   }
-  // After loading the state back, the host-side step count (dropout's stream of masks).
+  /// After loading the state back, the host-side step count (dropout's stream of masks).
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
-  // fn(parameter group, its optimizer, where the optimizer holds the group's
-  // elements): each optimizer holds its whole group.
+  /// fn(parameter group, its optimizer, where the optimizer holds the group's
+  /// elements): each optimizer holds its whole group.
   template <class Fn>
   void for_each_optimizer(Fn&& fn) {
     for_each_group_and_optimizer([&](auto& group, auto& optimizer) { fn(group, optimizer, state_layout::whole(group.size())); });

@@ -55,7 +55,7 @@ void read_parameters(const io::checkpoint_reader& reader, Network& network) {
 }
 }  // namespace detail
 
-// The parameters alone (for inference, or PyTorch).
+/// The parameters alone (for inference, or PyTorch).
 template <class Network>
 void save_parameters(const std::filesystem::path& file, const Network& network,
                      const std::map<std::string, std::string>& metadata = {}) {
@@ -64,12 +64,14 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
+/// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them;
+/// throws io::checkpoint_error for a missing tensor or a different element type or shape.
 template <class Network>
 void load_parameters(const std::filesystem::path& file, Network& network) {
   detail::read_parameters(io::checkpoint_reader(file), network);
 }
 
-// Parameters, optimizer state, step scalars and the host step count.
+/// Parameters, optimizer state, step scalars and the host step count.
 template <class Trainer>
 void save_training_state(const std::filesystem::path& file, Trainer& trainer,
                          const std::map<std::string, std::string>& metadata = {}) {
@@ -80,10 +82,10 @@ void save_training_state(const std::filesystem::path& file, Trainer& trainer,
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
-// Bytes that save_training_state(file, trainer) writes, about: every
-// parameter and every optimizer and controller state tensor at its element
-// size, plus 64 KiB for the header (names, shapes, metadata). What
-// io::check_destination needs to prove a save will fit before training starts.
+/// Bytes that save_training_state(file, trainer) writes, about: every
+/// parameter and every optimizer and controller state tensor at its element
+/// size, plus 64 KiB for the header (names, shapes, metadata). What
+/// io::check_destination needs to prove a save will fit before training starts.
 template <class Trainer>
 std::uint64_t training_state_bytes(Trainer& trainer) {
   std::uint64_t bytes = std::uint64_t(1) << 16;
@@ -96,7 +98,8 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
   return bytes;
 }
 
-// Returns the metadata, for the caller's own keys (the epoch, say).
+/// Restores what save_training_state wrote into `trainer` and its network.
+/// Returns the metadata, for the caller's own keys (the epoch, say).
 template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer) {
   const io::checkpoint_reader reader(file);

@@ -52,15 +52,21 @@
 
 namespace fusor::optim {
 
+/// Clipping of the gradients by their global norm (PyTorch's clip_grad_norm_).
 struct clip_options {
-  float max_norm = 0.0f;  // 0: no clipping
+  float max_norm = 0.0f;  ///< the most the unscaled gradients' global norm may be; 0: no clipping
 };
 
+/// Dynamic loss scaling for fp16 training (PyTorch's GradScaler).
 struct loss_scaling {
+  /// Scale the loss dynamically; without it the scale stays 1.
   bool dynamic = false;
-  float initial_scale = 65536.0f;  // 2^16
+  float initial_scale = 65536.0f;  ///< the scale of the first step: 2^16
+  /// Steps in a row without Inf/NaN gradients after which the scale grows; >= 1.
   index_t growth_interval = 2000;
+  /// What the scale is multiplied by when it grows (if the result is finite); >= 1.
   float growth_factor = 2.0f;
+  /// What the scale is multiplied by after a step with Inf/NaN gradients; in (0, 1).
   float backoff_factor = 0.5f;
 };
 
@@ -112,9 +118,14 @@ struct finish_step_task {
 };
 }  // namespace detail
 
+/// The per-step decisions every optimizer shares (global gradient norm, clipping, Inf/NaN skip, dynamic loss
+/// scale, learning rate, step count), kept in step_scalars in `Space` and made by one-thread tasks on the
+/// executor's stream: nothing waits, so a step can be captured as a CUDA graph.
 template <class Space = host_space>
 class update_controller {
  public:
+  /// Writes the first step's values (loss scale, learning rate schedule(0)) on `stream` and waits. Throws
+  /// fusor::error for max_norm < 0 or, with dynamic scaling, a loss_scaling out of range.
   explicit update_controller(learning_rate_schedule schedule, clip_options clip = {}, loss_scaling scaling = {},
                              stream_t stream = {})
       : schedule_(schedule), clip_(clip), scaling_(scaling), scalars_(stream), workspace_(stream) {
@@ -130,36 +141,46 @@ class update_controller {
     scalars_.write(start);
   }
 
+  /// Starts a step: the squared gradient norm becomes 0.
   template <class Ex>
   void begin_step(const Ex& executor) {
     run_task(detail::begin_step_task{scalars_.values()}, executor);
   }
-  // Adds this buffer's sum of squares (as stored: scaled by the loss scale).
+  /// Adds this buffer's sum of squares (as stored: scaled by the loss scale).
   template <class GradView, class Ex>
   void accumulate_gradient_norm(const GradView& grads, const Ex& executor) {
     add_sum_of_squares(&scalars_.values()->gradient_norm_squared, as_view(grads), workspace_, executor);
   }
+  /// Decides, from the norm, what the optimizers read: skip (the norm is not finite, or training stopped),
+  /// the gradient multiplier (1 / loss scale times the clip coefficient; 0 on skip) and the learning rate
+  /// schedule(step).
   template <class Ex>
   void prepare_update(const Ex& executor) {
     run_task(detail::prepare_update_task{scalars_.values(), schedule_, clip_.max_norm, stop_on_nonfinite_}, executor);
   }
+  /// Ends a step: counts it unless skipped and, with dynamic scaling, backs the loss scale off after a skip or
+  /// grows it after growth_interval clean steps.
   template <class Ex>
   void finish_step(const Ex& executor) {
     run_task(detail::finish_step_task{scalars_.values(), scaling_}, executor);
   }
 
-  // Inf/NaN gradients stop training (noted in stopped_at_step, every later
-  // step skipped) instead of skipping that step alone.
+  /// Inf/NaN gradients stop training (noted in stopped_at_step, every later
+  /// step skipped) instead of skipping that step alone.
   void stop_on_nonfinite(bool stop) { stop_on_nonfinite_ = stop; }
+  /// Whether Inf/NaN gradients stop training (see stop_on_nonfinite).
   bool stops_on_nonfinite() const { return stop_on_nonfinite_; }
 
+  /// The step's values, which the optimizers' passes read.
   step_scalars<Space>& scalars() { return scalars_; }
+  /// The step's values, which the optimizers' passes read.
   const step_scalars<Space>& scalars() const { return scalars_; }
-  // For logging, outside the step: each copies to the host and waits.
+  /// The loss scale, for logging outside the step: copies to the host and waits.
   float loss_scale_for_host() const { return scalars_.read_loss_scale(); }
+  /// The step count, for logging outside the step: copies to the host and waits.
   std::int64_t step_for_host() const { return scalars_.read_step(); }
 
-  // What a checkpoint keeps of the controller: fn(name, rank-0 view), names stable.
+  /// What a checkpoint keeps of the controller: fn(name, rank-0 view), names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
     fn("step", scalars_.step());
@@ -167,8 +188,11 @@ class update_controller {
     fn("clean_steps", scalars_.clean_steps());
   }
 
+  /// The learning-rate schedule it was made with.
   const learning_rate_schedule& schedule() const { return schedule_; }
+  /// The clipping it was made with.
   const clip_options& clipping() const { return clip_; }
+  /// The loss scaling it was made with.
   const loss_scaling& scaling() const { return scaling_; }
 
  private:

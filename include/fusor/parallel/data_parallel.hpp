@@ -70,9 +70,13 @@
 
 namespace fusor::parallel {
 
+/// A trainer whose step spans the ranks of `Communicator`: every rank holds the whole network and trains on
+/// its rows of the global batch, the gradients summed over ranks bucket by bucket while backward runs (see the
+/// file comment for micro-batches, bf16, PowerSGD and ZeRO-1/2/3).
 template <class Network, template <class, class> class Optimizer, class Communicator>
 class data_parallel {
  public:
+  /// The memory space of the network and of every buffer the trainer holds.
   using space = typename Network::space;
   static_assert(comm::communicator<Communicator, space>,
                 "fusor: data_parallel's communicator must move the network's memory (host: comm::single or "
@@ -92,6 +96,10 @@ class data_parallel {
   using clock = std::chrono::steady_clock;
 
  public:
+  /// Trains `network` (which must outlive the trainer; its max_batch at least each rank's micro-batch) over
+  /// `communicator`, with `options` as optim::trainer's and one Optimizer per parameter group. Throws
+  /// fusor::error for options that do not combine (PowerSGD with ZeRO, ZeRO-3 with tied parameters) or sizes
+  /// below 1.
   template <class OptimizerOptions>
   data_parallel(Network& network, Communicator& communicator, optim::trainer_options options,
                 const OptimizerOptions& optimizer_options, data_parallel_options parallel = {})
@@ -119,8 +127,8 @@ class data_parallel {
   data_parallel(const data_parallel&) = delete;
   data_parallel& operator=(const data_parallel&) = delete;
 
-  // Every rank gets rank 0's parameters (collective), then the optimizer's
-  // state starts from them (master weights; this rank's shard under ZeRO-1).
+  /// Every rank gets rank 0's parameters (collective), then the optimizer's
+  /// state starts from them (master weights; this rank's shard under ZeRO-1).
   template <class Executor>
   void initialize(const Executor& ex) {
     order_.communication_after_compute(communicator_, ex);
@@ -130,8 +138,8 @@ class data_parallel {
     if (parallel_.shard_parameters) network_.rebind_layers(0, Network::depth - 1);  // to the value slabs
   }
 
-  // One step on the GLOBAL batch (the same images and labels on every rank):
-  // this rank trains on its rows, in micro_batches pieces.
+  /// One step on the GLOBAL batch (the same images and labels on every rank):
+  /// this rank trains on its rows, in micro_batches pieces.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     refuse_graph_capture(ex, "fusor::parallel::data_parallel::step");
@@ -210,19 +218,19 @@ class data_parallel {
     check_not_stopped();
   }
 
-  // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
-  // nonfinite_gradients::stop (the default without a dynamic loss scale): the
-  // norm is global, so every rank stops at the same step. step() and
-  // evaluate() call it. On a GPU it reads the note of the step two before the
-  // last, waiting for that step if the GPU has not finished it: every rank
-  // reads the same step's note and throws at the same step.
+  /// Throws optim::nonfinite_error if a step had Inf/NaN gradients under
+  /// nonfinite_gradients::stop (the default without a dynamic loss scale): the
+  /// norm is global, so every rank stops at the same step. step() and
+  /// evaluate() call it. On a GPU it reads the note of the step two before the
+  /// last, waiting for that step if the GPU has not finished it: every rank
+  /// reads the same step's note and throws at the same step.
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
     if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::data_parallel", at, network_), at);
   }
 
-  // Loss and accuracy of this rank's rows of a batch, without learning (any
-  // batch size: rank r takes rows [r * B / ranks, (r + 1) * B / ranks)).
+  /// Loss and accuracy of this rank's rows of a batch, without learning (any
+  /// batch size: rank r takes rows [r * B / ranks, (r + 1) * B / ranks)).
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
     check_not_stopped();
@@ -245,8 +253,8 @@ class data_parallel {
     }
   }
 
-  // The loss's running totals summed over every rank (a collective: every rank
-  // calls it), once the steps' work is done (on the GPU: after ex.synchronize()).
+  /// The loss's running totals summed over every rank (a collective: every rank
+  /// calls it), once the steps' work is done (on the GPU: after ex.synchronize()).
   nn::loss_totals totals() {
     const nn::loss_totals mine = loss_.totals();
     double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
@@ -267,10 +275,10 @@ class data_parallel {
     return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
   }
 
-  // Every parameter into `whole` (a network of the same layers: for
-  // evaluation elsewhere, export, or a check), on every rank: a collective.
-  // Under ZeRO-3 the shards are all-gathered (a buffer of the group's size is
-  // made for the call); otherwise the network's parameters are copied.
+  /// Every parameter into `whole` (a network of the same layers: for
+  /// evaluation elsewhere, export, or a check), on every rank: a collective.
+  /// Under ZeRO-3 the shards are all-gathered (a buffer of the group's size is
+  /// made for the call); otherwise the network's parameters are copied.
   template <class Executor>
   void copy_parameters_to(Network& whole, const Executor& ex) {
     if (&whole == &network_) throw error("fusor::parallel::data_parallel::copy_parameters_to: a network of its own");
@@ -279,54 +287,61 @@ class data_parallel {
     }(std::make_index_sequence<group_count>{});
   }
 
+  /// Bytes this rank holds for parameters, gradients, optimizer state and communication.
   memory_report memory() const {
     memory_report report;
     for_each_group([&](const auto& g) { g.add_memory(report); });
     return report;
   }
+  /// When, within the last step, backward, each bucket's collective and the gathers ran on this rank.
   const step_timeline& timeline() const { return timeline_; }
-  // Bytes this rank hands to collectives in one step (the sizes of the buffers
-  // given to all_reduce / reduce_scatter, plus all_gather's shard and the
-  // norm's 8 bytes under ZeRO-1; under PowerSGD a compressed step's, after the
-  // warm-up). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
+  /// Bytes this rank hands to collectives in one step (the sizes of the buffers
+  /// given to all_reduce / reduce_scatter, plus all_gather's shard and the
+  /// norm's 8 bytes under ZeRO-1; under PowerSGD a compressed step's, after the
+  /// warm-up). A ring all-reduce of b bytes sends 2 (n - 1) / n x b per rank.
   index_t bytes_per_step() const {
     index_t bytes = sharded() ? index_t(sizeof(double)) : 0;
     for_each_group([&](const auto& g) { bytes += g.bytes_per_step(parallel_.micro_batches); });
     return bytes;
   }
-  // The bucket plan of group I (0: the network's first element type).
+  /// The bucket plan of group I (0: the network's first element type).
   template <std::size_t I = 0>
   const bucket_plan& buckets() const { return std::get<I>(groups_).plan(); }
 
+  /// The loss, with this rank's running totals.
   nn::softmax_cross_entropy<space>& loss() { return loss_; }
+  /// The per-step decisions: gradient norm and clipping, the Inf/NaN skip, loss scale, learning rate, step count.
   optim::update_controller<space>& controller() { return controller_; }
+  /// The network this trainer trains.
   Network& network() { return network_; }
+  /// The communicator the step spans.
   Communicator& communicator() { return communicator_; }
+  /// The data-parallel options in force (shard_gradients set where shard_parameters is).
   const data_parallel_options& options() const { return parallel_; }
-  std::uint64_t steps_taken() const { return steps_; }  // calls of step() (skipped ones too)
-  // After loading a checkpoint: the step count (and dropout's, micro-batches per step).
+  std::uint64_t steps_taken() const { return steps_; }  ///< calls of step() (skipped ones too)
+  /// After loading a checkpoint: the step count (and dropout's, micro-batches per step).
   void set_steps_taken(std::uint64_t steps) {
     steps_ = steps;
     forwards_ = steps * std::uint64_t(parallel_.micro_batches);
   }
-  // fn(parameter group, its optimizer, where the optimizer holds the group's
-  // elements: all of them, or this rank's shard under ZeRO-1).
+  /// fn(parameter group, its optimizer, where the optimizer holds the group's
+  /// elements: all of them, or this rank's shard under ZeRO-1).
   template <class Fn>
   void for_each_optimizer(Fn&& fn) {
     for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
   }
-  // fn(parameter group, slot, E, Q) for each weight matrix PowerSGD compresses
-  // on this rank (none without PowerSGD): its error feedback (this rank's) and
-  // warm start (the same on every rank), kept by checkpoints beside the
-  // optimizer's state (parallel/distributed_checkpoint.hpp).
+  /// fn(parameter group, slot, E, Q) for each weight matrix PowerSGD compresses
+  /// on this rank (none without PowerSGD): its error feedback (this rank's) and
+  /// warm start (the same on every rank), kept by checkpoints beside the
+  /// optimizer's state (parallel/distributed_checkpoint.hpp).
   template <class Fn>
   void for_each_compression_state(Fn&& fn) {
     for_each_group([&](auto& g) {
       g.for_each_compression_state([&](const nn::parameter_slot& slot, const auto& e, const auto& q) { fn(g.group(), slot, e, q); });
     });
   }
-  // Where the parameters of `group` (one of the network's) lie on this rank,
-  // for a checkpoint: the network's buffer, or under ZeRO-3 this rank's shard.
+  /// Where the parameters of `group` (one of the network's) lie on this rank,
+  /// for a checkpoint: the network's buffer, or under ZeRO-3 this rank's shard.
   template <class Element>
   std::pair<optim::flat_view<Element, space>, optim::state_layout> parameter_values(
       const nn::parameter_group<Element, space>& group) const {
@@ -338,16 +353,16 @@ class data_parallel {
     if (!found) throw error("fusor::parallel::data_parallel::parameter_values: not a parameter group of this network");
     return *found;
   }
-  // The network's parameters were overwritten (a checkpoint loaded): ZeRO-1's
-  // parameter shards follow them (ZeRO-3's shard was loaded itself). The optimizer's state is left as it is.
+  /// The network's parameters were overwritten (a checkpoint loaded): ZeRO-1's
+  /// parameter shards follow them (ZeRO-3's shard was loaded itself). The optimizer's state is left as it is.
   template <class Executor>
   void parameters_loaded(const Executor& ex) {
     for_each_group([&](auto& g) { g.take_parameter_shard(ex); });
   }
 
-  // Makes the squared gradient norm global over the ranks that split the
-  // network (parallel::tensor_parallel), before clipping and the Inf/NaN skip
-  // read it, every step from now on. `reduction` must outlive the steps.
+  /// Makes the squared gradient norm global over the ranks that split the
+  /// network (parallel::tensor_parallel), before clipping and the Inf/NaN skip
+  /// read it, every step from now on. `reduction` must outlive the steps.
   void reduce_gradient_norm_with(optim::gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
 
  private:

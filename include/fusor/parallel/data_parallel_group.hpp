@@ -62,12 +62,14 @@ index_t bytes_of(const optim::flat_tensor<T, Space>& t) {
 }
 }  // namespace detail
 
+/// One parameter group's part of a data-parallel step (data_parallel and pipeline drive it): its buckets, the
+/// buffers communication needs, the fp32 sum of micro-batches, the ZeRO shards and the group's optimizer.
 template <class Element, class Space, template <class, class> class Optimizer>
 class data_parallel_group {
  public:
-  using element_type = Element;
-  using accumulation_type = compute_t<Element>;
-  using optimizer_type = Optimizer<Element, Space>;
+  using element_type = Element;                      ///< the group's parameter and gradient element type
+  using accumulation_type = compute_t<Element>;      ///< element type of the micro-batches' sum (fp32 for 16-bit)
+  using optimizer_type = Optimizer<Element, Space>;  ///< the group's optimizer
 
  private:
   // The buffers of one communicated element type C.
@@ -80,6 +82,9 @@ class data_parallel_group {
   };
 
  public:
+  /// Plans `group`'s buckets from `reverse_layers` over `ranks` ranks (this one `rank`) and makes the buffers
+  /// and optimizer `options` call for, on `stream`. Throws fusor::error for ZeRO-3 with tied parameters, or
+  /// layer ranges that do not cover the group.
   template <class OptimizerOptions>
   data_parallel_group(nn::parameter_group<Element, Space>& group, const std::vector<layer_range>& reverse_layers,
                       int ranks, int rank, const data_parallel_options& options, const OptimizerOptions& optimizer_options,
@@ -117,15 +122,18 @@ class data_parallel_group {
       for (std::size_t i = 0; i != 2; ++i) value_slabs_[i] = optim::detail::zero_tensor<Element, Space>(slabs_[i].size(), stream);
   }
 
+  /// How the group's gradient buffer is cut into buckets.
   const bucket_plan& plan() const { return plan_; }
+  /// The group's optimizer: its state covers the group, or this rank's shard under ZeRO.
   optimizer_type& optimizer() { return optimizer_; }
+  /// Bytes bucket k hands to its collective: its padded size in the communicated element type.
   index_t communicated_bytes(std::size_t k) const {
     return plan_.buckets[k].padded_size * (narrow_ ? index_t{2} : index_t{sizeof(Element)});
   }
 
-  // The optimizer's starting state from the parameters (after they were made
-  // equal on every rank); under ZeRO-1 this rank's chunk of every bucket first
-  // becomes its parameter shard (padding zero), on the executor's stream.
+  /// The optimizer's starting state from the parameters (after they were made
+  /// equal on every rank); under ZeRO-1 this rank's chunk of every bucket first
+  /// becomes its parameter shard (padding zero), on the executor's stream.
   template <class Executor>
   void initialize(const Executor& ex) {
     if (!zero_) return optimizer_.initialize(group_->values(), ex);
@@ -143,23 +151,23 @@ class data_parallel_group {
     group_->release_values();
     for (std::size_t k = 0; k != plan_.buckets.size(); ++k) lend_values(k);
   }
-  // ZeRO-1: this rank's shard of the parameters from the group's values (after
-  // a checkpoint overwrote them), leaving the optimizer's state as it is.
-  // (In place, the parameters are the shard: nothing to take. ZeRO-3 after
-  // initialize: the shard is all there is, and a checkpoint loads into it.)
+  /// ZeRO-1: this rank's shard of the parameters from the group's values (after
+  /// a checkpoint overwrote them), leaving the optimizer's state as it is.
+  /// (In place, the parameters are the shard: nothing to take. ZeRO-3 after
+  /// initialize: the shard is all there is, and a checkpoint loads into it.)
   template <class Executor>
   void take_parameter_shard(const Executor& ex) {
     if (zero_ && !in_place_ && !group_->values_lent()) copy_shard(shard_values_.view(), ex);
   }
-  // Where this rank's parameters lie, for a checkpoint: the network's buffer,
-  // or under ZeRO-3 (once initialized) this rank's shard, laid out as the optimizer's state.
+  /// Where this rank's parameters lie, for a checkpoint: the network's buffer,
+  /// or under ZeRO-3 (once initialized) this rank's shard, laid out as the optimizer's state.
   std::pair<optim::flat_view<Element, Space>, optim::state_layout> parameter_values() const {
     if (group_->values_lent()) return {shard_values_.view(), state_layout()};
     return {group_->values(), optim::state_layout::whole(group_->size())};
   }
 
-  // Where the optimizer holds the group's elements: all of them, or under
-  // ZeRO-1 this rank's chunk of each bucket (padding left out), packed.
+  /// Where the optimizer holds the group's elements: all of them, or under
+  /// ZeRO-1 this rank's chunk of each bucket (padding left out), packed.
   optim::state_layout state_layout() const {
     if (!zero_) return optim::state_layout::whole(group_->size());
     optim::state_layout layout{{}, true};
@@ -170,9 +178,10 @@ class data_parallel_group {
     }
     return layout;
   }
+  /// The network's parameter group this part belongs to.
   const nn::parameter_group<Element, Space>& group() const { return *group_; }
 
-  // After a micro-batch's backward, except the last: one pass over the group.
+  /// After a micro-batch's backward, except the last: its gradients into the fp32 sum, one pass over the group.
   template <class Executor>
   void accumulate(bool first, const Executor& ex) {
     const auto sum = accumulation_.view();
@@ -180,12 +189,12 @@ class data_parallel_group {
     else assign(sum, sum + group_->gradients(), ex);
   }
 
-  // ZeRO-2: whether the gradients live in slabs, bucket by bucket.
+  /// ZeRO-2: whether the gradients live in slabs, bucket by bucket.
   bool lends_gradients() const { return lend_; }
-  // ZeRO-3: whether the parameters are gathered bucket by bucket.
+  /// ZeRO-3: whether the parameters are gathered bucket by bucket.
   bool gathers_values() const { return gather_; }
-  // ZeRO-3: bucket k's parameters from every rank's shard into value slab k % 2
-  // (padding included), once the layers that read that slab before are done.
+  /// ZeRO-3: bucket k's parameters from every rank's shard into value slab k % 2
+  /// (padding included), once the layers that read that slab before are done.
   template <class Communicator>
   auto gather_values(std::size_t k, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -193,8 +202,8 @@ class data_parallel_group {
         detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_),
         detail::part(value_slabs_[k % 2].view(), 0, b.padded_size));
   }
-  // ZeRO-3: bucket k's parameters from every rank's shard into `staging`
-  // (padded_size elements, the communication layout), for a whole copy.
+  /// ZeRO-3: bucket k's parameters from every rank's shard into `staging`
+  /// (padded_size elements, the communication layout), for a whole copy.
   template <class Communicator>
   auto gather_whole(std::size_t k, const optim::flat_view<Element, Space>& staging, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -202,22 +211,22 @@ class data_parallel_group {
         detail::part(shard_values_.view(), b.padded_begin / ranks_, (b.padded_begin + b.padded_size) / ranks_),
         detail::part(staging, b.padded_begin, b.padded_begin + b.padded_size));
   }
-  // ... and from there into `values` (a whole network's buffer of this group).
+  /// ZeRO-3, after gather_whole: every bucket from `staging` into `values` (a whole network's buffer of this group).
   template <class Executor>
   void unpack_whole(const optim::flat_view<Element, Space>& staging, const optim::flat_view<Element, Space>& values,
                     const Executor& ex) const {
     for (const gradient_bucket& b : plan_.buckets)
       copy_in_order(detail::part(values, b.begin, b.end), detail::part(staging, b.padded_begin, b.padded_begin + b.size()), ex);
   }
-  // ZeRO-3: bucket k's parameters are in value slab k % 2 (then rebind its layers).
+  /// ZeRO-3: bucket k's parameters are in value slab k % 2 (then rebind its layers).
   void lend_values(std::size_t k) {
     const gradient_bucket& b = plan_.buckets[k];
     group_->lend_values(b.begin, b.end, value_slabs_[k % 2].view());
   }
-  // ZeRO-2: bucket k's gradients into slab k % 2, its gaps (padding that
-  // backward does not write) zeroed. Call once the collective that read the
-  // slab before is done, and before backward reaches the bucket's layers (then
-  // rebind them: network::rebind_layers).
+  /// ZeRO-2: bucket k's gradients into slab k % 2, its gaps (padding that
+  /// backward does not write) zeroed. Call once the collective that read the
+  /// slab before is done, and before backward reaches the bucket's layers (then
+  /// rebind them: network::rebind_layers).
   template <class Executor>
   void lend_bucket(std::size_t k, const Executor& ex) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -225,9 +234,9 @@ class data_parallel_group {
     group_->lend_gradients(b.begin, b.end, slab);
     for (const auto& [begin, end] : gaps_[k]) assign(detail::part(slab, begin, end), detail::part(zeros_.view(), 0, end - begin), ex);
   }
-  // ZeRO-2 with micro-batches, once a micro-batch's reduce_scatters are done:
-  // before the last, this rank's shard into the fp32 sum; at the last, the sum
-  // into the shard the optimizer reads.
+  /// ZeRO-2 with micro-batches, once a micro-batch's reduce_scatters are done:
+  /// before the last, this rank's shard into the fp32 sum; at the last, the sum
+  /// into the shard the optimizer reads.
   template <class Executor>
   void accumulate_shard(bool first, bool last, const Executor& ex) {
     visit([&](auto& c) {
@@ -239,7 +248,7 @@ class data_parallel_group {
     });
   }
 
-  // Bucket k's gradients into the communication buffer: one pass, or none.
+  /// Bucket k's gradients into the communication buffer: one pass, or none.
   template <class Executor>
   void prepare(std::size_t k, const Executor& ex) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -259,7 +268,7 @@ class data_parallel_group {
     });
   }
 
-  // Bucket k's collective: the sum over ranks, in place (or ZeRO-1: this rank's chunk of it).
+  /// Bucket k's collective: the sum over ranks, in place (or ZeRO-1: this rank's chunk of it).
   template <class Communicator>
   auto reduce(std::size_t k, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -273,8 +282,8 @@ class data_parallel_group {
     });
   }
 
-  // PowerSGD, instead of the buckets' collectives: the group's gradients (and
-  // the sum of earlier micro-batches) become their compressed sum over ranks.
+  /// PowerSGD, instead of the buckets' collectives: the group's gradients (and
+  /// the sum of earlier micro-batches) become their compressed sum over ranks.
   template <class Communicator, class Executor>
   void compress_and_reduce(Communicator& communicator, stream_order& order, const Executor& ex) {
     const auto g = group_->gradients();
@@ -287,17 +296,18 @@ class data_parallel_group {
     }
     compressed_step_ = true;
   }
+  /// Whether the group's gradients go through PowerSGD (communication = powersgd).
   bool compresses() const { return compressor_.has_value(); }
-  // fn(slot, E, Q) for each matrix PowerSGD compresses (parallel/powersgd.hpp); none without it.
+  /// fn(slot, E, Q) for each matrix PowerSGD compresses (parallel/powersgd.hpp); none without it.
   template <class Fn>
   void for_each_compression_state(Fn&& fn) {
     if (compressor_)
       compressor_->for_each_matrix_state([&](std::size_t slot, const auto& e, const auto& q) { fn(group_->slots()[slot], e, q); });
   }
 
-  // The reduced gradients' sum of squares into the controller (this rank's
-  // shard under ZeRO-1). `skipped`: group ranges left out (under ZeRO-1 with
-  // a split network, the replicated gradients on all but one tensor rank).
+  /// The reduced gradients' sum of squares into the controller (this rank's
+  /// shard under ZeRO-1). `skipped`: group ranges left out (under ZeRO-1 with
+  /// a split network, the replicated gradients on all but one tensor rank).
   template <class Controller, class Executor>
   void add_gradient_norm(Controller& controller, const Executor& ex,
                          const std::vector<std::pair<index_t, index_t>>& skipped = {}) {
@@ -320,6 +330,7 @@ class data_parallel_group {
     });
   }
 
+  /// The optimizer's step on the reduced gradients: every parameter, or under ZeRO this rank's shard of them.
   template <class Executor>
   void update(const optim::step_scalars<Space>& scalars, const Executor& ex) {
     if (compressed_step_) {
@@ -342,7 +353,7 @@ class data_parallel_group {
     });
   }
 
-  // ZeRO-1: every rank's updated chunk of bucket k into every rank's parameters.
+  /// ZeRO-1: every rank's updated chunk of bucket k into every rank's parameters.
   template <class Communicator>
   auto gather(std::size_t k, Communicator& communicator) {
     const gradient_bucket& b = plan_.buckets[k];
@@ -352,7 +363,7 @@ class data_parallel_group {
       return communicator.all_gather(mine, detail::part(staging_.view(), b.padded_begin, b.padded_begin + b.padded_size));
     return communicator.all_gather(mine, detail::part(group_->values(), b.begin, b.end));
   }
-  // After the gathers: padded buckets from the staging buffer into the parameters, one pass.
+  /// After the gathers: padded buckets from the staging buffer into the parameters, one pass.
   template <class Executor>
   void finish_gather(const Executor& ex) {
     if (!plan_.padded()) return;
@@ -361,6 +372,7 @@ class data_parallel_group {
              detail::part(staging_.view(), b.padded_begin, b.padded_begin + b.size()), ex);
   }
 
+  /// Adds the bytes this group holds on this rank to `report`.
   void add_memory(memory_report& report) const {
     const index_t bytes = group_->size() * index_t(sizeof(Element));
     report.parameters += gather_ ? detail::bytes_of(shard_values_) + detail::bytes_of(value_slabs_[0]) +
@@ -381,12 +393,12 @@ class data_parallel_group {
       report.communication += b;
     if (compressor_) report.communication += compressor_->bytes_held();
   }
-  // Bytes this group hands to collectives in a step: every bucket's buffer
-  // (all_reduce, or reduce_scatter's input) and, under ZeRO-1, its shard of the
-  // parameters (all_gather's input); under PowerSGD, a compressed step's factors and vectors.
-  // ZeRO-2/3 communicate every micro-batch: the buckets' reduce_scatters and,
-  // under ZeRO-3, all_gather's shard of every bucket in forward and of all but
-  // the first two again in backward.
+  /// Bytes this group hands to collectives in a step: every bucket's buffer
+  /// (all_reduce, or reduce_scatter's input) and, under ZeRO-1, its shard of the
+  /// parameters (all_gather's input); under PowerSGD, a compressed step's factors and vectors.
+  /// ZeRO-2/3 communicate every micro-batch: the buckets' reduce_scatters and,
+  /// under ZeRO-3, all_gather's shard of every bucket in forward and of all but
+  /// the first two again in backward.
   index_t bytes_per_step(index_t micro_batches) const {
     if (compressor_) return compressor_->bytes_per_step();
     index_t bytes = 0;

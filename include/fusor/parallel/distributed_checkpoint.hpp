@@ -56,18 +56,21 @@
 
 namespace fusor::parallel {
 
-// Where this rank sits, for a checkpoint: the mesh's shape and this rank's coordinates.
+/// Where this rank sits, for a checkpoint: the mesh's shape and this rank's coordinates.
 struct checkpoint_rank {
-  mesh_shape shape;
-  mesh_coordinates at;
+  mesh_shape shape;     ///< the mesh's shape
+  mesh_coordinates at;  ///< this rank's coordinates in it
+  /// This rank's world rank under the mesh's layout.
   int world_rank() const { return rank_of(at, shape); }
+  /// The ranks of the world: shape.size().
   int world_size() const { return shape.size(); }
 };
+/// Where this rank sits in `grid`, for save_distributed and load_distributed.
 template <class Communicator>
 checkpoint_rank checkpoint_rank_of(const mesh<Communicator>& grid) {
   return {grid.shape(), grid.at()};
 }
-// One process, or a trainer that is alone in its world.
+/// One process, or a trainer that is alone in its world.
 inline constexpr checkpoint_rank single_process{};
 
 namespace detail {
@@ -246,12 +249,12 @@ inline std::uint64_t parse_unsigned(const std::string& text, const std::filesyst
 
 }  // namespace detail
 
-// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
-// and (world rank 0, once every rank's shard is written) the manifest. A
-// collective over `world` (every rank of the mesh calls it, with the same
-// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
-// caller's own strings (the epoch, the data position); keys starting
-// "training." or "fusor." are reserved.
+/// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
+/// and (world rank 0, once every rank's shard is written) the manifest. A
+/// collective over `world` (every rank of the mesh calls it, with the same
+/// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
+/// caller's own strings (the epoch, the data position); keys starting
+/// "training." or "fusor." are reserved.
 template <class Trainer, class Communicator, class Executor>
 void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world, const checkpoint_rank& where,
                       const std::string& save_id, const std::map<std::string, std::string>& metadata,
@@ -305,11 +308,11 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                                "' failed" + (failure.empty() ? std::string() : ": " + failure));
 }
 
-// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
-// rank's part of the trainer: its parameters, optimizer state, step scalars and
-// step count. Call it after trainer.initialize(ex). Every rank reads its own
-// pieces (no communication). Returns the save's metadata (the caller's keys,
-// and training.mesh, the mesh it was saved on).
+/// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
+/// rank's part of the trainer: its parameters, optimizer state, step scalars and
+/// step count. Call it after trainer.initialize(ex). Every rank reads its own
+/// pieces (no communication). Returns the save's metadata (the caller's keys,
+/// and training.mesh, the mesh it was saved on).
 template <class Trainer, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
                                                     const checkpoint_rank& where, const Executor& ex) {
@@ -346,9 +349,11 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
 //   parallel::save_distributed_latest("run", train, world, where, "epoch-3", {{"epoch", "3"}}, ex);
 //   if (const auto last = parallel::latest_distributed_save("run"))
 //     parallel::load_distributed(*last, train, where, ex);
+/// The file under a folder of saves that names its newest complete save.
 inline constexpr const char* latest_name = "latest";
 
-// The newest complete save under `root`, or nothing when no save finished there.
+/// The newest complete save under `root`, or nothing when no save finished there.
+/// Throws io::checkpoint_error where `latest` names no complete save.
 inline std::optional<std::filesystem::path> latest_distributed_save(const std::filesystem::path& root) {
   const std::filesystem::path pointer = root / latest_name;
   if (!std::filesystem::exists(pointer)) return std::nullopt;
@@ -363,6 +368,9 @@ inline std::optional<std::filesystem::path> latest_distributed_save(const std::f
   return dir;
 }
 
+/// save_distributed into `<root>/<save_id>`; once that is complete, `<root>/latest` names it and older saves
+/// under `root` are removed (see above). A collective over `world`. Throws io::checkpoint_error where
+/// `save_id` is not a plain folder name or is the latest save's.
 template <class Trainer, class Communicator, class Executor>
 void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer, Communicator& world,
                              const checkpoint_rank& where, const std::string& save_id,

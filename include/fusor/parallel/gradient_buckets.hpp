@@ -25,34 +25,43 @@
 
 namespace fusor::parallel {
 
-// Where one layer's parameters lie in a group's flat buffer: [begin, end).
+/// Where one layer's parameters lie in a group's flat buffer: [begin, end).
 struct layer_range {
-  std::size_t layer = 0;
-  index_t begin = 0;
-  index_t end = 0;
+  std::size_t layer = 0;  ///< the layer's index in the network
+  index_t begin = 0;      ///< its first element in the buffer
+  index_t end = 0;        ///< one past its last element
 };
 
+/// A run of whole layers whose gradients are communicated as one collective.
 struct gradient_bucket {
-  index_t begin = 0, end = 0;         // [begin, end) of the group's flat buffers
-  std::size_t lowest_layer = 0;       // ready once backward is done with this layer
-  std::size_t highest_layer = 0;
-  index_t padded_begin = 0;           // where it starts in the communication layout
-  index_t padded_size = 0;            // its size rounded up to a multiple of pad_to
+  /// \var begin
+  /// The bucket's first element in the group's flat buffers.
+  /// \var end
+  /// One past its last element: [begin, end).
+  index_t begin = 0, end = 0;
+  std::size_t lowest_layer = 0;       ///< ready once backward is done with this layer
+  std::size_t highest_layer = 0;      ///< the bucket's last layer (backward reaches it first)
+  index_t padded_begin = 0;           ///< where it starts in the communication layout
+  index_t padded_size = 0;            ///< its size rounded up to a multiple of pad_to
+  /// Elements of the group's buffer the bucket spans, padding left out.
   index_t size() const { return end - begin; }
 };
 
+/// How one parameter group's gradient buffer is cut into buckets (plan_buckets()).
 struct bucket_plan {
-  std::vector<gradient_bucket> buckets;  // in the order they become ready (reverse layer order)
-  index_t size = 0;                      // elements of the group's buffer
-  index_t padded_size = 0;               // elements of the communication layout
-  int pad_to = 1;                        // the ranks sharing each bucket (ZeRO-1), else 1
+  std::vector<gradient_bucket> buckets;  ///< in the order they become ready (reverse layer order)
+  index_t size = 0;                      ///< elements of the group's buffer
+  index_t padded_size = 0;               ///< elements of the communication layout
+  int pad_to = 1;                        ///< the ranks sharing each bucket (ZeRO-1), else 1
+  /// Whether any bucket is padded (the communication layout is larger than the buffer).
   bool padded() const { return padded_size != size; }
-  // This rank's share of the layout (ZeRO-1): padded_size / pad_to.
+  /// This rank's share of the layout (ZeRO-1): padded_size / pad_to.
   index_t shard_size() const { return padded_size / pad_to; }
 };
 
-// Buckets from the layers' ranges given in reverse layer order (layers without
-// parameters in this group left out). The ranges must tile [0, size) of the buffer.
+/// Buckets from the layers' ranges given in reverse layer order (layers without
+/// parameters in this group left out). The ranges must tile [0, size) of the buffer;
+/// throws fusor::error where they do not, or where bucket_bytes or pad_to is below 1.
 inline bucket_plan plan_buckets(const std::vector<layer_range>& reverse_layers, index_t element_bytes,
                                 index_t bucket_bytes, int pad_to) {
   if (bucket_bytes < 1)

@@ -80,30 +80,35 @@
 
 namespace fusor::parallel {
 
+/// What a user chooses for a pipeline: micro-batches per step, the schedule and the stage map.
 struct pipeline_options {
-  index_t micro_batches = 4;
-  pipeline_schedule schedule = pipeline_schedule::one_forward_one_backward;
-  std::vector<std::size_t> stage_starts = {};  // first layer of each stage; empty: balanced_stage_starts
+  index_t micro_batches = 4;  ///< pieces of each global batch (1 to pipeline_max_micro_batches, dividing the batch)
+  pipeline_schedule schedule = pipeline_schedule::one_forward_one_backward;  ///< GPipe or 1F1B
+  std::vector<std::size_t> stage_starts = {};  ///< first layer of each stage; empty: balanced_stage_starts
 };
 
+/// This rank's stage and the bubble of its schedule, with the last step's measured times (pipeline::report()).
 struct pipeline_report {
-  int stage = 0;
-  int stages = 1;
-  index_t micro_batches = 1;
-  pipeline_schedule schedule = pipeline_schedule::one_forward_one_backward;
-  nn::layer_range layers = {};
-  double bubble_fraction = 0;       // (p - 1) / m: an ideal pipeline's idle time over its compute time
-  double bubble_share_of_step = 0;  // (p - 1) / (m + p - 1): the same idle time over the step time
-  double idle_fraction = 0;         // measured in the last step: time blocked waiting for a peer / step time
-  double step_seconds = 0;          // the last step's wall time on this rank
-  index_t contexts = 1;             // micro-batches this stage holds in flight (one set of activations each)
+  int stage = 0;               ///< this rank's stage
+  int stages = 1;              ///< the pipeline's stages (ranks)
+  index_t micro_batches = 1;   ///< micro-batches per step
+  pipeline_schedule schedule = pipeline_schedule::one_forward_one_backward;  ///< the schedule in use
+  nn::layer_range layers = {};  ///< the layers this stage holds
+  double bubble_fraction = 0;       ///< (p - 1) / m: an ideal pipeline's idle time over its compute time
+  double bubble_share_of_step = 0;  ///< (p - 1) / (m + p - 1): the same idle time over the step time
+  double idle_fraction = 0;         ///< measured in the last step: time blocked waiting for a peer / step time
+  double step_seconds = 0;          ///< the last step's wall time on this rank
+  index_t contexts = 1;             ///< micro-batches this stage holds in flight (one set of activations each)
 };
 
+/// A trainer whose network is split over the ranks of a communicator, one stage (a run of layers) per rank,
+/// each global batch cut into micro-batches that flow through the stages by the GPipe or 1F1B schedule.
 template <class Sequential, class Precision, class Space, template <class, class> class Optimizer, class Communicator>
 class pipeline {
  public:
+  /// The whole network's type; this stage's networks hold only the stage's layers.
   using network_type = nn::network<Sequential, Precision, Space>;
-  using space = Space;
+  using space = Space;  ///< the memory space of parameters and activations
 
  private:
   using action = pipeline_action;
@@ -124,8 +129,8 @@ class pipeline {
       std::declval<optim::flat_view<float, Space>>(), comm::reduction_op::sum));
 
  public:
-  // One pipeline: `communicator` holds its stages (rank = stage), every rank
-  // steps on the whole `global_batch`.
+  /// One pipeline: `communicator` holds its stages (rank = stage), every rank
+  /// steps on the whole `global_batch`.
   template <class OptimizerOptions>
   pipeline(Communicator& communicator, index_t global_batch, nn::network_options network_options,
            optim::trainer_options trainer_options, const OptimizerOptions& optimizer_options,
@@ -133,20 +138,20 @@ class pipeline {
       : pipeline(communicator, nullptr, global_batch, std::move(network_options), trainer_options, optimizer_options,
                  std::move(options), {}) {}
 
-  // One of several replicas of a pipeline (data x pipeline parallelism):
-  // `stages` holds this replica's stages, `data` the ranks holding this stage
-  // in the other replicas (a mesh's pipeline() and data() groups), and
-  // `replica_batch` the rows this replica steps on (the global batch / replicas).
-  // `data_options` choose the data group's communication: bucket_bytes,
-  // communication (native or bf16) and shard_optimizer_state (ZeRO-1). The
-  // collectives start after the stage's last backward (overlap does not apply);
-  // micro-batches are pipeline_options' (leave data_options.micro_batches at 1).
-  // ZeRO-2/3 and PowerSGD are refused: a stage adds its micro-batches'
-  // gradients into one buffer of the stage's size between backwards (the
-  // schedule interleaves them), so ZeRO-2 would have to reduce-scatter after
-  // every micro-batch (m times the traffic) and ZeRO-3 gather every parameter m
-  // times in forward and again in backward; DeepSpeed refuses them with
-  // pipelines for the same reason. More stages cut memory per rank instead.
+  /// One of several replicas of a pipeline (data x pipeline parallelism):
+  /// `stages` holds this replica's stages, `data` the ranks holding this stage
+  /// in the other replicas (a mesh's pipeline() and data() groups), and
+  /// `replica_batch` the rows this replica steps on (the global batch / replicas).
+  /// `data_options` choose the data group's communication: bucket_bytes,
+  /// communication (native or bf16) and shard_optimizer_state (ZeRO-1). The
+  /// collectives start after the stage's last backward (overlap does not apply);
+  /// micro-batches are pipeline_options' (leave data_options.micro_batches at 1).
+  /// ZeRO-2/3 and PowerSGD are refused: a stage adds its micro-batches'
+  /// gradients into one buffer of the stage's size between backwards (the
+  /// schedule interleaves them), so ZeRO-2 would have to reduce-scatter after
+  /// every micro-batch (m times the traffic) and ZeRO-3 gather every parameter m
+  /// times in forward and again in backward; DeepSpeed refuses them with
+  /// pipelines for the same reason. More stages cut memory per rank instead.
   template <class OptimizerOptions>
   pipeline(Communicator& stages, Communicator& data, index_t replica_batch, nn::network_options network_options,
            optim::trainer_options trainer_options, const OptimizerOptions& optimizer_options,
@@ -194,22 +199,22 @@ class pipeline {
   pipeline(const pipeline&) = delete;
   pipeline& operator=(const pipeline&) = delete;
 
-  // Tensor parallelism inside the stage: `reduction` (the parallel::tensor_parallel
-  // of context 0) makes each stage's squared gradient norm global over the tensor
-  // group before the stages' norms are summed. `reduction` must outlive the steps.
+  /// Tensor parallelism inside the stage: `reduction` (the parallel::tensor_parallel
+  /// of context 0) makes each stage's squared gradient norm global over the tensor
+  /// group before the stages' norms are summed. `reduction` must outlive the steps.
   void reduce_gradient_norm_with(optim::gradient_norm_reduction<space>& reduction) { norm_reduction_ = &reduction; }
-  // fn(network&) for every context (set of activations in flight) of this stage,
-  // context 0 first; they share its parameters (to connect split layers).
+  /// fn(network&) for every context (set of activations in flight) of this stage,
+  /// context 0 first; they share its parameters (to connect split layers).
   template <class Fn>
   void for_each_context(Fn&& fn) {
     fn(network_);
     for (auto& c : extra_contexts_) fn(*c);
   }
 
-  // Master weights and moments from the stage's current parameters (as
-  // trainer::initialize); with replicas, data rank 0's parameters first go to
-  // every replica (a collective over the data group), and under ZeRO-1 each
-  // rank's optimizer takes its shard of them.
+  /// Master weights and moments from the stage's current parameters (as
+  /// trainer::initialize); with replicas, data rank 0's parameters first go to
+  /// every replica (a collective over the data group), and under ZeRO-1 each
+  /// rank's optimizer takes its shard of them.
   template <class Executor>
   void initialize(const Executor& ex) {
     if (replicas() > 1) {
@@ -223,9 +228,9 @@ class pipeline {
     for_each_group([&](auto& g) { g.initialize(ex); });
   }
 
-  // One training step on the global batch: images [global batch, features...]
-  // (read on stage 0), labels [global batch] int32 (read on the last stage);
-  // other ranks may pass the same views or empty ones. Every rank must call it.
+  /// One training step on the global batch: images [global batch, features...]
+  /// (read on stage 0), labels [global batch] int32 (read on the last stage);
+  /// other ranks may pass the same views or empty ones. Every rank must call it.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     const auto start = clock::now();
@@ -268,20 +273,20 @@ class pipeline {
     check_not_stopped();
   }
 
-  // Throws optim::nonfinite_error if a step had Inf/NaN gradients under
-  // nonfinite_gradients::stop (the default without a dynamic loss scale): the
-  // norm is summed over every stage, so every rank stops at the same step, each
-  // naming its own stage's first layer. As data_parallel's (on a GPU, the
-  // note of the step two before the last, the same step on every rank).
+  /// Throws optim::nonfinite_error if a step had Inf/NaN gradients under
+  /// nonfinite_gradients::stop (the default without a dynamic loss scale): the
+  /// norm is summed over every stage, so every rank stops at the same step, each
+  /// naming its own stage's first layer. As data_parallel's (on a GPU, the
+  /// note of the step two before the last, the same step on every rank).
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
     if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::pipeline", at, network_), at);
   }
 
-  // Loss and accuracy on a batch of at most the global batch, without learning
-  // (into totals()). The batch size is read from the images or the labels where
-  // this rank has them, else it is the global batch: pass the real views on every
-  // rank when batches may be smaller. Every rank must call it.
+  /// Loss and accuracy on a batch of at most the global batch, without learning
+  /// (into totals()). The batch size is read from the images or the labels where
+  /// this rank has them, else it is the global batch: pass the real views on every
+  /// rank when batches may be smaller. Every rank must call it.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
     check_not_stopped();
@@ -307,8 +312,8 @@ class pipeline {
     messages_.finish();
   }
 
-  // The loss totals since reset_totals() (steps and evaluations), from the last
-  // stage, on every rank (a broadcast: every rank must call it).
+  /// The loss totals since reset_totals() (steps and evaluations), from the last
+  /// stage, on every rank (a broadcast: every rank must call it).
   nn::loss_totals totals() {
     double values[3] = {0, 0, 0};
     if (last_stage()) {
@@ -325,11 +330,13 @@ class pipeline {
     }
     return {values[0], values[1], index_t(values[2])};
   }
+  /// Zeroes the loss totals (the last stage holds them; elsewhere it does nothing).
   template <class Executor>
   void reset_totals(const Executor& ex) {
     if (last_stage()) loss_->reset(ex);
   }
 
+  /// This rank's stage, its schedule's bubble, and the last step's measured idle time.
   pipeline_report report() const {
     return {stage_,
             stages_,
@@ -343,36 +350,42 @@ class pipeline {
             messages_.contexts()};
   }
 
-  // The stage's network (its layers only) and its parameters, named as in the
-  // whole network: fn(slot, values, gradients). The gradients are the step's
-  // working buffers (a micro-batch's share, or the sum the update read).
+  /// The stage's network (its layers only; context 0's activations).
   network_type& network() { return network_; }
+  /// fn(slot, values, gradients) for each of the stage's parameters, named as in the whole network. The
+  /// gradients are the step's working buffers (a micro-batch's share, or the sum the update read).
   template <class Fn>
   void for_each_parameter(Fn&& fn) const {
     network_.for_each_parameter(std::forward<Fn>(fn));
   }
+  /// The layers this stage holds.
   nn::layer_range layers() const { return layers_; }
+  /// This rank's stage: its rank in the stages' communicator.
   int stage() const { return stage_; }
+  /// The pipeline's stages: the size of the stages' communicator.
   int stages() const { return stages_; }
+  /// Rows per micro-batch: the global batch / micro-batches.
   index_t micro_batch_size() const { return micro_batch_; }
+  /// The per-step decisions: gradient norm and clipping, the Inf/NaN skip, loss scale, learning rate, step count.
   optim::update_controller<Space>& controller() { return controller_; }
+  /// Calls of step() (skipped ones too), counted on the host.
   std::uint64_t steps_taken() const { return host_steps_; }
-  // After loading a checkpoint, the host-side step count (dropout's stream of masks).
+  /// After loading a checkpoint, the host-side step count (dropout's stream of masks).
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
-  // fn(parameter group, its optimizer, where the optimizer holds the group's
-  // elements) for each group this stage holds: the whole group, or under
-  // ZeRO-1 this rank's chunk of each bucket.
+  /// fn(parameter group, its optimizer, where the optimizer holds the group's
+  /// elements) for each group this stage holds: the whole group, or under
+  /// ZeRO-1 this rank's chunk of each bucket.
   template <class Fn>
   void for_each_optimizer(Fn&& fn) {
     for_each_group([&](auto& g) { fn(g.group(), g.optimizer(), g.state_layout()); });
   }
-  // The stage's parameters were overwritten (a checkpoint loaded): ZeRO-1's
-  // parameter shards follow them. The optimizer's state is left as it is.
+  /// The stage's parameters were overwritten (a checkpoint loaded): ZeRO-1's
+  /// parameter shards follow them. The optimizer's state is left as it is.
   template <class Executor>
   void parameters_loaded(const Executor& ex) {
     for_each_group([&](auto& g) { g.take_parameter_shard(ex); });
   }
-  // Replicas of this pipeline (the data group's size; 1 without one).
+  /// Replicas of this pipeline (the data group's size; 1 without one).
   int replicas() const { return data_ != nullptr ? data_->size() : 1; }
 
  private:

@@ -25,6 +25,8 @@
 
 namespace fusor::parallel {
 
+/// The point-to-point traffic of one pipeline stage: activations forward, gradients back, and the time the
+/// stage waited for its neighbours.
 template <class Network, class Communicator>
 class pipeline_messages {
   using kind = pipeline_action::kind;
@@ -33,15 +35,16 @@ class pipeline_messages {
       std::declval<nn::flat_view<float, typename Network::space>>(), 0, 0));
 
  public:
-  // Ordered on a CUDA stream: the executor must run there.
+  /// Whether the communicator's calls are ordered on a CUDA stream (then the executor must run there).
   static constexpr bool stream_ordered = requires(const Communicator& c) { c.stream(); };
 
+  /// The traffic of this rank's stage over `communicator` (rank = stage), with `contexts` micro-batches in flight.
   pipeline_messages(Communicator& communicator, index_t contexts)
       : comm_(communicator), stage_(communicator.rank()), stages_(communicator.size()),
         forward_sends_(std::size_t(contexts)), backward_sends_(std::size_t(contexts)) {}
 
-  // Before action `a` (a forward) in `net`: that context's last activation must
-  // have left, and the stage's input arrives (stage 0 reads the images instead).
+  /// Before action `a` (a forward) in `net`: that context's last activation must
+  /// have left, and the stage's input arrives (stage 0 reads the images instead).
   void receive_input(Network& net, const pipeline_action& a, index_t count) {
     wait_send(forward_sends_[std::size_t(a.context)]);
     std::optional<request_type> incoming;
@@ -55,9 +58,9 @@ class pipeline_messages {
     }
     if (incoming) wait(*incoming);
   }
-  // Before action `a` (a backward): that context's last input gradient must have
-  // left, and the gradient of the stage's output arrives (the last stage has it
-  // from the loss).
+  /// Before action `a` (a backward): that context's last input gradient must have
+  /// left, and the gradient of the stage's output arrives (the last stage has it
+  /// from the loss).
   void receive_output_gradient(Network& net, const pipeline_action& a) {
     wait_send(backward_sends_[std::size_t(a.context)]);
     std::optional<request_type> incoming;
@@ -71,14 +74,14 @@ class pipeline_messages {
     }
     if (incoming) wait(*incoming);
   }
-  // After action `a` in `net`: what it produced goes to the neighbour, issued
-  // with the next receive (or by finish()). Nothing leaves the last stage's
-  // forward or stage 0's backward.
+  /// After action `a` in `net`: what it produced goes to the neighbour, issued
+  /// with the next receive (or by finish()). Nothing leaves the last stage's
+  /// forward or stage 0's backward.
   void send_after(Network& net, const pipeline_action& a) {
     const bool forward = a.what == kind::forward;
     if (forward ? stage_ + 1 < stages_ : stage_ > 0) pending_ = {&net, a};
   }
-  // The last send issued and every send waited for: the step is over.
+  /// The last send issued and every send waited for: the step is over.
   void finish() {
     if (pending_.network != nullptr) {
       [[maybe_unused]] auto group = comm_.group();
@@ -88,7 +91,7 @@ class pipeline_messages {
       for (auto& request : *sends) wait_send(request);
   }
 
-  // request.wait(), its time counted as waiting for a peer.
+  /// request.wait(), its time counted as waiting for a peer (nothing under a stream-ordered communicator).
   template <class Request>
   void wait(Request& request) {
     if constexpr (stream_ordered) return;  // the stream orders it; the host goes on
@@ -96,8 +99,11 @@ class pipeline_messages {
     request.wait();
     idle_seconds_ += std::chrono::duration<double>(clock::now() - start).count();
   }
+  /// Seconds the host waited for peers since reset_idle().
   double idle_seconds() const { return idle_seconds_; }
+  /// Restarts the idle count (a step does, at its start).
   void reset_idle() { idle_seconds_ = 0; }
+  /// Micro-batches (sets of activations) the stage holds in flight.
   index_t contexts() const { return index_t(forward_sends_.size()); }
 
  private:

@@ -25,18 +25,22 @@
 
 namespace fusor::parallel {
 
+/// The order in which a pipeline stage runs its micro-batches' forwards and backwards in a step.
 enum class pipeline_schedule { gpipe, one_forward_one_backward };
 
+/// The schedule's name: "GPipe" or "1F1B".
 inline const char* name(pipeline_schedule schedule) {
   return schedule == pipeline_schedule::gpipe ? "GPipe" : "1F1B";
 }
 
-// One step of one stage's schedule.
+/// One step of one stage's schedule.
 struct pipeline_action {
+  /// A micro-batch's forward or its backward.
   enum class kind { forward, backward };
-  kind what = kind::forward;
-  index_t micro_batch = 0;
-  index_t context = 0;  // which in-flight context holds this micro-batch's activations
+  kind what = kind::forward;  ///< forward or backward
+  index_t micro_batch = 0;    ///< which micro-batch of the step, from 0
+  index_t context = 0;  ///< which in-flight context holds this micro-batch's activations
+  /// Equal where every field is.
   bool operator==(const pipeline_action&) const = default;
 };
 
@@ -49,14 +53,14 @@ inline void require_schedule_arguments(int stage, int stages, index_t micro_batc
 }
 }  // namespace detail
 
-// How many micro-batches stage `stage` of `stages` holds at once.
+/// How many micro-batches stage `stage` of `stages` holds at once.
 inline index_t pipeline_contexts(pipeline_schedule schedule, int stage, int stages, index_t micro_batches) {
   detail::require_schedule_arguments(stage, stages, micro_batches);
   if (schedule == pipeline_schedule::gpipe) return micro_batches;
   return std::min<index_t>(micro_batches, stages - stage);
 }
 
-// The actions of stage `stage` in one training step, in the order it runs them.
+/// The actions of stage `stage` in one training step, in the order it runs them.
 inline std::vector<pipeline_action> pipeline_actions(pipeline_schedule schedule, int stage, int stages,
                                                      index_t micro_batches) {
   const index_t contexts = pipeline_contexts(schedule, stage, stages, micro_batches);
@@ -82,39 +86,42 @@ inline std::vector<pipeline_action> pipeline_actions(pipeline_schedule schedule,
 // Tags of point-to-point messages: the micro-batch and the direction (an
 // activation goes forward, a gradient backward), so no message can be taken
 // for another. MPI guarantees tags up to 32767.
+/// The most micro-batches a step may have: every message tag stays within MPI's guaranteed 32767.
 inline constexpr index_t pipeline_max_micro_batches = 16383;
+/// The tag of micro-batch `micro_batch`'s message in `direction`: 2 x micro_batch, plus 1 for a gradient.
 inline int pipeline_tag(index_t micro_batch, pipeline_action::kind direction) {
   return int(2 * micro_batch + (direction == pipeline_action::kind::backward ? 1 : 0));
 }
 
-// The idle time of an ideal pipeline relative to its compute time: (p - 1) / m.
+/// The idle time of an ideal pipeline relative to its compute time: (p - 1) / m.
 inline double pipeline_bubble_fraction(int stages, index_t micro_batches) {
   return double(stages - 1) / double(micro_batches);
 }
-// The same bubble as a share of the whole step, (p - 1) / (m + p - 1): what a
-// stage's measured idle time over its step time compares with.
+/// The same bubble as a share of the whole step, (p - 1) / (m + p - 1): what a
+/// stage's measured idle time over its step time compares with.
 inline double pipeline_bubble_share_of_step(int stages, index_t micro_batches) {
   return double(stages - 1) / double(micro_batches + stages - 1);
 }
 
-// The stage map: the first layer of each stage, in stage order.
-// Balanced: `layers` split into `stages` runs whose lengths differ by at most one
-// (stage s starts at s * layers / stages). Layers differ in cost: give a map of
-// your own (pipeline_options::stage_starts) to balance work rather than counts.
+/// The stage map: the first layer of each stage, in stage order.
+/// Balanced: `layers` split into `stages` runs whose lengths differ by at most one
+/// (stage s starts at s * layers / stages). Layers differ in cost: give a map of
+/// your own (pipeline_options::stage_starts) to balance work rather than counts.
 inline std::vector<std::size_t> balanced_stage_starts(std::size_t layers, int stages) {
   std::vector<std::size_t> starts;
   for (int s = 0; s < stages; ++s) starts.push_back(std::size_t(s) * layers / std::size_t(stages));
   return starts;
 }
 
+/// A stage map as text, such as "{0, 3, 6}".
 inline std::string stage_map_string(const std::vector<std::size_t>& starts) {
   std::string text = "{";
   for (std::size_t s = 0; s < starts.size(); ++s) text += (s ? ", " : "") + std::to_string(starts[s]);
   return text + "}";
 }
 
-// Throws fusor::error, naming the numbers, unless `starts` gives each of `stages`
-// ranks at least one of `layers` layers, in order, from layer 0.
+/// Throws fusor::error, naming the numbers, unless `starts` gives each of `stages`
+/// ranks at least one of `layers` layers, in order, from layer 0.
 inline void check_stage_starts(const std::vector<std::size_t>& starts, std::size_t layers, int stages) {
   const std::string map = "fusor::parallel::pipeline: stage map " + stage_map_string(starts);
   if (stages < 1 || std::size_t(stages) > layers)
@@ -134,7 +141,7 @@ inline void check_stage_starts(const std::vector<std::size_t>& starts, std::size
                 std::to_string(starts.back()) + ", but the network has " + std::to_string(layers) + " layers");
 }
 
-// The layers stage `stage` holds under a checked stage map.
+/// The layers stage `stage` holds under a checked stage map.
 inline nn::layer_range stage_layers(const std::vector<std::size_t>& starts, int stage, std::size_t layers) {
   const std::size_t s = std::size_t(stage);
   return {starts[s], s + 1 < starts.size() ? starts[s + 1] : layers};

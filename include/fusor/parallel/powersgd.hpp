@@ -111,6 +111,8 @@ void finish_collective(Request& request, Communicator& communicator, stream_orde
 
 }  // namespace detail
 
+/// PowerSGD for one parameter group of a data-parallel step: each large enough weight matrix's gradient is
+/// summed over ranks as rank-r factors with error feedback, everything else uncompressed.
 template <class Element, class Space>
 class powersgd {
   // One compressed matrix: its place in the group and in the packed buffers.
@@ -124,6 +126,9 @@ class powersgd {
   };
 
  public:
+  /// Picks the matrices of `group` worth compressing (r (n + m) <= n m / 2) and makes the error feedback, P, Q
+  /// and packed buffers on `stream`, Q drawn from options.seed. Throws fusor::error for a rank below 1 or
+  /// negative warmup_steps.
   powersgd(const nn::parameter_group<Element, Space>& group, const powersgd_options& options, stream_t stream)
       : options_(checked(options)) {
     const index_t r = options.rank;
@@ -153,28 +158,30 @@ class powersgd {
     copy(q_.view(), view<float, dextents<index_t, 1>>(start.data(), q));
   }
 
+  /// The settings it was made with.
   const powersgd_options& options() const { return options_; }
+  /// How many of the group's matrices are compressed.
   std::size_t compressed_matrices() const { return matrices_.size(); }
-  // Bytes this group hands to collectives in a compressed step: the P's, the Q's and the vectors.
+  /// Bytes this group hands to collectives in a compressed step: the P's, the Q's and the vectors.
   index_t bytes_per_step() const { return (p_.size() + q_.size() + vectors_.size()) * index_t(sizeof(float)); }
-  // Bytes it holds: the error feedback, P, Q, one matrix's approximation, the packed vectors.
+  /// Bytes it holds: the error feedback, P, Q, one matrix's approximation, the packed vectors.
   index_t bytes_held() const {
     return (error_.size() + p_.size() + q_.size() + approximation_.size() + vectors_.size()) * index_t(sizeof(float));
   }
 
-  // fn(slot index in the group, E, Q) for each compressed matrix: the state
-  // that carries from step to step, for a checkpoint. E (rows x columns,
-  // row-major like the gradient) is this rank's; Q (columns x r) the same on
-  // every rank of the group.
+  /// fn(slot index in the group, E, Q) for each compressed matrix: the state
+  /// that carries from step to step, for a checkpoint. E (rows x columns,
+  /// row-major like the gradient) is this rank's; Q (columns x r) the same on
+  /// every rank of the group.
   template <class Fn>
   void for_each_matrix_state(Fn&& fn) {
     for (const matrix& m : matrices_)
       fn(m.slot, part(error_.view(), m.error_at, m.rows * m.columns), part(q_.view(), m.q_at, m.columns * options_.rank));
   }
 
-  // `source`: this rank's gradients of the group (its element type, or the fp32
-  // sum of micro-batches); writes the compressed sum over ranks into `out`
-  // (the group's gradients), ordered on the executor: a collective over `communicator`.
+  /// `source`: this rank's gradients of the group (its element type, or the fp32
+  /// sum of micro-batches); writes the compressed sum over ranks into `out`
+  /// (the group's gradients), ordered on the executor: a collective over `communicator`.
   template <class Source, class Communicator, class Executor>
   void reduce(const Source& source, const optim::flat_view<Element, Space>& out, Communicator& communicator,
               stream_order& order, const Executor& ex) {

@@ -57,20 +57,21 @@
 
 namespace fusor::parallel {
 
-// nn::shard_group over a communicator: the sum split layers ask for.
-//
-// A communicator with a stream of its own (comm::nccl) queues the all-reduce
-// there. When that is the compute stream, stream order alone puts it after the
-// matmul that wrote the partial sums and before their next reader. When it is
-// another stream, events say so (stream_order): the communicator's stream
-// waits for what the compute stream has queued, and the compute stream for the
-// all-reduce, without the host waiting. That holds for any two streams: the
-// legacy default stream 0, which a non-blocking stream does not wait for, and
-// per-thread default streams included. Any other communicator of device memory
-// reads it from the host: the compute stream is synchronized first.
+/// nn::shard_group over a communicator: the sum split layers ask for.
+///
+/// A communicator with a stream of its own (comm::nccl) queues the all-reduce
+/// there. When that is the compute stream, stream order alone puts it after the
+/// matmul that wrote the partial sums and before their next reader. When it is
+/// another stream, events say so (stream_order): the communicator's stream
+/// waits for what the compute stream has queued, and the compute stream for the
+/// all-reduce, without the host waiting. That holds for any two streams: the
+/// legacy default stream 0, which a non-blocking stream does not wait for, and
+/// per-thread default streams included. Any other communicator of device memory
+/// reads it from the host: the compute stream is synchronized first.
 template <class Communicator, class Space>
 class communicator_shard_group final : public nn::shard_group<Space> {
  public:
+  /// Sums over the ranks of `c`, which must outlive the group.
   explicit communicator_shard_group(Communicator& c) : communicator_(c) {}
   int rank() const override { return communicator_.rank(); }
   int size() const override { return communicator_.size(); }
@@ -78,6 +79,7 @@ class communicator_shard_group final : public nn::shard_group<Space> {
   void all_reduce_sum(nn::flat_view<double, Space> data, stream_t stream) override { sum(data, stream); }
   void all_reduce_sum(nn::flat_view<bfloat16, Space> data, stream_t stream) override { sum(data, stream); }
   void all_reduce_sum(nn::flat_view<float16, Space> data, stream_t stream) override { sum(data, stream); }
+  /// The communicator it sums over.
   Communicator& communicator() const { return communicator_; }
 
  private:
@@ -110,14 +112,19 @@ concept split_layer = requires(Layer& layer, nn::shard_group<Space>& group) {
 };
 }  // namespace detail
 
+/// Tensor parallelism over a communicator: connects every split layer of a network to the ranks that hold
+/// the other slices, and makes the trainer's gradient norm global (optim::gradient_norm_reduction).
 template <class Network, class Communicator>
 class tensor_parallel final : public optim::gradient_norm_reduction<typename Network::space> {
  public:
-  using space = typename Network::space;
+  using space = typename Network::space;  ///< the network's memory space
   static_assert(comm::communicator<Communicator, space>,
                 "fusor: parallel::tensor_parallel needs a communicator of the network's memory: comm::nccl for "
                 "device memory, comm::mpi or comm::single for host memory");
 
+  /// Connects `network`'s split layers to `communicator` and re-draws the parameters from the network's seed,
+  /// so that this rank holds its slices of the unsplit values. Both must outlive it. Throws fusor::error, with
+  /// nothing connected, where a layer is split other than communicator.size() ways.
   tensor_parallel(Network& network, Communicator& communicator)
       : network_(network), group_(communicator), norm_(network) {
     // Every size first, so a mismatch leaves nothing half connected.
@@ -143,16 +150,19 @@ class tensor_parallel final : public optim::gradient_norm_reduction<typename Net
     for_each_split_layer([](auto& layer) { layer.disconnect(); });
   }
 
+  /// This rank's index in the communicator.
   int rank() const { return group_.rank(); }
+  /// The communicator's ranks: the ways each split layer is split.
   int size() const { return group_.size(); }
-  // How many of the network's layers are split across the ranks.
+  /// How many of the network's layers are split across the ranks.
   std::size_t split_layers() const { return split_layers_; }
+  /// The shard group the split layers are connected to.
   nn::shard_group<space>& group() { return group_; }
-  // Which gradients are replicated and which split (for the norm).
+  /// Which gradients are replicated and which split (for the norm).
   const tensor_parallel_norm<space>& norm() const { return norm_; }
 
-  // optim::gradient_norm_reduction: this rank's squared norm becomes the
-  // global one, on every rank (trainer.reduce_gradient_norm_with(tp) calls it).
+  /// optim::gradient_norm_reduction: this rank's squared norm becomes the
+  /// global one, on every rank (trainer.reduce_gradient_norm_with(tp) calls it).
   void reduce(optim::scalar_view<double, space> norm_squared, stream_t stream) override {
     if (size() == 1) return;  // one rank holds every gradient
     if constexpr (space::host_accessible) {
@@ -166,8 +176,9 @@ class tensor_parallel final : public optim::gradient_norm_reduction<typename Net
     }
     group_.all_reduce_sum(nn::flat_view<double, space>(norm_squared.data(), 1), stream);
   }
+  /// The replicated gradients' ranges, and whether this rank counts them (optim::gradient_norm_reduction's).
   using replicated_gradients = typename optim::gradient_norm_reduction<space>::replicated_gradients;
-  // For ZeRO-1 over a data group (data_parallel): the replicated ranges, counted by tensor rank 0.
+  /// For ZeRO-1 over a data group (data_parallel): the replicated ranges, counted by tensor rank 0.
   const replicated_gradients* replicated() const override {
     if (!replicated_) replicated_ = replicated_gradients{norm_.replicated_ranges(), rank() == 0};
     return &*replicated_;
@@ -200,10 +211,10 @@ std::string degree_list() {
 }
 }  // namespace detail
 
-// fn.template operator()<Ways>() for Ways == ranks, one of the Degrees the
-// program is built for; returns what it returns. Throws fusor::error, before
-// calling anything, when ranks is not one of them or does not divide one of
-// `split_widths` (the widths the program's split layers divide).
+/// `fn.template operator()<Ways>()` for Ways == ranks, one of the Degrees the
+/// program is built for; returns what it returns. Throws fusor::error, before
+/// calling anything, when ranks is not one of them or does not divide one of
+/// `split_widths` (the widths the program's split layers divide).
 template <int... Degrees, class Fn>
 auto dispatch_tensor_parallel(int ranks, std::initializer_list<std::size_t> split_widths, Fn&& fn) {
   static_assert(sizeof...(Degrees) >= 1, "fusor: dispatch_tensor_parallel<Degrees...> needs at least one degree");
@@ -229,6 +240,7 @@ auto dispatch_tensor_parallel(int ranks, std::initializer_list<std::size_t> spli
     return std::move(*value);
   }
 }
+/// The same without split widths to check.
 template <int... Degrees, class Fn>
 auto dispatch_tensor_parallel(int ranks, Fn&& fn) {
   return dispatch_tensor_parallel<Degrees...>(ranks, {}, std::forward<Fn>(fn));

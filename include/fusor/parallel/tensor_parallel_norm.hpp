@@ -51,11 +51,13 @@ struct share_task {
 };
 }  // namespace detail
 
+/// This rank's share of a tensor-parallel network's global squared gradient norm: the split gradients'
+/// squares and 1/n of the replicated ones', so that one all-reduce (sum) of the shares gives the global norm.
 template <class Space>
 class tensor_parallel_norm {
  public:
-  // Finds the replicated ranges of `network`'s gradient buffers: everything but
-  // the slots of split parameters (names "<layer>.<parameter>").
+  /// Finds the replicated ranges of `network`'s gradient buffers: everything but
+  /// the slots of split parameters (names "<layer>.<parameter>").
   template <class Network>
   explicit tensor_parallel_norm(Network& network) {
     std::set<std::string> split;
@@ -79,8 +81,8 @@ class tensor_parallel_norm {
     });
   }
 
-  // norm_squared (this rank's whole sum of squares) becomes this rank's share
-  // over `ranks` ranks, on the executor's stream.
+  /// norm_squared (this rank's whole sum of squares) becomes this rank's share
+  /// over `ranks` ranks, on the executor's stream.
   template <class Network, class Executor>
   void share(Network& network, double* norm_squared, int ranks, const Executor& ex) {
     if (replicated_.data() == nullptr) {  // the first step: made on its stream, so ordered before their use
@@ -102,10 +104,10 @@ class tensor_parallel_norm {
     optim::run_task(detail::share_task{norm_squared, replicated, 1.0 - 1.0 / double(ranks)}, ex);
   }
 
-  // Where the replicated gradients lie in each group's buffer, groups in the
-  // network's order: [begin, end) offsets.
+  /// Where the replicated gradients lie in each group's buffer, groups in the
+  /// network's order: [begin, end) offsets.
   const std::vector<std::vector<std::pair<index_t, index_t>>>& replicated_ranges() const { return replicated_ranges_; }
-  // How many gradient elements of this rank are slices of split parameters.
+  /// How many gradient elements of this rank are slices of split parameters.
   index_t split_elements() const { return split_elements_; }
 
  private:

@@ -1,0 +1,320 @@
+// app/fit.hpp — the training loop every program writes, as one call:
+//
+//   fusor::app::fit_options o{.epochs = 10, .checkpoint = "run.safetensors", .resume = true, .patience = 3};
+//   const fusor::app::fit_result r = fusor::app::fit(trainer, train_loader, test_loader, ex, o);
+//
+// Each epoch: the training batches through trainer.step (on the GPU, after one
+// eager step, replayed as a captured CUDA graph), a progress bar, a pass over
+// the validation batches, a summary line, a CSV line (`metrics`), a checkpoint
+// (`checkpoint`, and `best_checkpoint` when the validation loss improved), and
+// early stopping after `patience` epochs without improvement. A resumed run
+// continues after the checkpoint's epoch with the same early-stopping state
+// and the same CSV (lines of epochs after the checkpoint's are dropped), so an
+// interrupted run and one that never stopped end alike.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fusor/app/command_line.hpp"
+#include "fusor/core/tensor.hpp"
+#include "fusor/exec/host.hpp"
+#include "fusor/io/checkpoint.hpp"
+#include "fusor/io/file.hpp"
+#include "fusor/nn/loss.hpp"
+#include "fusor/optim/training_checkpoint.hpp"
+#if FUSOR_HAS_CUDA
+#include "fusor/core/copy.hpp"
+#include "fusor/exec/cuda.hpp"
+#include "fusor/graph/capture.hpp"
+#endif
+
+namespace fusor::app {
+
+/// What fit() does around the training steps; every field has a sensible default.
+struct fit_options {
+  int epochs = 10;                          ///< epochs to train in all, counting those a resumed checkpoint had done
+  bool graph = true;                        ///< on the GPU, replay each step as a captured CUDA graph
+  std::filesystem::path checkpoint{};         ///< when set, the training state is saved there after every epoch
+  bool resume = false;                      ///< continue from `checkpoint` when that file exists
+  std::filesystem::path best_checkpoint{};    ///< when set, saved after each epoch that lowers the validation loss
+  int patience = 0;                         ///< stop after this many epochs without a lower validation loss (0: never)
+  double min_improvement = 0;               ///< how much lower a validation loss must be to count as lower
+  std::filesystem::path metrics{};            ///< when set, a CSV line per epoch (scripts/plot_results.py plots it)
+  bool progress = true;                     ///< a progress bar on stdout, updated ten times an epoch
+  bool report = true;                       ///< a summary line on stdout after each epoch
+  std::string validation_name = "test";     ///< what the summary line calls the validation set
+};
+
+/// One epoch's figures, as fit() reports them (numbered from 1).
+struct epoch_result {
+  int epoch = 0;                  ///< 1 for the first epoch
+  nn::loss_totals train;          ///< loss and accuracy over the epoch's training steps
+  nn::loss_totals validation;     ///< loss and accuracy over the whole validation set after the epoch
+  double seconds = 0;             ///< wall time of the training steps (validation excluded)
+  double samples_per_second = 0;  ///< training samples over `seconds`
+};
+
+/// What fit() did: the epochs it ran and where it stopped.
+struct fit_result {
+  std::vector<epoch_result> epochs;  ///< the epochs this call ran (not those of a resumed checkpoint)
+  int resumed_after = 0;             ///< the checkpoint's epoch a resumed run continued after (0: a fresh run)
+  int best_epoch = 0;                ///< the epoch with the lowest validation loss so far, resumed ones included
+  double best_validation_loss = std::numeric_limits<double>::infinity();  ///< that epoch's validation loss
+  bool stopped_early = false;        ///< early stopping ended the run before `epochs`
+  nn::loss_totals validation;        ///< the final network's loss and accuracy on the validation set
+};
+
+/// Code fit() runs at its two moments a program may want to speak: each is optional.
+struct fit_hooks {
+  /// After the checkpoint destination is proven writable and a resumed state loaded (its epoch, or 0), before
+  /// the first epoch: where a program prints its banner, so that no mistake is found after it.
+  std::function<void(int resumed_after)> on_start;
+  /// After each epoch, once its figures are printed and its checkpoint saved.
+  std::function<void(const epoch_result&)> on_epoch;
+};
+
+/// The header of the CSV that fit_options::metrics names; each epoch adds a line of these columns.
+inline constexpr const char* metrics_header =
+    "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_second,seconds";
+
+/// The progress bar fit() prints: "\repoch 3/10 [######.....]  50%  loss 0.4123  acc  85.2%".
+inline void print_progress(int epoch, int epochs, double fraction, const nn::loss_totals& t) {
+  const int width = 30, filled = std::clamp(static_cast<int>(fraction * width + 0.5), 0, width);
+  std::printf("\repoch %d/%d [%.*s%.*s] %3.0f%%  loss %.4f  acc %5.1f%%", epoch, epochs, filled,
+              "##############################", width - filled, "..............................", 100 * fraction,
+              t.mean_loss, 100 * t.accuracy);
+  std::fflush(stdout);
+}
+
+namespace detail {
+// The lines of a metrics CSV after its header; an error when the file is not one.
+inline std::vector<std::string> metrics_lines(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  if (!std::getline(in, line) || line != metrics_header)
+    throw error("metrics file '" + file.string() + "' does not start with the header \"" + metrics_header +
+                "\": name another file, or remove it");
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+inline void write_metrics(const std::filesystem::path& file, const std::vector<std::string>& lines) {
+  std::string text = std::string(metrics_header) + "\n";
+  for (const std::string& line : lines) text += line + "\n";
+  io::write_file_atomically(file, std::as_bytes(std::span(text.data(), text.size())));
+}
+}  // namespace detail
+
+/// Starts the metrics CSV `file` before training: a fresh run (`resumed` false) replaces it by the header
+/// alone; a resumed run keeps it (checking that it is one) or starts it. An unwritable path fails here.
+inline void start_metrics_csv(const std::filesystem::path& file, bool resumed) {
+  const bool keep = resumed && std::filesystem::exists(file);
+  detail::write_metrics(file, keep ? detail::metrics_lines(file) : std::vector<std::string>{});
+}
+
+/// Adds epoch `e`'s line to the metrics CSV `file`, dropping lines of epoch e.epoch and later (left by a run
+/// that stopped after its last checkpoint). The file is replaced atomically: a crash leaves the previous one.
+inline void append_metrics_csv(const std::filesystem::path& file, const epoch_result& e) {
+  std::vector<std::string> lines;
+  for (std::string& line : detail::metrics_lines(file)) {
+    int epoch = 0;
+    if (std::sscanf(line.c_str(), "%d,", &epoch) == 1 && epoch >= 1 && epoch < e.epoch) lines.push_back(std::move(line));
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%d,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f", e.epoch, e.train.mean_loss, e.train.accuracy,
+                e.validation.mean_loss, e.validation.accuracy, e.samples_per_second, e.seconds);
+  lines.emplace_back(line);
+  detail::write_metrics(file, lines);
+}
+
+namespace detail {
+
+inline void wait_for(const host_executor&) {}
+#if FUSOR_HAS_CUDA
+inline void wait_for(const cuda_executor& ex) { ex.synchronize(); }
+#endif
+
+// Early stopping's state: kept in the checkpoint's metadata so a resumed run goes on counting.
+struct stopping_state {
+  int best_epoch = 0;
+  double best_loss = std::numeric_limits<double>::infinity();
+  int epochs_without_improvement = 0;
+
+  std::map<std::string, std::string> metadata(int epoch) const {
+    std::ostringstream best;
+    best.precision(17);
+    best << best_loss;
+    return {{"epoch", std::to_string(epoch)},
+            {"fit.best_epoch", std::to_string(best_epoch)},
+            {"fit.best_validation_loss", best.str()},
+            {"fit.epochs_without_improvement", std::to_string(epochs_without_improvement)}};
+  }
+  // From a checkpoint's metadata; one saved by other code (no fit.* keys) starts afresh.
+  void restore(const std::map<std::string, std::string>& m, const std::filesystem::path& file) {
+    if (!m.contains("fit.best_epoch")) return;
+    best_epoch = io::metadata_number<int>(m, "fit.best_epoch", file);
+    best_loss = std::stod(m.at("fit.best_validation_loss"));
+    epochs_without_improvement = io::metadata_number<int>(m, "fit.epochs_without_improvement", file);
+  }
+};
+
+}  // namespace detail
+
+/// The epoch a checkpoint was saved after (its "epoch" metadata), checked against the `epochs` of the run that
+/// resumes it: an io::checkpoint_error names the file and the key, a usage_error says to ask for more epochs.
+inline int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
+                            int epochs) {
+  const int epoch = io::metadata_number<int>(metadata, "epoch", file);
+  if (epoch < 0)
+    throw io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is " + std::to_string(epoch) +
+                               ", not a number of epochs");
+  if (epoch > epochs)
+    throw usage_error("checkpoint '" + file.string() + "' was saved after epoch " + std::to_string(epoch) +
+                      ", beyond the " + std::to_string(epochs) + " epochs asked for: ask for more epochs to continue it");
+  return epoch;
+}
+
+/// The loss and accuracy of `trainer`'s network over every batch of `data` (a pass in order, no update).
+template <class Trainer, class Loader, class Executor>
+nn::loss_totals evaluate(Trainer& trainer, Loader& data, const Executor& ex) {
+  trainer.loss().reset(ex);
+  data.start_epoch(0);
+  while (const auto* batch = data.next()) trainer.evaluate(batch->images, batch->labels, ex);
+  return trainer.loss().totals();
+}
+
+/// Trains `trainer` for fit_options::epochs over `train` (a data::loader, or
+/// anything with start_epoch(epoch), next() -> batch* {images, labels} and
+/// batches_per_epoch()), evaluating on `validation` after each epoch; see the
+/// top of app/fit.hpp. The trainer must be initialize()d. Throws what a step
+/// throws (Inf/NaN gradients: optim::nonfinite_error), io errors naming the
+/// file, and usage_error for a checkpoint saved beyond `epochs`; all of these
+/// before the first step. `hooks` run at the start and after each epoch.
+template <class Trainer, class Loader, class Executor>
+fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Executor& ex, const fit_options& o,
+               const fit_hooks& hooks = {}) {
+  if (o.epochs < 0) throw usage_error("fusor::app::fit: epochs is " + std::to_string(o.epochs) + ", not a count");
+  if (o.patience < 0) throw usage_error("fusor::app::fit: patience is " + std::to_string(o.patience) + ", not a count");
+  if (o.resume && o.checkpoint.empty()) throw usage_error("fusor::app::fit: resume needs a checkpoint file");
+  if (!o.checkpoint.empty())  // a save that cannot work fails now, not after the first epoch
+    io::check_destination(o.checkpoint, io::destination_kind::file, optim::training_state_bytes(trainer));
+
+  fit_result result;
+  detail::stopping_state stopping;
+  if (o.resume && std::filesystem::exists(o.checkpoint)) {
+    const auto metadata = optim::load_training_state(o.checkpoint, trainer);
+    result.resumed_after = saved_epoch(metadata, o.checkpoint, o.epochs);
+    stopping.restore(metadata, o.checkpoint);
+    if (o.report) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), result.resumed_after);
+  }
+  if (!o.metrics.empty()) start_metrics_csv(o.metrics, result.resumed_after > 0);
+  if (hooks.on_start) hooks.on_start(result.resumed_after);
+  const index_t steps_per_epoch = train.batches_per_epoch();
+  const index_t progress_every = std::max<index_t>(1, steps_per_epoch / 10);
+
+#if FUSOR_HAS_CUDA
+  // On the GPU the captured step reads fixed buffers; each batch is copied into them.
+  constexpr bool on_device = !std::is_same_v<Executor, host_executor>;
+  using batch_type = std::remove_cvref_t<decltype(*train.next())>;
+  using images_type = std::remove_cvref_t<decltype(std::declval<const batch_type&>().images)>;
+  using labels_type = std::remove_cvref_t<decltype(std::declval<const batch_type&>().labels)>;
+  tensor<typename images_type::element_type, typename images_type::extents_type, row_major,
+         typename images_type::space> graph_images;
+  tensor<typename labels_type::element_type, typename labels_type::extents_type, row_major,
+         typename labels_type::space> graph_labels;
+  graph::captured_step captured;
+#endif
+
+  const bool stopped_before = o.patience > 0 && stopping.epochs_without_improvement >= o.patience;
+  for (int epoch = result.resumed_after; epoch < o.epochs && !stopped_before; ++epoch) {
+    trainer.loss().reset(ex);
+    train.start_epoch(static_cast<std::uint64_t>(epoch));
+    const auto start = std::chrono::steady_clock::now();
+    index_t step = 0;
+    while (const auto* batch = train.next()) {
+      bool done = false;
+#if FUSOR_HAS_CUDA
+      if constexpr (on_device) {
+        if (o.graph) {
+          if (graph_images.size() == 0) {
+            graph_images = decltype(graph_images)(batch->images.extents(), ex.stream);
+            graph_labels = decltype(graph_labels)(batch->labels.extents(), ex.stream);
+          }
+          copy_async(graph_images.view(), batch->images, ex.stream);
+          copy_async(graph_labels.view(), batch->labels, ex.stream);
+          if (captured.captured()) {
+            captured.replay();
+            trainer.check_not_stopped();  // Inf/NaN gradients: the error, without waiting for the GPU
+          } else {
+            trainer.step(graph_images, graph_labels, ex);  // eager once: plans and pools settle
+            captured.capture(ex.stream, [&] { trainer.step(graph_images, graph_labels, ex); });
+          }
+          done = true;
+        }
+      }
+#endif
+      if (!done) trainer.step(batch->images, batch->labels, ex);
+      ++step;
+      if (o.progress && step % progress_every == 0)
+        print_progress(epoch + 1, o.epochs, double(step) / double(steps_per_epoch), trainer.loss().totals());
+    }
+    detail::wait_for(ex);
+    epoch_result e;
+    e.epoch = epoch + 1;
+    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    e.train = trainer.loss().totals();
+    e.samples_per_second = double(e.train.samples) / std::max(e.seconds, 1e-9);
+    if (o.progress) print_progress(e.epoch, o.epochs, 1.0, e.train);
+    e.validation = evaluate(trainer, validation, ex);
+    result.validation = e.validation;
+
+    const bool improved = e.validation.mean_loss < stopping.best_loss - o.min_improvement;
+    if (improved) {
+      stopping.best_loss = e.validation.mean_loss;
+      stopping.best_epoch = e.epoch;
+      stopping.epochs_without_improvement = 0;
+    } else {
+      ++stopping.epochs_without_improvement;
+    }
+    if (o.report) {
+      std::printf("%sepoch %d/%d  train loss %.4f  %s loss %.4f  %s accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
+                  o.progress ? "\n" : "", e.epoch, o.epochs, e.train.mean_loss, o.validation_name.c_str(),
+                  e.validation.mean_loss, o.validation_name.c_str(), 100 * e.validation.accuracy,
+                  e.samples_per_second, e.seconds);
+      std::fflush(stdout);
+    }
+    if (!o.metrics.empty()) append_metrics_csv(o.metrics, e);
+    if (!o.checkpoint.empty()) optim::save_training_state(o.checkpoint, trainer, stopping.metadata(e.epoch));
+    if (improved && !o.best_checkpoint.empty())
+      optim::save_training_state(o.best_checkpoint, trainer, stopping.metadata(e.epoch));
+    result.epochs.push_back(e);
+    if (hooks.on_epoch) hooks.on_epoch(e);
+    if (o.patience > 0 && stopping.epochs_without_improvement >= o.patience) {
+      result.stopped_early = epoch + 1 < o.epochs;
+      if (o.report && result.stopped_early)
+        std::printf("early stop: no lower %s loss for %d epochs (best %.4f after epoch %d)\n", o.validation_name.c_str(),
+                    o.patience, stopping.best_loss, stopping.best_epoch);
+      break;
+    }
+  }
+  if (result.epochs.empty()) result.validation = evaluate(trainer, validation, ex);  // resumed after the last epoch
+  result.stopped_early = result.stopped_early || (stopped_before && result.resumed_after < o.epochs);
+  result.best_epoch = stopping.best_epoch;
+  result.best_validation_loss = stopping.best_loss;
+  return result;
+}
+
+}  // namespace fusor::app
