@@ -14,6 +14,13 @@ Debian: apt-get install python3-matplotlib).
       the median of repetitions where there are several. Several files: their
       bars side by side, labelled.
 
+  plot_results.py table OUT.png CSV [--lines] [--log] [--ylabel TEXT] [--title TEXT]
+      Figures copied from bench/RESULTS.md into a CSV of three columns: the
+      case (x axis), the series (one bar or line each) and the value, with the
+      header naming them (e.g. case,series,samples_per_second). Grouped bars,
+      or lines over a numeric case with --lines (e.g. ranks); --log for a
+      logarithmic value axis. How each figure was measured stays in RESULTS.md.
+
 Each input may be given as LABEL=PATH to name it in the legend. Exits 2 with a
 one-line message for a missing or malformed input, naming the file and what is
 wrong with it.
@@ -135,15 +142,75 @@ def plot_benchmark(out, inputs, metric, title, plt):
     figure.savefig(out, dpi=120)
 
 
+def read_table(path):
+    """[(case, series, value)] and the value's column name, from a three-column CSV."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror})")
+    if len(rows) < 2:
+        raise InputError(f"{path}: no rows (only a header, or empty)")
+    if len(rows[0]) != 3:
+        raise InputError(f"{path}: the header has {len(rows[0])} columns, not 3 (case, series, value)")
+    table = []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != 3:
+            raise InputError(f"{path}:{line}: {len(row)} columns, not 3")
+        try:
+            table.append((row[0], row[1], float(row[2])))
+        except ValueError:
+            raise InputError(f"{path}:{line}: {rows[0][2]} is '{row[2]}', not a number")
+    return table, rows[0][2]
+
+
+def plot_table(out, path, lines, log, ylabel, title, plt):
+    table, value_name = read_table(path)
+    cases, series = [], []
+    for case, name, _ in table:
+        cases += [case] if case not in cases else []
+        series += [name] if name not in series else []
+    figure, axes = plt.subplots(figsize=(9, 4.5))
+    if lines:
+        try:
+            xs = {c: float(c) for c in cases}
+        except ValueError:
+            raise InputError(f"{path}: --lines needs numeric cases (the first column), e.g. ranks")
+        for name in series:
+            points = sorted((xs[c], v) for c, n, v in table if n == name)
+            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        axes.set_xticks(sorted(xs.values()), [c for c in sorted(cases, key=lambda c: xs[c])])
+    else:
+        width = 0.8 / len(series)
+        for i, name in enumerate(series):
+            values = {c: v for c, n, v in table if n == name}
+            at = [j for j, c in enumerate(cases) if c in values]
+            bars = axes.bar([j + i * width for j in at], [values[cases[j]] for j in at], width=width, label=name)
+            axes.bar_label(bars, fmt="%.3g", fontsize=7)
+        axes.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(cases))], cases, fontsize=8)
+    if log:
+        axes.set_yscale("log")
+    axes.set_ylabel(ylabel or value_name.replace("_", " "))
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=8)
+    if title:
+        axes.set_title(title)
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("kind", choices=["metrics", "benchmark"])
+    parser.add_argument("kind", choices=["metrics", "benchmark", "table"])
     parser.add_argument("out", help="the PNG to write")
     parser.add_argument("inputs", nargs="+", help="[LABEL=]FILE")
     parser.add_argument("--metric", choices=["bytes", "items", "time"], default="bytes",
                         help="benchmark: what the bars show (default: bytes/s)")
     parser.add_argument("--title", default="", help="a title over the picture")
+    parser.add_argument("--lines", action="store_true", help="table: lines over numeric cases instead of bars")
+    parser.add_argument("--log", action="store_true", help="table: a logarithmic value axis")
+    parser.add_argument("--ylabel", default="", help="table: the value axis' label (default: the CSV's)")
     args = parser.parse_args()
     try:
         import matplotlib
@@ -156,6 +223,10 @@ def main():
     try:
         if args.kind == "metrics":
             plot_metrics(args.out, inputs, args.title, plt)
+        elif args.kind == "table":
+            if len(inputs) != 1:
+                raise InputError(f"table takes one CSV, not {len(inputs)}")
+            plot_table(args.out, inputs[0][1], args.lines, args.log, args.ylabel, args.title, plt)
         else:
             plot_benchmark(args.out, inputs, args.metric, args.title, plt)
     except InputError as e:
