@@ -379,6 +379,8 @@ class data_parallel_group {
                                        detail::bytes_of(value_slabs_[1])
                                  : bytes;
     report.optimizer_state += optimizer_state_bytes();
+    if (gather_) report.slabs += detail::bytes_of(value_slabs_[0]) + detail::bytes_of(value_slabs_[1]);
+    if (lend_) report.slabs += detail::bytes_of(slabs_[0]) + detail::bytes_of(slabs_[1]);
     if (lend_) {  // ZeRO-2: the slabs and this rank's shard of the sum are the gradients
       report.gradients += detail::bytes_of(slabs_[0]) + detail::bytes_of(slabs_[1]) + detail::bytes_of(shard_sum_) +
                           detail::bytes_of(native_buffers_.shard) + detail::bytes_of(narrow_buffers_.shard);

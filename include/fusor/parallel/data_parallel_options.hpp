@@ -52,8 +52,14 @@ struct memory_report {
                                 ///<   sum), and the fp32 sums of micro-batches (micro_batches > 1)
   index_t optimizer_state = 0;  ///< moments and master weights: this rank's shard under ZeRO-1
   index_t communication = 0;    ///< copies communication needs: bf16 or padded gradients, gradient and parameter shards
-  /// Every byte above, summed.
+  /// Of `parameters` and `gradients` above, the bucket slabs ZeRO-2/3 gather parameters into and reduce gradients
+  /// from (two a kind): the ZeRO paper's "temporary buffers", whose size is the largest bucket's, not 1/N.
+  index_t slabs = 0;
+  /// Every byte above, summed (`slabs` are inside `parameters` and `gradients`, counted once).
   index_t total() const { return parameters + gradients + optimizer_state + communication; }
+  /// The model states the ZeRO paper's formulas count (Rajbhandari et al. 2020, section 5: 16 Psi / N bytes for
+  /// ZeRO-3 with fp32 AdamW): everything but the slabs.
+  index_t model_states() const { return total() - slabs; }
 };
 
 /// One collective of the last step, in seconds since the step began. `completed`
