@@ -11,9 +11,10 @@
 #   data_parallel and its parts, pipeline and its parts,
 #   PowerSGD, batch_rows                                 parallel/test_data_parallel_single.cpp
 #   rmsnorm                                              nn/test_token_layer_gradients.cpp
+#   app/fit (the training loop: CSV, resume, early stop) train/test_fit.cpp
 # In the plain build these sources run in their own suites (nn, gpt,
-# composition, matmul, parallel_data, tokens).
-if(NOT FUSOR_SANITIZE OR NOT FUSOR_BLAS_FOUND)
+# composition, matmul, parallel_data, tokens, train).
+if(NOT FUSOR_SANITIZE OR NOT FUSOR_BLAS_FOUND OR NOT FUSOR_DATA_FOUND)
   return()
 endif()
 fusor_add_test_suite(sanitize_cover
@@ -24,6 +25,7 @@ fusor_add_test_suite(sanitize_cover
     kernels/test_matmul_epilogue.cpp
     parallel/test_data_parallel_single.cpp
     nn/test_token_layer_gradients.cpp
-  LIBRARIES fusor::blas
+    train/test_fit.cpp
+  LIBRARIES fusor::blas fusor::data
 )
 target_include_directories(fusor_sanitize_cover_tests PRIVATE ${PROJECT_SOURCE_DIR}/examples)
