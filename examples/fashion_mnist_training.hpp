@@ -211,7 +211,9 @@ void save_distributed_epoch(const options& o, Trainer& trainer, Communicator& wo
 // Trains and evaluates Sequential on Fashion-MNIST with app::fit; returns the exit status.
 template <class Sequential, class Precision, class Space, class Executor>
 int train(const options& o, const Executor& ex, const std::string& device, const char* network_name) {
-  const auto [train_set, test_set] = load_data(o);
+  const data_sets sets = load_data(o);  // not a structured binding: the banner's lambda uses it (clang 14)
+  const fs::data::labelled_images& train_set = sets.train;
+  const fs::data::labelled_images& test_set = sets.test;
 
   fs::stream_t stream{};
   if constexpr (!std::is_same_v<Executor, fs::host_executor>) stream = ex.stream;

@@ -2,7 +2,9 @@
 // and the message must say the executor cannot reach that memory space. (A
 // device tensor needs nvcc; a device_space view over a raw pointer does not.)
 // (With FUSOR_COMPILE_FAIL undefined, the view is host_space and it must compile.)
-#include <fusor/fusor.hpp>
+#include <fusor/core/tensor.hpp>
+#include <fusor/exec/assign.hpp>
+#include <fusor/expr/operators.hpp>
 
 int main() {
   float memory[16] = {};

@@ -1,7 +1,8 @@
 // Two operands whose static shapes, [3, 4] and [5, 4], do not broadcast: the
 // expression must not compile, and the message must name both shapes.
 // (With FUSOR_COMPILE_FAIL undefined, the twin below uses [1, 4] and must compile.)
-#include <fusor/fusor.hpp>
+#include <fusor/core/view.hpp>
+#include <fusor/expr/operators.hpp>
 
 int main() {
   float a_data[3 * 4] = {};

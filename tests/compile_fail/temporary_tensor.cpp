@@ -1,7 +1,8 @@
 // A temporary tensor as an operand (the expression would outlive its memory):
 // must not compile, and the message must say so.
 // (With FUSOR_COMPILE_FAIL undefined, the tensor is an lvalue and it must compile.)
-#include <fusor/fusor.hpp>
+#include <fusor/core/tensor.hpp>
+#include <fusor/expr/operators.hpp>
 
 using vector = fusor::tensor<float, fusor::extents<int, fusor::dynamic>>;
 

@@ -28,17 +28,23 @@ foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS _fusor_cblas_include_dirs)
   endif()
 endforeach()
 # One compile-fail test: tests/nn/compile_fail/<name>.cpp must fail with
-# FUSOR_COMPILE_FAIL (matching every pattern) and compile without it.
+# FUSOR_COMPILE_FAIL (matching every pattern) and compile without it. MAX_LINES n:
+# a bound over issue 16's 5 message lines, where the check still fires inside a
+# layer's output<In>, instantiations deep (a ratchet on today's count, not the goal).
 function(_nn_compile_fail name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "MAX_LINES" "")
   set(_script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_nn_${name}.cmake)
   set(_content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\nset(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/nn/compile_fail/${name}.cpp]==])\nset(MODE fail)\nset(FLAGS)\n")
   foreach(flag IN LISTS _nn_compile_flags)
     string(APPEND _content "list(APPEND FLAGS [==[${flag}]==])\n")
   endforeach()
   string(APPEND _content "set(REASON \"\")\nset(PATTERNS)\n")
-  foreach(pattern IN LISTS ARGN)
+  foreach(pattern IN LISTS arg_UNPARSED_ARGUMENTS)
     string(APPEND _content "list(APPEND PATTERNS [==[${pattern}]==])\n")
   endforeach()
+  if(arg_MAX_LINES)
+    string(APPEND _content "set(MAX_LINES ${arg_MAX_LINES})\n")
+  endif()
   string(APPEND _content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
   file(CONFIGURE OUTPUT ${_script} CONTENT "${_content}")
   add_test(NAME compile_fail.nn_${name} COMMAND ${CMAKE_COMMAND} -P ${_script})
@@ -52,6 +58,6 @@ _nn_compile_fail(conv_channels_mismatch
   "a layer's input does not match the previous layer's output"
   "layer_sizes_must_match<0, fusor::nn::network_input, fusor::nn::conv2d<1, 4, 3>, fusor::nn::features<3, 8, 8>, fusor::nn::features<1, 3, 3>")
 # A pooling window larger than the image it gets: the window and the image named.
-_nn_compile_fail(pool_window_too_large
+_nn_compile_fail(pool_window_too_large MAX_LINES 12
   "the pooling window is larger than the image"
   "pool_window_must_fit_the_image<3, 2, 2, false>")

@@ -12,6 +12,10 @@
 #include <algorithm>
 #include <string>
 
+/// The message of device memory given to fusor::comm::single (one string literal, for static_assert).
+#define FUSOR_SINGLE_HOST_MEMORY_MESSAGE \
+  "fusor: fusor::comm::single copies host memory: give it host_space views, or use fusor::comm::nccl for device memory"
+
 namespace fusor::comm {
 
 /// The communicator of one rank (host memory): each collective is a copy or nothing, and returns a
@@ -30,7 +34,8 @@ class single {
   /// Copies send into recv (the same size and element type): the reduction over one rank.
   template <class S, class R>
   completed_request all_reduce(const S& send, const R& recv, reduction_op) const {
-    copy_flat(send, recv, "all_reduce");
+    static_assert(host_memory_v<S, R>, FUSOR_SINGLE_HOST_MEMORY_MESSAGE);
+    if constexpr (host_memory_v<S, R>) copy_flat(send, recv, "all_reduce");
     return {};
   }
   /// Leaves inout as it is: the reduction over one rank.
@@ -42,9 +47,12 @@ class single {
   /// Copies send into recv: with one rank, recv is the whole reduction.
   template <class S, class R>
   completed_request reduce_scatter(const S& send, const R& recv, reduction_op) const {
-    detail::require_chunks(detail::flat(send, "send").size, detail::flat(recv, "recv").size, 1, "reduce_scatter",
-                           "send", "recv");
-    copy_flat(send, recv, "reduce_scatter");
+    static_assert(host_memory_v<S, R>, FUSOR_SINGLE_HOST_MEMORY_MESSAGE);
+    if constexpr (host_memory_v<S, R>) {
+      detail::require_chunks(detail::flat(send, "send").size, detail::flat(recv, "recv").size, 1, "reduce_scatter",
+                             "send", "recv");
+      copy_flat(send, recv, "reduce_scatter");
+    }
     return {};
   }
   /// In place: with one rank the whole buffer is its chunk, already reduced.
@@ -56,9 +64,12 @@ class single {
   /// Copies send into recv: with one rank, the gather is send itself.
   template <class S, class R>
   completed_request all_gather(const S& send, const R& recv) const {
-    detail::require_chunks(detail::flat(recv, "recv").size, detail::flat(send, "send").size, 1, "all_gather", "recv",
-                           "send");
-    copy_flat(send, recv, "all_gather");
+    static_assert(host_memory_v<S, R>, FUSOR_SINGLE_HOST_MEMORY_MESSAGE);
+    if constexpr (host_memory_v<S, R>) {
+      detail::require_chunks(detail::flat(recv, "recv").size, detail::flat(send, "send").size, 1, "all_gather",
+                             "recv", "send");
+      copy_flat(send, recv, "all_gather");
+    }
     return {};
   }
   /// In place: with one rank the whole buffer is its own chunk, left as it is.
@@ -77,8 +88,9 @@ class single {
   /// Copies send into recv; throws fusor::error unless `root` is 0.
   template <class S, class R>
   completed_request reduce(const S& send, const R& recv, reduction_op, int root) const {
+    static_assert(host_memory_v<S, R>, FUSOR_SINGLE_HOST_MEMORY_MESSAGE);
     detail::require_rank(root, 1, "reduce", "root");
-    copy_flat(send, recv, "reduce");
+    if constexpr (host_memory_v<S, R>) copy_flat(send, recv, "reduce");
     return {};
   }
   /// Throws fusor::error: one rank has no peer to send to.
@@ -107,11 +119,15 @@ class single {
     detail::require_same_size(s.size, r.size, call, "send", "recv");
     if (s.data != r.data) std::copy(s.data, s.data + s.size, r.data);
   }
+  // Whether every one of V... (views or tensors) is outside device memory. Each copying collective
+  // static_asserts it first, so the message points at the caller's line, and copy_flat again.
+  template <class V>
+  using space_of = typename std::remove_cvref_t<decltype(as_view(std::declval<const V&>()))>::space;
+  template <class... V>
+  static constexpr bool host_memory_v = (!std::is_same_v<space_of<V>, device_space> && ...);
   template <class V>
   static void host_only() {
-    using view_t = std::remove_cvref_t<decltype(as_view(std::declval<const V&>()))>;
-    static_assert(!std::is_same_v<typename view_t::space, device_space>,
-                  "fusor: fusor::comm::single copies host memory; for device memory use fusor::comm::nccl");
+    static_assert(host_memory_v<V>, FUSOR_SINGLE_HOST_MEMORY_MESSAGE);
   }
 };
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include <cuda/std/array>
 #include <cuda/std/mdspan>
@@ -103,23 +104,17 @@ struct broadcast_extents<A, B, ::cuda::std::index_sequence<R...>> {
 };
 }  // namespace detail
 
-/// The instantiation of this template names both static shapes in the compiler's
-/// message; the static_assert explains it in words.
+/// Names both static shapes in the compiler's message: fusor checks broadcasting with
+/// `static_assert(static_shapes_must_broadcast<...>::value, "fusor: ...")`, so the failing
+/// condition shows the shapes and the message says what to do.
 template <class LeftShape, class RightShape, bool Broadcast>
 struct static_shapes_must_broadcast {
-  static_assert(Broadcast,
-                "fusor: the static shapes of two operands do not broadcast; both shapes are named "
-                "in static_shapes_must_broadcast<shape<...>, shape<...>> (-1 is a dynamic extent)");
-  static constexpr bool value = Broadcast;  ///< Whether the shapes broadcast (always true once it compiles).
+  static constexpr bool value = Broadcast;  ///< Whether the shapes broadcast.
 };
 /// Like static_shapes_must_broadcast, for an expression's static shape that must fit its destination's.
 template <class DestinationShape, class ExpressionShape, bool Fits>
 struct static_shapes_must_match {
-  static_assert(Fits,
-                "fusor: the expression's static shape does not match the destination's; both shapes "
-                "are named in static_shapes_must_match<shape<destination>, shape<expression>> (-1 is "
-                "a dynamic extent)");
-  static constexpr bool value = Fits;  ///< Whether the shapes fit (always true once it compiles).
+  static constexpr bool value = Fits;  ///< Whether the expression's shape fits the destination's.
 };
 
 /// The static shape of the broadcast of shapes A and B, axes aligned from the right.
@@ -127,16 +122,46 @@ template <class A, class B>
 using broadcast_extents_t = typename detail::broadcast_extents<
     A, B, ::cuda::std::make_index_sequence<(A::rank() > B::rank() ? A::rank() : B::rank())>>::type;
 
-/// True when the static shapes of A and B broadcast; otherwise its instantiation fails to compile, naming both.
+/// static_shapes_must_broadcast for extents A and B: its value says whether their static extents broadcast.
 template <class A, class B>
-inline constexpr bool check_static_broadcast_v =
-    static_shapes_must_broadcast<shape_of_t<A>, shape_of_t<B>,
-                                 detail::static_shapes_broadcast<A, B>()>::value;
+using static_broadcast_check =
+    static_shapes_must_broadcast<shape_of_t<A>, shape_of_t<B>, detail::static_shapes_broadcast<A, B>()>;
+
+namespace detail {
+template <class... E>
+struct first_static_broadcast_failure;
+template <class E>
+struct first_static_broadcast_failure<E> {
+  using type = static_shapes_must_broadcast<shape_of_t<E>, shape_of_t<E>, true>;
+};
+template <class A, class B, class... Rest>
+struct first_static_broadcast_failure<A, B, Rest...> {
+  using type = std::conditional_t<static_broadcast_check<A, B>::value,
+                                  typename first_static_broadcast_failure<broadcast_extents_t<A, B>, Rest...>::type,
+                                  static_broadcast_check<A, B>>;
+};
+}  // namespace detail
+
+/// Broadcasting extents E... left to right (as an expression node does): the static_shapes_must_broadcast of the
+/// first pair whose static extents do not broadcast, or one whose value is true.
+template <class... E>
+using static_broadcast_check_all = typename detail::first_static_broadcast_failure<E...>::type;
+
+/// The message of a failed static_broadcast_check (one string literal, for static_assert).
+#define FUSOR_STATIC_BROADCAST_MESSAGE                                                                            \
+  "fusor: the static shapes of two operands do not broadcast (axes aligned from the right must be equal or 1): " \
+  "fix the extents of one of them; both shapes are named in static_shapes_must_broadcast<shape<...>, shape<...>> " \
+  "(-1 is a dynamic extent)"
+/// The message of a failed static_fit_check (one string literal, for static_assert).
+#define FUSOR_STATIC_FIT_MESSAGE                                                                                  \
+  "fusor: the expression's static shape does not match the destination's (axes aligned from the right must be " \
+  "equal, or 1 in the expression): fix the destination's extents or the expression's; both shapes are named in " \
+  "static_shapes_must_match<shape<destination>, shape<expression>> (-1 is a dynamic extent)"
 
 /// The broadcast of two run-time shapes; throws shape_error naming both.
 template <class A, class B>
 broadcast_extents_t<A, B> broadcast(const A& a, const B& b) {
-  [[maybe_unused]] constexpr bool static_shapes_checked = check_static_broadcast_v<A, B>;
+  static_assert(static_broadcast_check<A, B>::value, FUSOR_STATIC_BROADCAST_MESSAGE);
   using R = broadcast_extents_t<A, B>;
   ::cuda::std::array<index_t, R::rank()> out{};
   for (std::size_t r = 0; r != R::rank(); ++r) {
@@ -166,16 +191,16 @@ constexpr bool static_fits() {
 }
 }  // namespace detail
 
-/// True when static shape E fits destination D; otherwise its instantiation fails to compile, naming both.
+/// static_shapes_must_match for destination extents D and expression extents E: its value says whether E's static
+/// extents fit D's.
 template <class D, class E>
-inline constexpr bool check_static_fit_v =
-    static_shapes_must_match<shape_of_t<D>, shape_of_t<E>, detail::static_fits<D, E>()>::value;
+using static_fit_check = static_shapes_must_match<shape_of_t<D>, shape_of_t<E>, detail::static_fits<D, E>()>;
 
 /// Throws shape_error unless an expression of shape `e` fits a destination of shape `d`: the same rank or
 /// fewer, and every axis equal or 1. Static parts are checked at compile time.
 template <class D, class E>
 void check_fits(const D& d, const E& e) {
-  [[maybe_unused]] constexpr bool static_shapes_checked = check_static_fit_v<D, E>;
+  static_assert(static_fit_check<D, E>::value, FUSOR_STATIC_FIT_MESSAGE);
   for (std::size_t r = 0; r != E::rank(); ++r) {
     const index_t de = d.extent(D::rank() - 1 - r), ee = e.extent(E::rank() - 1 - r);
     if (de != ee && ee != 1)

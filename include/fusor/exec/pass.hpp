@@ -88,6 +88,47 @@ inline constexpr bool target_readable_from_device_v =
     detail::leaves_in<typename Target::destination_type>::check(false) &&
     detail::leaves_in<typename Target::expression_type>::check(false);
 
+/// Whether `Executor` can read and write memory of `Space`: host memory on the host executor, device memory on the
+/// cuda executor, pinned and managed memory on both.
+template <class Executor, class Space>
+inline constexpr bool executor_reaches_v =
+    Executor::template can_run<target<view<float, extents<index_t, 1>, row_major, Space>, literal<float>>>;
+
+/// The message of an operand the executor cannot reach (one string literal, for static_assert).
+#define FUSOR_MEMORY_SPACE_MESSAGE                                                                                  \
+  "fusor: an operand lives in a memory space this executor cannot read or write: use device_space (or pinned) "     \
+  "memory with the cuda executor and host_space (or pinned) memory with the host executor, or fusor::copy it across"
+/// The message of an expression assigned with placeholders left (one string literal, for static_assert).
+#define FUSOR_PLACEHOLDER_MESSAGE \
+  "fusor: this expression still has placeholders (arg<N>); substitute() operands for them first"
+
+namespace detail {
+template <class... Targets>
+struct first_static_fit_failure {
+  using type = static_shapes_must_match<shape<>, shape<>, true>;
+};
+template <class T, class... Rest>
+struct first_static_fit_failure<T, Rest...> {
+  using check = static_fit_check<typename T::destination_type::extents_type, typename T::expression_type::extents_type>;
+  using type = std::conditional_t<check::value, typename first_static_fit_failure<Rest...>::type, check>;
+};
+}  // namespace detail
+
+/// The compile-time checks of assigning `Targets` on `Executor`. assign and assign_many static_assert each
+/// (fusor's message names the fix) and go no deeper when one fails, so a mistake is one error, not a cascade.
+template <class Executor, class... Targets>
+struct assignment_checks {
+  /// Every operand is in memory the executor can read and write.
+  static constexpr bool reachable = (Executor::template can_run<Targets> && ...);
+  /// No expression has placeholders left.
+  static constexpr bool substituted = (!detail::has_placeholder_v<typename Targets::expression_type> && ...);
+  /// The static_shapes_must_match of the first target whose expression's static shape does not fit its destination's
+  /// (value false), else one whose value is true.
+  using shapes = typename detail::first_static_fit_failure<Targets...>::type;
+  /// Every check holds.
+  static constexpr bool ok = sizeof...(Targets) > 0 && reachable && substituted && shapes::value;
+};
+
 // ---- the pass -----------------------------------------------------------------
 /// One pass over memory: targets of one shape (made by make_pass), walked by an executor.
 ///

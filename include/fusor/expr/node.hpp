@@ -295,20 +295,40 @@ concept operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_
 template <class T>
 concept tree_operand = expression<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>>;
 
+namespace detail {
+// x as an expression, unchecked: as_expression without its lvalue check.
+template <class T>
+auto to_expression(T&& x) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (is_tensor_v<U>) return x.view();
+  else if constexpr (std::is_arithmetic_v<U>) return literal<U>{x};
+  else return U(x);
+}
+// The shape type of what operand T becomes.
+template <class T, bool Scalar = std::is_arithmetic_v<std::remove_cvref_t<T>>>
+struct operand_extents {
+  using type = typename std::remove_cvref_t<T>::extents_type;
+};
+template <class T>
+struct operand_extents<T, true> {
+  using type = ::cuda::std::extents<index_t>;
+};
+// Whether T is a tensor passed as a temporary (its memory would go with it).
+template <class T>
+inline constexpr bool temporary_tensor_v = is_tensor_v<std::remove_cvref_t<T>> && !std::is_lvalue_reference_v<T>;
+}  // namespace detail
+
+/// The message of an operand that is a temporary tensor (one string literal, for static_assert).
+#define FUSOR_TEMPORARY_TENSOR_MESSAGE                                                                         \
+  "fusor: a temporary tensor cannot be an operand: the expression would outlive its memory; keep the tensor in " \
+  "a variable and use the variable"
+
 /// `x` as an expression: an lvalue tensor becomes its view, an arithmetic scalar a weak literal, and an
 /// expression is copied.
 template <class T>
 auto as_expression(T&& x) {
-  using U = std::remove_cvref_t<T>;
-  if constexpr (is_tensor_v<U>) {
-    static_assert(std::is_lvalue_reference_v<T>,
-                  "fusor: a temporary tensor cannot be an operand: the expression would outlive its memory");
-    return x.view();
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    return literal<U>{x};
-  } else {
-    return U(x);
-  }
+  static_assert(!detail::temporary_tensor_v<T>, FUSOR_TEMPORARY_TENSOR_MESSAGE);
+  return detail::to_expression(std::forward<T>(x));
 }
 
 /// Builds node<Op, ...> from operands, checking shapes (static ones at compile
@@ -321,9 +341,21 @@ node<Op, E...> make_node_from(const E&... children) {
   return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
 }
 /// node<Op, ...> of the operands, each made an expression by as_expression; checks shapes as make_node_from.
+///
+/// Every operator and function of fusor/expr/operators.hpp calls it directly, so its static_asserts are the
+/// first a misuse meets (no temporary tensor, static shapes that broadcast); where one fails, nothing deeper is
+/// instantiated (one error, not a cascade) and a node of the operands' types stands for the result.
 template <class Op, class... T>
 auto make_node(T&&... operands) {
-  return make_node_from<Op>(as_expression(std::forward<T>(operands))...);
+  static_assert((!detail::temporary_tensor_v<T> && ...), FUSOR_TEMPORARY_TENSOR_MESSAGE);
+  using shapes = static_broadcast_check_all<typename detail::operand_extents<T>::type...>;
+  static_assert(shapes::value, FUSOR_STATIC_BROADCAST_MESSAGE);
+  if constexpr ((!detail::temporary_tensor_v<T> && ...) && shapes::value) {
+    return make_node_from<Op>(as_expression(std::forward<T>(operands))...);
+  } else {
+    using result = node<Op, decltype(detail::to_expression(std::forward<T>(operands)))...>;
+    return result{{{detail::to_expression(std::forward<T>(operands))}...}, {}};
+  }
 }
 
 }  // namespace fusor

@@ -63,7 +63,9 @@ constexpr bool check_matmul_types() {
   using accumulate = accumulate_t<PA>;
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double> || is_half_precision_v<A>,
                 "fusor: matmul multiplies float, double, bfloat16 or float16 matrices");
-  static_assert(std::is_same_v<A, B>, "fusor: matmul's a and b must store the same element type");
+  static_assert(std::is_same_v<A, B>,
+                "fusor: matmul's a and b must store the same element type: convert one first (fusor::assign "
+                "fusor::cast<T>(x) into a tensor of the other's type)");
   static_assert(std::is_same_v<C, A> || (std::is_same_v<C, float> && is_half_precision_v<A>),
                 "fusor: matmul's c must store a's element type, or float when a and b store bfloat16 or float16");
   static_assert(!std::is_same_v<A, bfloat16> || std::is_same_v<accumulate, float>,
@@ -162,8 +164,9 @@ void matmul_matrices(const CV& cv, const AV& av, const BV& bv, const Epilogue& e
                 "., .] with a 4-D c)");
   static_assert(CV::rank == 3 || (AV::rank == 2 && BV::rank == 2),
                 "fusor: a batched matmul (3-D a or b) needs a 3-D c");
-  static_assert(check_static_matmul_shapes<typename CV::extents_type, typename AV::extents_type,
-                                           typename BV::extents_type>());
+  static_assert(static_matmul_check<typename CV::extents_type, typename AV::extents_type,
+                                    typename BV::extents_type>::value,
+                FUSOR_MATMUL_SHAPES_MESSAGE);
   static_assert(check_matmul_types<typename AV::precision, typename BV::precision, typename CV::precision>());
   static_assert(check_epilogue_types<Epilogue, CV>());
   check_matmul_shapes(strides_of(cv), strides_of(av), strides_of(bv), CV::rank == 3, AV::rank == 3, BV::rank == 3);
@@ -202,7 +205,25 @@ void matmul(const C& c, const A& a, const B& b, const Epilogue& ep = {}, const E
                   "fusor: a 4-D matmul takes no epilogue (view it as 3-D [B * H, M, N] for one)");
     detail::matmul_4d(cv, av, bv, executor);
   } else {
-    detail::matmul_matrices(cv, av, bv, ep, executor);
+    // matmul_matrices' shape and type checks, here, where the caller's line is; after a failed one,
+    // nothing deeper is instantiated.
+    using CV = std::remove_const_t<decltype(cv)>;
+    using AV = std::remove_const_t<decltype(av)>;
+    using BV = std::remove_const_t<decltype(bv)>;
+    constexpr bool matrices = (CV::rank == 2 || CV::rank == 3) && (AV::rank == 2 || AV::rank == 3) &&
+                              (BV::rank == 2 || BV::rank == 3);
+    if constexpr (matrices) {
+      static_assert(detail::static_matmul_check<typename CV::extents_type, typename AV::extents_type,
+                                                typename BV::extents_type>::value,
+                    FUSOR_MATMUL_SHAPES_MESSAGE);
+      static_assert(detail::check_matmul_types<typename AV::precision, typename BV::precision,
+                                               typename CV::precision>());
+      if constexpr (detail::static_matmul_check<typename CV::extents_type, typename AV::extents_type,
+                                                typename BV::extents_type>::value)
+        detail::matmul_matrices(cv, av, bv, ep, executor);
+    } else {
+      detail::matmul_matrices(cv, av, bv, ep, executor);  // its static_assert names the ranks it takes
+    }
   }
 }
 

@@ -23,15 +23,18 @@
 
 namespace fusor {
 
-/// Named in the compile-time error when static shapes of a matmul disagree.
+/// Names the three static shapes of a matmul in the compiler's message: matmul checks them with
+/// `static_assert(static_matmul_shapes_must_agree<...>::value, "fusor: ...")`.
 template <class CShape, class AShape, class BShape, bool Agree>
 struct static_matmul_shapes_must_agree {
-  static_assert(Agree,
-                "fusor: matmul's static shapes do not agree (c [M, N] = a [M, K] times b [K, N], with an optional "
-                "leading batch axis); the shapes are named in static_matmul_shapes_must_agree<shape<c>, shape<a>, "
-                "shape<b>> (-1 is a dynamic extent)");
-  static constexpr bool value = Agree;  ///< Whether the shapes agree (always true once it compiles).
+  static constexpr bool value = Agree;  ///< Whether the shapes agree.
 };
+
+/// The message of a failed static_matmul_shapes_must_agree (one string literal, for static_assert).
+#define FUSOR_MATMUL_SHAPES_MESSAGE                                                                                 \
+  "fusor: matmul's static shapes do not agree (c [M, N] = a [M, K] times b [K, N], with an optional leading batch " \
+  "axis): fix the extents so that a's columns are b's rows; the shapes are named in "                               \
+  "static_matmul_shapes_must_agree<shape<c>, shape<a>, shape<b>> (-1 is a dynamic extent)"
 
 namespace detail {
 
@@ -54,11 +57,10 @@ constexpr bool static_matmul_shapes_agree() {
          static_batch_fits(static_batch<BE>(), static_batch<CE>());
 }
 
+// static_matmul_shapes_must_agree for extents CE = AE BE: its value says whether their static extents agree.
 template <class CE, class AE, class BE>
-constexpr bool check_static_matmul_shapes() {
-  return static_matmul_shapes_must_agree<shape_of_t<CE>, shape_of_t<AE>, shape_of_t<BE>,
-                                         static_matmul_shapes_agree<CE, AE, BE>()>::value;
-}
+using static_matmul_check = static_matmul_shapes_must_agree<shape_of_t<CE>, shape_of_t<AE>, shape_of_t<BE>,
+                                                            static_matmul_shapes_agree<CE, AE, BE>()>;
 
 // ---- one matrix (or a batch of them) as strides ----------------------------------
 struct matrix_strides {

@@ -22,6 +22,13 @@
 
 namespace fusor::nn {
 
+namespace detail {
+// The features through a chain's layers given In, checked where first used (a
+// mismatch inside is one static_assert naming both layers and both features).
+template <class In, class... Layers>
+using inner_chain = checked_feature_chain<feature_chain<0, composite_input, In, Layers...>>;
+}  // namespace detail
+
 /// A sub-sequence of layers as one layer: `Ln(...L1(L0(x)))`, usable anywhere a layer is.
 ///
 /// Features are inferred through it as sequential<> does; its parameters are named `"<inner position>.<name>"`
@@ -42,7 +49,7 @@ struct chain {
   using expected_input = typename first_layer::expected_input;
   /// The last inner layer's output features given In (a mismatch inside fails here, with layer_sizes_must_match).
   template <class In>
-  using output = typename detail::feature_chain<0, composite_input, In, Layers...>::output;
+  using output = typename detail::inner_chain<In, Layers...>::output;
 
   /// `"nn::chain of N layers"`, for messages.
   static std::string name() { return "nn::chain of " + std::to_string(depth) + " layers"; }
@@ -51,7 +58,7 @@ struct chain {
   template <class In, class NetworkPrecision, class Space>
   using inner_instances =
       typename detail::bind_layers<detail::type_list<Layers...>,
-                                   typename detail::feature_chain<0, composite_input, In, Layers...>::inputs,
+                                   typename detail::inner_chain<In, Layers...>::inputs,
                                    NetworkPrecision, Space>::type;
 
   template <class In, class NetworkPrecision, class Space>
@@ -66,7 +73,7 @@ class chain<Layers...>::instance
     : public detail::composite_shards<instance<In, NetworkPrecision, Space>, Space,
                                       inner_instances<In, NetworkPrecision, Space>>,
       public detail::input_precision_member<std::tuple_element_t<0, inner_instances<In, NetworkPrecision, Space>>> {
-  using through = detail::feature_chain<0, composite_input, In, Layers...>;
+  using through = detail::inner_chain<In, Layers...>;
   using inner_tuple = inner_instances<In, NetworkPrecision, Space>;
   template <std::size_t I>
   using inner = std::tuple_element_t<I, inner_tuple>;

@@ -84,15 +84,19 @@ struct input_precision_of<Instance> {
 template <class Instance>
 using layer_input_precision = typename detail::input_precision_of<Instance>::type;
 
-/// Compile-time error for sequential<>: the produced and expected features are
-/// named in the instantiation that fails.
+/// Names a junction between two layers in the compiler's message: nn::sequential (and a composite) check each with
+/// `static_assert(layer_sizes_must_match<...>::value, "fusor: ...")`, so the failing condition names the position,
+/// both layers and both features, and the message says what to do.
 template <std::size_t Position, class PreviousLayer, class Layer, class Produced, class Expected, bool Match>
 struct layer_sizes_must_match {
-  static_assert(Match,
-                "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; see "
-                "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>");
-  /// Match; where it is false the static_assert above stops the build.
+  /// Whether the layer accepts the features the previous one makes.
   static constexpr bool value = Match;
 };
+
+/// The message of a failed layer_sizes_must_match (one string literal, for static_assert).
+#define FUSOR_LAYER_SIZES_MESSAGE                                                                                   \
+  "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; make the " \
+  "layer take the features the previous one makes (e.g. nn::linear<784, N> after nn::features<784>); see "        \
+  "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>"
 
 }  // namespace fusor::nn

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "fusor/core/copy.hpp"
 #include "fusor/core/tensor.hpp"
@@ -25,7 +26,19 @@
 #include "fusor/kernels/cross_entropy.hpp"
 #include "fusor/kernels/reduce.hpp"
 
+/// The message of labels that are not integers (one string literal, for static_assert).
+#define FUSOR_INTEGER_LABELS_MESSAGE                                                                              \
+  "fusor: labels are class indices, integers: store them as std::int32_t (e.g. fusor::tensor<std::int32_t, ...>), " \
+  "not as floating point"
+
 namespace fusor::nn {
+
+namespace detail {
+// Whether Labels (a view or a tensor) holds integers, as class indices must be.
+template <class Labels>
+inline constexpr bool integer_labels_v =
+    std::is_integral_v<typename std::remove_cvref_t<decltype(as_view(std::declval<const Labels&>()))>::element_type>;
+}  // namespace detail
 
 /// Running totals of a softmax_cross_entropy since its last reset(), as returned by totals().
 struct loss_totals {
@@ -63,23 +76,30 @@ class softmax_cross_entropy {
   /// Throws shape_error for more rows than max_rows or labels that do not match the logits' rows.
   template <class Logits, class Labels, class Gradient, class Executor>
   void forward_backward(const Logits& logits, const Labels& labels, const Gradient& dlogits, const Executor& ex) {
-    const auto rows = as_rows(logits);
-    const auto targets = as_targets(labels, rows);
-    const auto l = losses(rows);
-    // The predictions first: an in-place gradient overwrites the logits.
-    predict(rows, ex);
-    cross_entropy(l, as_rows(dlogits), rows, targets, options_, ex);
-    accumulate(targets, l, ex);
+    static_assert(detail::integer_labels_v<Labels>, FUSOR_INTEGER_LABELS_MESSAGE);
+    // After a failed check, nothing deeper is instantiated: one error, not a cascade.
+    if constexpr (detail::integer_labels_v<Labels>) {
+      const auto rows = as_rows(logits);
+      const auto targets = as_targets(labels, rows);
+      const auto l = losses(rows);
+      // The predictions first: an in-place gradient overwrites the logits.
+      predict(rows, ex);
+      cross_entropy(l, as_rows(dlogits), rows, targets, options_, ex);
+      accumulate(targets, l, ex);
+    }
   }
   /// The same as forward_backward() without the gradient (evaluation).
   template <class Logits, class Labels, class Executor>
   void evaluate(const Logits& logits, const Labels& labels, const Executor& ex) {
-    const auto rows = as_rows(logits);
-    const auto targets = as_targets(labels, rows);
-    const auto l = losses(rows);
-    predict(rows, ex);
-    cross_entropy_loss(l, rows, targets, options_, ex);
-    accumulate(targets, l, ex);
+    static_assert(detail::integer_labels_v<Labels>, FUSOR_INTEGER_LABELS_MESSAGE);
+    if constexpr (detail::integer_labels_v<Labels>) {
+      const auto rows = as_rows(logits);
+      const auto targets = as_targets(labels, rows);
+      const auto l = losses(rows);
+      predict(rows, ex);
+      cross_entropy_loss(l, rows, targets, options_, ex);
+      accumulate(targets, l, ex);
+    }
   }
 
   /// The last batch's mean loss, a one-element view in Space (for a loss scaler or a log).

@@ -50,7 +50,18 @@ struct network_options {
   layer_range layers = {};
 };
 
+/// The message of a network (or its input) in memory the executor cannot reach (one string literal, for
+/// static_assert).
+#define FUSOR_NETWORK_MEMORY_MESSAGE                                                                                \
+  "fusor: nn::network: the executor cannot reach the network's memory (or its input's): run a device_space "       \
+  "network and input on the cuda executor and a host_space one on the host executor (the network's third "        \
+  "argument is its memory space)"
+
 namespace detail {
+// The memory space of X, a view or a tensor.
+template <class X>
+using space_of_t = typename std::remove_cvref_t<decltype(as_view(std::declval<const X&>()))>::space;
+
 // A layer that draws random numbers by a seed the network gives it (dropout).
 template <class Layer>
 concept seeded_layer = requires(Layer& l) { l.seed(std::uint64_t{}); };
@@ -88,19 +99,22 @@ auto with_precision(const V& v) {
 template <class Sequential, class Precision = fp32, class Space = host_space>
 class network {
   static_assert(is_sequential_v<Sequential>, "fusor::nn::network's first argument is an nn::sequential<...>");
+  // The sequential's parts, read without instantiating it: a layer size mismatch is then one static_assert, in
+  // the constructors below, where the caller's line is.
+  using parts = detail::sequential_parts<Sequential>;
 
  public:
   /// A std::tuple of every layer's instance, in order.
-  using layers_type = typename Sequential::template instances<Precision, Space>;
+  using layers_type = typename parts::template instances<Precision, Space>;
   /// The number of layers of the sequential (held or not).
-  static constexpr std::size_t depth = Sequential::depth;
+  static constexpr std::size_t depth = parts::depth;
   /// Layer I's instance type.
   template <std::size_t I>
   using layer_type = std::tuple_element_t<I, layers_type>;
   /// What one sample of the input is.
-  using input_features = typename Sequential::input_features;
+  using input_features = typename parts::input_features;
   /// What one sample of the output is.
-  using output_features = typename Sequential::output_features;
+  using output_features = typename parts::output_features;
   /// The precision of the input x: the first layer's input precision.
   using input_precision = layer_input_precision<layer_type<0>>;  // int32 for an embedding
   /// The precision of the output: the last layer's.
@@ -134,12 +148,16 @@ class network {
 
   /// Allocates everything a step touches for batches of up to max_batch samples and draws the parameters from
   /// options.seed. Throws fusor::error for max_batch < 1, an empty layer range or a bad weight tie.
-  explicit network(index_t max_batch, network_options options = {}) : network(max_batch, options, nullptr) {}
+  explicit network(index_t max_batch, network_options options = {}) : network(max_batch, options, nullptr) {
+    static_assert(parts::chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+  }
   /// A network over `shared`'s parameters and gradients (same layers and range):
   /// its own activations, so several batches can be in flight at once (a pipeline
   /// stage's micro-batches). Backward writes the shared gradients. `shared` must
   /// outlive it.
-  network(index_t max_batch, network_options options, const network& shared) : network(max_batch, options, &shared) {}
+  network(index_t max_batch, network_options options, const network& shared) : network(max_batch, options, &shared) {
+    static_assert(parts::chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+  }
   network(const network&) = delete;
   network& operator=(const network&) = delete;
 
@@ -170,18 +188,28 @@ class network {
   /// A stage without the last layer returns an empty view (see with_stage_output).
   template <class X, class Executor>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode = training) {
-    return forward(x, ex, mode, [](std::size_t) {});
+    static_assert(executor_reaches_v<Executor, Space> && executor_reaches_v<Executor, detail::space_of_t<X>>,
+                  FUSOR_NETWORK_MEMORY_MESSAGE);
+    // After a failed check, nothing deeper is instantiated: one error, not one per layer.
+    if constexpr (executor_reaches_v<Executor, Space> && executor_reaches_v<Executor, detail::space_of_t<X>>)
+      return forward(x, ex, mode, [](std::size_t) {});
+    else
+      return output_view{};
   }
   /// The same, calling before_layer(I) just before layer I runs: ZeRO-3 gathers
   /// a bucket's parameters there (and starts gathering the next).
   template <class X, class Executor, class BeforeLayer>
   output_view forward(const X& x, const Executor& ex, const run_mode& mode, BeforeLayer&& before_layer) {
+    static_assert(executor_reaches_v<Executor, Space> && executor_reaches_v<Executor, detail::space_of_t<X>>,
+                  FUSOR_NETWORK_MEMORY_MESSAGE);
     if (first_ != 0)
       throw error("fusor::nn::network::forward: this network holds layers from " + std::to_string(first_) +
                   " on; fill with_stage_input and call forward_stage");
-    const auto& xv = as_view(x);
-    bind_input(xv, ex);
-    run_layers(ex, mode, before_layer);
+    if constexpr (executor_reaches_v<Executor, Space> && executor_reaches_v<Executor, detail::space_of_t<X>>) {
+      const auto& xv = as_view(x);
+      bind_input(xv, ex);
+      run_layers(ex, mode, before_layer);
+    }
     return last_ == depth ? output<depth - 1>() : output_view{};
   }
 
@@ -216,8 +244,9 @@ class network {
   /// Runs the stage's layers on the input filled by with_stage_input (fusor::error before it).
   template <class Executor>
   void forward_stage(const Executor& ex, const run_mode& mode = training) {
+    static_assert(executor_reaches_v<Executor, Space>, FUSOR_NETWORK_MEMORY_MESSAGE);
     if (batch_ == 0) throw error("fusor::nn::network::forward_stage: fill with_stage_input first");
-    run_layers(ex, mode);
+    if constexpr (executor_reaches_v<Executor, Space>) run_layers(ex, mode);
   }
   /// fn(flat view) of the last forward's output of layer last - 1, to send on.
   template <class Fn>
@@ -246,26 +275,29 @@ class network {
   /// Every parameter's gradient from output_gradient() (overwritten, not accumulated).
   template <class Executor>
   void backward(const Executor& ex) {
-    backward(ex, input_view{});
+    static_assert(executor_reaches_v<Executor, Space>, FUSOR_NETWORK_MEMORY_MESSAGE);
+    if constexpr (executor_reaches_v<Executor, Space>) backward(ex, input_view{});
   }
   /// The same, and the gradient of the input into input_gradient ([batch, features...]
   /// of the input precision): what a pipeline stage sends to the one before it.
   template <class Executor>
   void backward(const Executor& ex, const input_view& input_gradient) {
-    backward(ex, input_gradient, [](std::size_t) {});
+    static_assert(executor_reaches_v<Executor, Space>, FUSOR_NETWORK_MEMORY_MESSAGE);
+    if constexpr (executor_reaches_v<Executor, Space>) backward(ex, input_gradient, [](std::size_t) {});
   }
   /// The same, calling layer_done(I) as soon as layer I's parameter gradients are
   /// written (layers in reverse order): data parallelism starts communicating a
   /// bucket of gradients there while the layers before it are still working.
   template <class Executor, class LayerDone>
   void backward(const Executor& ex, const input_view& input_gradient, LayerDone&& layer_done) {
+    static_assert(executor_reaches_v<Executor, Space>, FUSOR_NETWORK_MEMORY_MESSAGE);
     if (batch_ == 0) throw error("fusor::nn::network::backward: call forward first");
     if (input_gradient.data() != nullptr && input_gradient.extent(0) != batch_)
       throw shape_error("fusor::nn::network::backward: input gradient of shape " +
                         shape_string(input_gradient.extents()) + " for a batch of " + std::to_string(batch_));
     input_gradient_ = input_gradient;
     streams_.use_on(executor_stream(ex));
-    backward_from<depth - 1>(ex, layer_done);
+    if constexpr (executor_reaches_v<Executor, Space>) backward_from<depth - 1>(ex, layer_done);
   }
 
   /// Layer I's instance.

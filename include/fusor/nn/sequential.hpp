@@ -34,21 +34,32 @@ struct prepend<T, type_list<U...>> {
   using type = type_list<T, U...>;
 };
 
-// The features entering each layer, checked one junction at a time.
+// The features entering each layer, junction by junction: `mismatch` is the
+// layer_sizes_must_match of the first junction that does not match (value
+// false), else one whose value is true. The owner (sequential, a composite)
+// static_asserts it; after a mismatch the chain goes on with what the layer
+// expected, so a mistake is one error, not a cascade.
 template <std::size_t Position, class Previous, class In, class... Layers>
 struct feature_chain {
   using inputs = type_list<>;
   using output = In;
+  using mismatch = layer_sizes_must_match<Position, Previous, network_input, In, In, true>;
 };
 template <std::size_t Position, class Previous, class In, class Layer, class... Rest>
 struct feature_chain<Position, Previous, In, Layer, Rest...> {
-  static constexpr bool match = layer_sizes_must_match<Position, Previous, Layer, In, typename Layer::expected_input,
-                                                       Layer::template accepts<In>>::value;
-  // After a mismatch, go on with what the layer expected: one error, not a cascade.
+  using junction = layer_sizes_must_match<Position, Previous, Layer, In, typename Layer::expected_input,
+                                          Layer::template accepts<In>>;
+  static constexpr bool match = junction::value;
   using entering = std::conditional_t<match, In, typename Layer::expected_input>;
   using next = feature_chain<Position + 1, Layer, typename Layer::template output<entering>, Rest...>;
   using inputs = typename prepend<entering, typename next::inputs>::type;
   using output = typename next::output;
+  using mismatch = std::conditional_t<match, typename next::mismatch, junction>;
+};
+// A composite's feature_chain, checked where it is first used.
+template <class Chain>
+struct checked_feature_chain : Chain {
+  static_assert(Chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
 };
 
 template <class Layers, class Inputs, class Precision, class Space>
@@ -59,20 +70,42 @@ struct bind_layers<type_list<Layers...>, type_list<Inputs...>, Precision, Space>
 };
 }  // namespace detail
 
-/// A network's layers composed at compile time: each layer's input features are inferred from Input (what one
-/// sample is), and a layer that does not accept what the previous one makes is a compile-time error.
 template <class Input, class... Layers>
-struct sequential {
+struct sequential;
+
+namespace detail {
+// What nn::sequential<Input, Layers...> is made of, read without instantiating it:
+// nn::network reads it here, so that a layer size mismatch is one error, at
+// its constructor (where the caller's line is), and sequential<> alone is
+// checked when it is instantiated.
+template <class Sequential>
+struct sequential_parts {};
+template <class Input, class... Layers>
+struct sequential_parts<sequential<Input, Layers...>> {
   static_assert(is_features_v<Input>,
                 "fusor::nn::sequential's first argument is what one sample is: nn::features<...> (e.g. "
                 "nn::features<784> or nn::features<1, 28, 28>)");
   static_assert(sizeof...(Layers) >= 1, "fusor::nn::sequential needs at least one layer");
-  /// What one sample is
   using input_features = Input;
+  using layers = type_list<Layers...>;
+  using chain = feature_chain<0, network_input, Input, Layers...>;
+  using output_features = typename chain::output;
+  static constexpr std::size_t depth = sizeof...(Layers);
+  template <class Precision, class Space>
+  using instances = typename bind_layers<layers, typename chain::inputs, Precision, Space>::type;
+};
+}  // namespace detail
+
+/// A network's layers composed at compile time: each layer's input features are inferred from Input (what one
+/// sample is), and a layer that does not accept what the previous one makes is a compile-time error.
+template <class Input, class... Layers>
+struct sequential {
+  /// What one sample is
+  using input_features = typename detail::sequential_parts<sequential>::input_features;
   /// The layer descriptors, in order
-  using layers = detail::type_list<Layers...>;
+  using layers = typename detail::sequential_parts<sequential>::layers;
   /// The features entering each layer, checked one junction at a time.
-  using chain = detail::feature_chain<0, network_input, Input, Layers...>;
+  using chain = typename detail::sequential_parts<sequential>::chain;
   /// What the last layer makes of one sample
   using output_features = typename chain::output;
   /// The number of layers
@@ -80,6 +113,10 @@ struct sequential {
   /// The stateful layers for one precision and memory space (what nn::network holds).
   template <class Precision, class Space>
   using instances = typename detail::bind_layers<layers, typename chain::inputs, Precision, Space>::type;
+
+  // Last in the class (clang stops instantiating members after an error): a mismatch is one error, naming both
+  // layers and both features. nn::network checks the same in its constructors, without instantiating this.
+  static_assert(chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
 };
 
 /// Whether T is an nn::sequential<...>.

@@ -84,6 +84,11 @@ class trainer {
     using type = std::tuple<Optimizer<E, space>...>;
   };
   using optimizers_type = typename optimizer_tuple<typename Network::group_elements>::type;
+  // Whether Executor reaches the network's memory, the images' and the labels' (each a view or a tensor).
+  template <class Images, class Labels, class Executor>
+  static constexpr bool reaches = executor_reaches_v<Executor, space> &&
+                                  executor_reaches_v<Executor, nn::detail::space_of_t<Images>> &&
+                                  executor_reaches_v<Executor, nn::detail::space_of_t<Labels>>;
 
  public:
   /// A trainer for `network` (kept by reference: it must outlive the trainer), with one optimizer per
@@ -118,30 +123,37 @@ class trainer {
   /// Throws nonfinite_error as check_not_stopped() does.
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
-    if (norm_reduction_ == nullptr && split_ways_ > 1 && (options_.clip.max_norm > 0.0f || options_.scaling.dynamic))
-      throw error("fusor::optim::trainer: the network's layers are split " + std::to_string(split_ways_) +
-                  " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of "
-                  "every rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel "
-                  "before the first step");
-    streams_.use_on(executor_stream(ex));
-    nn::run_mode mode{true, host_steps_, controller_.scalars().step().data()};
-    graph::host_effect([this] { ++host_steps_; });  // repeated by each replay of a captured step
-    const auto logits = network_.forward(images, ex, mode);
-    const auto dlogits = network_.output_gradient();
-    loss_.forward_backward(logits, labels, dlogits, ex);
-    if (options_.scaling.dynamic) assign(dlogits, dlogits * scalar(controller_.scalars().loss_scale()), ex);
-    network_.backward(ex);
-    controller_.begin_step(ex);
-    network_.for_each_group([&](auto& group) { controller_.accumulate_gradient_norm(group.gradients(), ex); });
-    if (norm_reduction_ != nullptr)
-      norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
-    controller_.prepare_update(ex);
-    for_each_group_and_optimizer(
-        [&](auto& group, auto& optimizer) { optimizer.step(group.values(), group.gradients(), controller_.scalars(), ex); });
-    if (pruning_applies_) apply_pruning(ex);
-    controller_.finish_step(ex);
-    stop_note_.record(controller_.scalars(), ex);
-    check_not_stopped();
+    static_assert(reaches<Images, Labels, Executor>, FUSOR_NETWORK_MEMORY_MESSAGE);
+    static_assert(nn::detail::integer_labels_v<Labels>, FUSOR_INTEGER_LABELS_MESSAGE);
+    // After a failed check, nothing deeper is instantiated: one error, not a cascade.
+    if constexpr (reaches<Images, Labels, Executor> && nn::detail::integer_labels_v<Labels>) {
+      if (norm_reduction_ == nullptr && split_ways_ > 1 &&
+          (options_.clip.max_norm > 0.0f || options_.scaling.dynamic))
+        throw error("fusor::optim::trainer: the network's layers are split " + std::to_string(split_ways_) +
+                    " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of "
+                    "every rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel "
+                    "before the first step");
+      streams_.use_on(executor_stream(ex));
+      nn::run_mode mode{true, host_steps_, controller_.scalars().step().data()};
+      graph::host_effect([this] { ++host_steps_; });  // repeated by each replay of a captured step
+      const auto logits = network_.forward(images, ex, mode);
+      const auto dlogits = network_.output_gradient();
+      loss_.forward_backward(logits, labels, dlogits, ex);
+      if (options_.scaling.dynamic) assign(dlogits, dlogits * scalar(controller_.scalars().loss_scale()), ex);
+      network_.backward(ex);
+      controller_.begin_step(ex);
+      network_.for_each_group([&](auto& group) { controller_.accumulate_gradient_norm(group.gradients(), ex); });
+      if (norm_reduction_ != nullptr)
+        norm_reduction_->reduce(controller_.scalars().gradient_norm_squared(), nn::executor_stream(ex));
+      controller_.prepare_update(ex);
+      for_each_group_and_optimizer([&](auto& group, auto& optimizer) {
+        optimizer.step(group.values(), group.gradients(), controller_.scalars(), ex);
+      });
+      if (pruning_applies_) apply_pruning(ex);
+      controller_.finish_step(ex);
+      stop_note_.record(controller_.scalars(), ex);
+      check_not_stopped();
+    }
   }
 
   /// Throws nonfinite_error if a step had Inf/NaN gradients under
@@ -165,9 +177,13 @@ class trainer {
   /// Loss and accuracy on a batch, without learning.
   template <class Images, class Labels, class Executor>
   void evaluate(const Images& images, const Labels& labels, const Executor& ex) {
+    static_assert(reaches<Images, Labels, Executor>, FUSOR_NETWORK_MEMORY_MESSAGE);
+    static_assert(nn::detail::integer_labels_v<Labels>, FUSOR_INTEGER_LABELS_MESSAGE);
     check_not_stopped();
-    streams_.use_on(executor_stream(ex));
-    loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
+    if constexpr (reaches<Images, Labels, Executor> && nn::detail::integer_labels_v<Labels>) {
+      streams_.use_on(executor_stream(ex));
+      loss_.evaluate(network_.forward(images, ex, nn::evaluation), labels, ex);
+    }
   }
 
   /// Magnitude pruning of every weight matrix (not biases): the `fraction` of
