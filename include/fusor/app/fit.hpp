@@ -22,6 +22,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -47,12 +48,12 @@ namespace fusor::app {
 struct fit_options {
   int epochs = 10;                          ///< epochs to train in all, counting those a resumed checkpoint had done
   bool graph = true;                        ///< on the GPU, replay each step as a captured CUDA graph
-  std::filesystem::path checkpoint{};         ///< when set, the training state is saved there after every epoch
+  std::filesystem::path checkpoint{};       ///< when set, the training state is saved there after every epoch
   bool resume = false;                      ///< continue from `checkpoint` when that file exists
-  std::filesystem::path best_checkpoint{};    ///< when set, saved after each epoch that lowers the validation loss
+  std::filesystem::path best_checkpoint{};  ///< when set, saved after each epoch that lowers the validation loss
   int patience = 0;                         ///< stop after this many epochs without a lower validation loss (0: never)
   double min_improvement = 0;               ///< how much lower a validation loss must be to count as lower
-  std::filesystem::path metrics{};            ///< when set, a CSV line per epoch (scripts/plot_results.py plots it)
+  std::filesystem::path metrics{};          ///< when set, a CSV line per epoch (scripts/plot_results.py plots it)
   bool progress = true;                     ///< a progress bar on stdout, updated ten times an epoch
   bool report = true;                       ///< a summary line on stdout after each epoch
   std::string validation_name = "test";     ///< what the summary line calls the validation set
