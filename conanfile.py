@@ -25,7 +25,8 @@ class FusorConan(ConanFile):
         toolchain = CMakeToolchain(self)
         # Only the library: its tests, benchmarks and examples need their own
         # dependencies (doctest, Google Benchmark, a data set), and nvcc is not needed.
-        for option in ("FUSOR_BUILD_TESTS", "FUSOR_BUILD_BENCHMARKS", "FUSOR_BUILD_EXAMPLES", "FUSOR_ENABLE_CUDA"):
+        for option in ("FUSOR_BUILD_TESTS", "FUSOR_BUILD_BENCHMARKS", "FUSOR_BUILD_EXAMPLES", "FUSOR_BUILD_DOCS",
+                       "FUSOR_ENABLE_CUDA"):
             toolchain.cache_variables[option] = False
         toolchain.generate()
 

@@ -5,6 +5,10 @@
 # Every warning of Doxygen fails the target and the ctest `api_reference`:
 # an undocumented public entity of include/fusor (namespaces called `detail`
 # excepted) is an error, so the reference cannot fall behind the code.
+if(NOT EXISTS ${PROJECT_SOURCE_DIR}/docs/Doxyfile.in)  # a copy of the sources without docs/ (a package's)
+  message(STATUS "fusor: no docs/Doxyfile.in in ${PROJECT_SOURCE_DIR}; no `docs` target")
+  return()
+endif()
 find_program(FUSOR_DOXYGEN doxygen)
 if(NOT FUSOR_DOXYGEN)
   message(STATUS "fusor: doxygen not found (Debian: doxygen); no `docs` target, ctest api_reference absent")
