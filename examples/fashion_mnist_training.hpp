@@ -85,7 +85,7 @@ inline void declare_options(fs::app::command_line& cli, options& o) {
       .number("--require-accuracy", o.require_accuracy, "exit with status 1 when the final test accuracy is below X",
               app::between(0.0, 1.0))
       .flag("--quiet", o.quiet, "no progress bar")
-      .path("--metrics", o.metrics, "write each epoch's losses and accuracies to this CSV file (--resume appends)");
+      .path("--metrics", o.metrics, "write each epoch's losses and accuracies to this CSV file (--resume continues it)");
 }
 
 // Parses argv into `o` (the example's defaults). `more` declares the example's
