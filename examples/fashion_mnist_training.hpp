@@ -121,10 +121,7 @@ inline void report_epoch(const options& o, int epoch, const nn::loss_totals& tra
                          double seconds) {
   const fs::app::epoch_result e{.epoch = epoch + 1, .train = trained, .validation = test, .seconds = seconds,
                                 .samples_per_second = double(trained.samples) / seconds};
-  std::printf("%sepoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-              o.quiet ? "" : "\n", e.epoch, o.epochs, trained.mean_loss, test.mean_loss, 100 * test.accuracy,
-              e.samples_per_second, seconds);
-  std::fflush(stdout);
+  fs::app::print_epoch_summary(e, o.epochs, "test", !o.quiet);
   if (!o.metrics.empty()) fs::app::append_metrics_csv(o.metrics, e);
 }
 

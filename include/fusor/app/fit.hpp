@@ -100,6 +100,17 @@ inline void print_progress(int epoch, int epochs, double fraction, const nn::los
   std::fflush(stdout);
 }
 
+/// The line fit() prints after each epoch: "epoch 3/10  train loss 0.4123  test loss 0.4321  test accuracy
+/// 85.20%  30000 samples/s  (2.0 s)", on a new line when a progress bar (`after_progress`) is on this one.
+inline void print_epoch_summary(const epoch_result& e, int epochs, const std::string& validation_name,
+                                bool after_progress) {
+  std::printf("%sepoch %d/%d  train loss %.4f  %s loss %.4f  %s accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
+              after_progress ? "\n" : "", e.epoch, epochs, e.train.mean_loss, validation_name.c_str(),
+              e.validation.mean_loss, validation_name.c_str(), 100 * e.validation.accuracy, e.samples_per_second,
+              e.seconds);
+  std::fflush(stdout);
+}
+
 namespace detail {
 // The lines of a metrics CSV after its header; an error when the file is not one.
 inline std::vector<std::string> metrics_lines(const std::filesystem::path& file) {
@@ -290,13 +301,7 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
     } else {
       ++stopping.epochs_without_improvement;
     }
-    if (o.report) {
-      std::printf("%sepoch %d/%d  train loss %.4f  %s loss %.4f  %s accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-                  o.progress ? "\n" : "", e.epoch, o.epochs, e.train.mean_loss, o.validation_name.c_str(),
-                  e.validation.mean_loss, o.validation_name.c_str(), 100 * e.validation.accuracy,
-                  e.samples_per_second, e.seconds);
-      std::fflush(stdout);
-    }
+    if (o.report) print_epoch_summary(e, o.epochs, o.validation_name, o.progress);
     if (!o.metrics.empty()) append_metrics_csv(o.metrics, e);
     if (!o.checkpoint.empty()) optim::save_training_state(o.checkpoint, trainer, stopping.metadata(e.epoch));
     if (improved && !o.best_checkpoint.empty())
