@@ -25,8 +25,9 @@ class FusorConan(ConanFile):
         toolchain = CMakeToolchain(self)
         # Only the library: its tests, benchmarks and examples need their own
         # dependencies (doctest, Google Benchmark, a data set), and nvcc is not needed.
+        # The package is header only: fusor::runtime (the optional compiled part) is not built.
         for option in ("FUSOR_BUILD_TESTS", "FUSOR_BUILD_BENCHMARKS", "FUSOR_BUILD_EXAMPLES", "FUSOR_BUILD_DOCS",
-                       "FUSOR_ENABLE_CUDA"):
+                       "FUSOR_BUILD_RUNTIME", "FUSOR_ENABLE_CUDA"):
             toolchain.cache_variables[option] = False
         toolchain.generate()
 

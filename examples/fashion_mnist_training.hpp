@@ -243,7 +243,7 @@ int train(const options& o, const Executor& ex, const std::string& device, const
                                               .patience = o.patience,
                                               .metrics = o.metrics,
                                               .progress = !o.quiet},
-                                             {.on_start = banner});
+                                             {.on_start = banner, .on_epoch = {}});
   return verdict(o, r.validation, device);
 }
 

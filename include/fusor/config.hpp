@@ -41,6 +41,20 @@
 #define FUSOR_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+// Separate compilation (optional): with FUSOR_SEPARATE_COMPILATION defined
+// (linking the CMake target fusor::runtime defines it), fusor's non-template
+// functions -- file formats, data sets, the command line -- are only declared
+// by the headers and compiled once, in the fusor_runtime library, so a
+// training program compiles in seconds less. Without it (the default) fusor is
+// header only: each header includes its definitions (its impl/*.ipp file) and
+// FUSOR_DECL makes them inline. The definitions never depend on
+// FUSOR_HAS_CUDA, so one library serves g++ and nvcc translation units.
+#if defined(FUSOR_SEPARATE_COMPILATION)
+#define FUSOR_DECL
+#else
+#define FUSOR_DECL inline
+#endif
+
 namespace fusor {
 /// Largest kernel-parameter block a launch may take: 32764 bytes on Volta and
 /// later with CUDA 12.1+. Expression trees are checked against it at compile time.

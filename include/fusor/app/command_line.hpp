@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/io/text_number.hpp"
 
@@ -90,6 +91,15 @@ std::string bounds<T>::text() const {
   return "";
 }
 
+#if defined(FUSOR_SEPARATE_COMPILATION)
+// The bounds of the usual option types are described by fusor_runtime's copies (src/app.cpp).
+extern template std::string bounds<int>::text() const;
+extern template std::string bounds<long>::text() const;
+extern template std::string bounds<unsigned long>::text() const;
+extern template std::string bounds<float>::text() const;
+extern template std::string bounds<double>::text() const;
+#endif
+
 /// A program's options as a table of typed entries bound to variables; parse() fills them, help() and
 /// markdown() describe them. The variables are kept by reference and must outlive parse().
 class command_line {
@@ -130,21 +140,10 @@ class command_line {
   }
   /// Free text (a prompt, a name). `non_empty`: refuse "".
   command_line& text(std::string name, std::string& target, std::string meaning, std::string metavar = "TEXT",
-                     bool non_empty = true) {
-    return add(std::move(name), std::move(metavar), std::move(meaning), target.empty() ? "" : "'" + escaped(target) + "'",
-               "", [&target, non_empty](std::string_view text) {
-                 if (non_empty && text.empty()) throw usage_error("an empty value is not accepted");
-                 target = std::string(text);
-               });
-  }
+                     bool non_empty = true);
   /// A path; whether it exists is for the program to check (with a better message than a parser could give).
-  command_line& path(std::string name, std::filesystem::path& target, std::string meaning, std::string metavar = "FILE") {
-    return add(std::move(name), std::move(metavar), std::move(meaning), target.string(), "",
-               [&target](std::string_view text) {
-                 if (text.empty()) throw usage_error("an empty path is not accepted");
-                 target = std::filesystem::path(text);
-               });
-  }
+  command_line& path(std::string name, std::filesystem::path& target, std::string meaning,
+                     std::string metavar = "FILE");
   /// One of several names, each standing for a value of T (an enum, say).
   template <class T>
   command_line& choice(std::string name, T& target, std::vector<std::pair<std::string, T>> names, std::string meaning) {
@@ -160,21 +159,12 @@ class command_line {
     });
   }
   /// A choice of strings, kept as the string.
-  command_line& choice(std::string name, std::string& target, const std::vector<std::string>& names, std::string meaning) {
-    std::vector<std::pair<std::string, std::string>> same;
-    for (const auto& n : names) same.emplace_back(n, n);
-    return choice(std::move(name), target, std::move(same), std::move(meaning));
-  }
+  command_line& choice(std::string name, std::string& target, const std::vector<std::string>& names,
+                       std::string meaning);
   /// An option without a value: sets `target` to `when_given`.
-  command_line& flag(std::string name, bool& target, std::string meaning, bool when_given = true) {
-    return action(std::move(name), std::move(meaning), [&target, when_given] { target = when_given; });
-  }
+  command_line& flag(std::string name, bool& target, std::string meaning, bool when_given = true);
   /// An option without a value that runs `act`.
-  command_line& action(std::string name, std::string meaning, std::function<void()> act) {
-    entry e{std::move(name), "", std::move(meaning), "", "", nullptr};
-    e.act = std::move(act);
-    return add_entry(std::move(e));
-  }
+  command_line& action(std::string name, std::string meaning, std::function<void()> act);
   /// Whether --help prints (false: parse() still stops there): in a job of
   /// several processes, one prints.
   command_line& print_help(bool yes) {
@@ -190,100 +180,22 @@ class command_line {
   /// Reads argv into the bound variables. False when --help (or --help-markdown)
   /// was given: the help is printed to stdout and the program should exit 0.
   /// Throws usage_error for an unknown option, a missing value or one not accepted.
-  bool parse(int argc, const char* const* argv) {
-    program_ = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "program";
-    for (int i = 1; i < argc; ++i) {
-      std::string_view arg = argv[i];
-      if (arg == "--help" || arg == "-h" || arg == "--help-markdown") {
-        if (print_help_) std::fputs((arg == "--help-markdown" ? markdown() : help()).c_str(), stdout);
-        return false;
-      }
-      if (arg.substr(0, 2) != "--")
-        throw usage_error("unexpected argument '" + std::string(arg) + "': every option starts with -- (--help lists them)");
-      std::optional<std::string_view> inline_value;
-      if (const std::size_t equals = arg.find('='); equals != std::string_view::npos) {
-        inline_value = arg.substr(equals + 1);
-        arg = arg.substr(0, equals);
-      }
-      const entry& e = find(arg);
-      if (e.act) {
-        if (inline_value) throw usage_error(e.name + " takes no value (given '" + std::string(*inline_value) + "')");
-        e.act();
-        continue;
-      }
-      std::string_view value;
-      if (inline_value) {
-        value = *inline_value;
-      } else {
-        // A following option is not this one's value: "--checkpoint --resume" forgot the file.
-        if (i + 1 >= argc || std::string_view(argv[i + 1]).substr(0, 2) == "--")
-          throw usage_error(e.name + " needs a value: " + e.metavar + (e.accepted.empty() ? "" : ", " + e.accepted));
-        value = argv[++i];
-      }
-      try {
-        e.read(value);
-      } catch (const usage_error& why) {
-        throw usage_error(e.name + " " + std::string(value) + ": " + why.what() +
-                          (e.accepted.empty() ? "" : " (accepted: " + e.accepted + ")"));
-      }
-    }
-    return true;
-  }
+  bool parse(int argc, const char* const* argv);
   /// parse() for main()'s non-const `argv`.
   bool parse(int argc, char** argv) { return parse(argc, const_cast<const char* const*>(argv)); }
 
   /// For a main() with nothing to clean up: parse(), but --help exits with
   /// status 0 after printing, and a mistake prints "error: ..." to stderr and
   /// exits with status 2.
-  void parse_or_exit(int argc, char** argv) {
-    try {
-      if (!parse(argc, argv)) std::exit(0);
-    } catch (const usage_error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      std::exit(2);
-    }
-  }
+  void parse_or_exit(int argc, char** argv);
 
   /// --help: usage, summary, one line per option (meaning; default; accepted values), epilogue.
-  std::string help() const {
-    std::size_t width = std::string_view("--help").size();
-    for (const entry& e : entries_) width = std::max(width, left_column(e).size());
-    const auto line = [width](const std::string& left, const std::string& right) {
-      return "  " + left + std::string(width + 2 - left.size(), ' ') + right + "\n";
-    };
-    std::string out = "usage: " + program_ + " [options]\n";
-    if (!summary_.empty()) out += summary_ + "\n";
-    out += "\noptions:\n";
-    for (const entry& e : entries_) {
-      std::string extra;
-      if (!e.shown_default.empty()) extra = "default " + e.shown_default;
-      if (!e.accepted.empty()) extra += (extra.empty() ? "" : "; ") + e.accepted;
-      out += line(left_column(e), e.meaning + (extra.empty() ? "" : " (" + extra + ")"));
-    }
-    out += line("--help", "this text");
-    if (!epilogue_.empty()) out += "\n" + epilogue_ + "\n";
-    return out;
-  }
+  std::string help() const;
   /// The same table in Markdown, for README (--help-markdown prints it).
-  std::string markdown() const {
-    std::string out = "| option | meaning | default | accepted |\n|---|---|---|---|\n";
-    const auto cell = [](std::string s) {
-      std::string escaped;
-      for (char c : s) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
-      return escaped;
-    };
-    for (const entry& e : entries_)
-      out += "| `" + cell(left_column(e)) + "` | " + cell(e.meaning) + " | " + cell(e.shown_default) + " | " +
-             cell(e.accepted) + " |\n";
-    return out;
-  }
+  std::string markdown() const;
 
   /// The option names, in declaration order.
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const entry& e : entries_) out.push_back(e.name);
-    return out;
-  }
+  std::vector<std::string> names() const;
 
  private:
   struct entry {
@@ -301,54 +213,17 @@ class command_line {
   }
 
   command_line& add(std::string name, std::string metavar, std::string meaning, std::string shown_default,
-                    std::string accepted, std::function<void(std::string_view)> read) {
-    return add_entry(entry{std::move(name), std::move(metavar), std::move(meaning), std::move(shown_default),
-                           std::move(accepted), std::move(read)});
-  }
-  command_line& add_entry(entry e) {
-    if (e.name.substr(0, 2) != "--" || e.name.find('=') != std::string::npos || e.name == "--help" ||
-        e.name == "--help-markdown")
-      throw error("fusor::app::command_line: option names start with -- and hold no '=' (--help is built in): " + e.name);
-    for (const entry& other : entries_)
-      if (other.name == e.name) throw error("fusor::app::command_line: option " + e.name + " declared twice");
-    entries_.push_back(std::move(e));
-    return *this;
-  }
+                    std::string accepted, std::function<void(std::string_view)> read);
+  command_line& add_entry(entry e);
 
   // A default as it would be typed: a newline as \n.
-  static std::string escaped(const std::string& text) {
-    std::string out;
-    for (char c : text) out += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
-    return out;
-  }
+  static std::string escaped(const std::string& text);
 
-  static std::string left_column(const entry& e) { return e.metavar.empty() ? e.name : e.name + " " + e.metavar; }
+  static std::string left_column(const entry& e);
 
-  const entry& find(std::string_view name) const {
-    for (const entry& e : entries_)
-      if (e.name == name) return e;
-    std::string hint;
-    std::size_t best = 3;  // suggest only a near miss: at most 2 edits
-    for (const entry& e : entries_)
-      if (const std::size_t d = edit_distance(name, e.name); d < best) best = d, hint = e.name;
-    throw usage_error("unknown option " + std::string(name) + (hint.empty() ? "" : " (did you mean " + hint + "?)") +
-                      "; --help lists them");
-  }
+  const entry& find(std::string_view name) const;
 
-  static std::size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-      std::size_t diagonal = row[0];
-      row[0] = i;
-      for (std::size_t j = 1; j <= b.size(); ++j) {
-        const std::size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diagonal = up;
-      }
-    }
-    return row[b.size()];
-  }
+  static std::size_t edit_distance(std::string_view a, std::string_view b);
 
   std::string summary_, epilogue_, program_ = "program";
   bool print_help_ = true;
@@ -356,3 +231,7 @@ class command_line {
 };
 
 }  // namespace fusor::app
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/app/impl/command_line.ipp"
+#endif

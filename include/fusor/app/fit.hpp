@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fusor/app/command_line.hpp"
+#include "fusor/config.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/host.hpp"
 #include "fusor/io/checkpoint.hpp"
@@ -92,65 +93,26 @@ inline constexpr const char* metrics_header =
     "epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_second,seconds";
 
 /// The progress bar fit() prints: "\repoch 3/10 [######.....]  50%  loss 0.4123  acc  85.2%".
-inline void print_progress(int epoch, int epochs, double fraction, const nn::loss_totals& t) {
-  const int width = 30, filled = std::clamp(static_cast<int>(fraction * width + 0.5), 0, width);
-  std::printf("\repoch %d/%d [%.*s%.*s] %3.0f%%  loss %.4f  acc %5.1f%%", epoch, epochs, filled,
-              "##############################", width - filled, "..............................", 100 * fraction,
-              t.mean_loss, 100 * t.accuracy);
-  std::fflush(stdout);
-}
+FUSOR_DECL void print_progress(int epoch, int epochs, double fraction, const nn::loss_totals& t);
 
 /// The line fit() prints after each epoch: "epoch 3/10  train loss 0.4123  test loss 0.4321  test accuracy
 /// 85.20%  30000 samples/s  (2.0 s)", on a new line when a progress bar (`after_progress`) is on this one.
-inline void print_epoch_summary(const epoch_result& e, int epochs, const std::string& validation_name,
-                                bool after_progress) {
-  std::printf("%sepoch %d/%d  train loss %.4f  %s loss %.4f  %s accuracy %.2f%%  %.0f samples/s  (%.1f s)\n",
-              after_progress ? "\n" : "", e.epoch, epochs, e.train.mean_loss, validation_name.c_str(),
-              e.validation.mean_loss, validation_name.c_str(), 100 * e.validation.accuracy, e.samples_per_second,
-              e.seconds);
-  std::fflush(stdout);
-}
+FUSOR_DECL void print_epoch_summary(const epoch_result& e, int epochs, const std::string& validation_name,
+                                    bool after_progress);
 
 namespace detail {
 // The lines of a metrics CSV after its header; an error when the file is not one.
-inline std::vector<std::string> metrics_lines(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  if (!std::getline(in, line) || line != metrics_header)
-    throw error("metrics file '" + file.string() + "' does not start with the header \"" + metrics_header +
-                "\": name another file, or remove it");
-  std::vector<std::string> lines;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
-inline void write_metrics(const std::filesystem::path& file, const std::vector<std::string>& lines) {
-  std::string text = std::string(metrics_header) + "\n";
-  for (const std::string& line : lines) text += line + "\n";
-  io::write_file_atomically(file, std::as_bytes(std::span(text.data(), text.size())));
-}
+FUSOR_DECL std::vector<std::string> metrics_lines(const std::filesystem::path& file);
+FUSOR_DECL void write_metrics(const std::filesystem::path& file, const std::vector<std::string>& lines);
 }  // namespace detail
 
 /// Starts the metrics CSV `file` before training: a fresh run (`resumed` false) replaces it by the header
 /// alone; a resumed run keeps it (checking that it is one) or starts it. An unwritable path fails here.
-inline void start_metrics_csv(const std::filesystem::path& file, bool resumed) {
-  const bool keep = resumed && std::filesystem::exists(file);
-  detail::write_metrics(file, keep ? detail::metrics_lines(file) : std::vector<std::string>{});
-}
+FUSOR_DECL void start_metrics_csv(const std::filesystem::path& file, bool resumed);
 
 /// Adds epoch `e`'s line to the metrics CSV `file`, dropping lines of epoch e.epoch and later (left by a run
 /// that stopped after its last checkpoint). The file is replaced atomically: a crash leaves the previous one.
-inline void append_metrics_csv(const std::filesystem::path& file, const epoch_result& e) {
-  std::vector<std::string> lines;
-  for (std::string& line : detail::metrics_lines(file)) {
-    int epoch = 0;
-    if (std::sscanf(line.c_str(), "%d,", &epoch) == 1 && epoch >= 1 && epoch < e.epoch) lines.push_back(std::move(line));
-  }
-  char line[256];
-  std::snprintf(line, sizeof line, "%d,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f", e.epoch, e.train.mean_loss, e.train.accuracy,
-                e.validation.mean_loss, e.validation.accuracy, e.samples_per_second, e.seconds);
-  lines.emplace_back(line);
-  detail::write_metrics(file, lines);
-}
+FUSOR_DECL void append_metrics_csv(const std::filesystem::path& file, const epoch_result& e);
 
 namespace detail {
 
@@ -165,39 +127,17 @@ struct stopping_state {
   double best_loss = std::numeric_limits<double>::infinity();
   int epochs_without_improvement = 0;
 
-  std::map<std::string, std::string> metadata(int epoch) const {
-    std::ostringstream best;
-    best.precision(17);
-    best << best_loss;
-    return {{"epoch", std::to_string(epoch)},
-            {"fit.best_epoch", std::to_string(best_epoch)},
-            {"fit.best_validation_loss", best.str()},
-            {"fit.epochs_without_improvement", std::to_string(epochs_without_improvement)}};
-  }
+  std::map<std::string, std::string> metadata(int epoch) const;
   // From a checkpoint's metadata; one saved by other code (no fit.* keys) starts afresh.
-  void restore(const std::map<std::string, std::string>& m, const std::filesystem::path& file) {
-    if (!m.contains("fit.best_epoch")) return;
-    best_epoch = io::metadata_number<int>(m, "fit.best_epoch", file);
-    best_loss = std::stod(m.at("fit.best_validation_loss"));
-    epochs_without_improvement = io::metadata_number<int>(m, "fit.epochs_without_improvement", file);
-  }
+  void restore(const std::map<std::string, std::string>& m, const std::filesystem::path& file);
 };
 
 }  // namespace detail
 
 /// The epoch a checkpoint was saved after (its "epoch" metadata), checked against the `epochs` of the run that
 /// resumes it: an io::checkpoint_error names the file and the key, a usage_error says to ask for more epochs.
-inline int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
-                            int epochs) {
-  const int epoch = io::metadata_number<int>(metadata, "epoch", file);
-  if (epoch < 0)
-    throw io::checkpoint_error("checkpoint '" + file.string() + "': metadata 'epoch' is " + std::to_string(epoch) +
-                               ", not a number of epochs");
-  if (epoch > epochs)
-    throw usage_error("checkpoint '" + file.string() + "' was saved after epoch " + std::to_string(epoch) +
-                      ", beyond the " + std::to_string(epochs) + " epochs asked for: ask for more epochs to continue it");
-  return epoch;
-}
+FUSOR_DECL int saved_epoch(const std::map<std::string, std::string>& metadata, const std::filesystem::path& file,
+                           int epochs);
 
 /// The loss and accuracy of `trainer`'s network over every batch of `data` (a pass in order, no update).
 template <class Trainer, class Loader, class Executor>
@@ -324,3 +264,7 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
 }
 
 }  // namespace fusor::app
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/app/impl/fit.ipp"
+#endif

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "fusor/config.hpp"
+
 namespace fusor {
 
 /// The base of every exception fusor throws.
@@ -28,11 +30,12 @@ struct cuda_error : error {
 /// Memory could not be allocated.
 struct allocation_error : error {
   /// Reports `bytes` bytes of the space named `space` ("device", "host", ...) refused for reason `why`.
-  allocation_error(std::size_t bytes, const char* space, const std::string& why)
-      : error("fusor: cannot allocate " + std::to_string(bytes) + " bytes of " + space +
-              " memory: " + why),
-        bytes_requested(bytes) {}
+  allocation_error(std::size_t bytes, const char* space, const std::string& why);
   std::size_t bytes_requested;  ///< The size of the refused request, in bytes.
 };
 
 }  // namespace fusor
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/core/impl/error.ipp"
+#endif

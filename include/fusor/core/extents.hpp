@@ -50,15 +50,24 @@ struct shape_of<E, ::cuda::std::index_sequence<R...>> {
 template <class E>
 using shape_of_t = typename detail::shape_of<E>::type;
 
+namespace detail {
+// "[3, 784]" from `rank` extents: shape_string's body, one function for every shape type.
+FUSOR_DECL std::string extents_text(const index_t* extents, std::size_t rank);
+// make_pass()'s shape_error: two destinations of one assignment, of shapes `a` and `b`.
+[[noreturn]] FUSOR_DECL void throw_destinations_differ(const std::string& a, const std::string& b);
+// check_fits()'s shape_error: an expression of shape `expression` cannot be assigned to `destination`.
+[[noreturn]] FUSOR_DECL void throw_does_not_fit(const std::string& expression, const std::string& destination);
+// broadcast()'s shape_error: shapes `a` and `b` differ on `axis` (extents `ea` and `eb`).
+[[noreturn]] FUSOR_DECL void throw_no_broadcast(const std::string& a, const std::string& b, std::size_t axis, index_t ea,
+                                               index_t eb);
+}  // namespace detail
+
 /// "[3, 784]": for run-time error messages.
 template <class E>
 std::string shape_string(const E& e) {
-  std::string s = "[";
-  for (std::size_t r = 0; r != E::rank(); ++r) {
-    if (r) s += ", ";
-    s += std::to_string(static_cast<long long>(e.extent(r)));
-  }
-  return s + "]";
+  index_t x[E::rank() > 0 ? E::rank() : 1] = {};
+  for (std::size_t r = 0; r != E::rank(); ++r) x[r] = static_cast<index_t>(e.extent(r));
+  return detail::extents_text(x, E::rank());
 }
 
 /// The number of elements of shape `e`: the product of its extents (1 at rank 0).
@@ -168,10 +177,7 @@ broadcast_extents_t<A, B> broadcast(const A& a, const B& b) {
     const std::size_t from_right = R::rank() - 1 - r;
     const index_t ea = from_right + 1 <= A::rank() ? static_cast<index_t>(a.extent(A::rank() - 1 - from_right)) : 1;
     const index_t eb = from_right + 1 <= B::rank() ? static_cast<index_t>(b.extent(B::rank() - 1 - from_right)) : 1;
-    if (ea != eb && ea != 1 && eb != 1)
-      throw shape_error("fusor: shapes " + shape_string(a) + " and " + shape_string(b) +
-                        " do not broadcast (axis " + std::to_string(r) + ": " + std::to_string(ea) +
-                        " vs " + std::to_string(eb) + ")");
+    if (ea != eb && ea != 1 && eb != 1) detail::throw_no_broadcast(shape_string(a), shape_string(b), r, ea, eb);
     out[r] = ea == 1 ? eb : ea;
   }
   return R(out);
@@ -203,10 +209,12 @@ void check_fits(const D& d, const E& e) {
   static_assert(static_fit_check<D, E>::value, FUSOR_STATIC_FIT_MESSAGE);
   for (std::size_t r = 0; r != E::rank(); ++r) {
     const index_t de = d.extent(D::rank() - 1 - r), ee = e.extent(E::rank() - 1 - r);
-    if (de != ee && ee != 1)
-      throw shape_error("fusor: cannot assign an expression of shape " + shape_string(e) +
-                        " to a destination of shape " + shape_string(d));
+    if (de != ee && ee != 1) detail::throw_does_not_fit(shape_string(e), shape_string(d));
   }
 }
 
 }  // namespace fusor
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/core/impl/extents.ipp"
+#endif

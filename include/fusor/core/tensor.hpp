@@ -33,6 +33,8 @@ void check_tensor_size(Size size) {
                       std::to_string(limits::min()) + " to " + std::to_string(limits::max()) +
                       "); sizes are not negative, and larger tensors need extents of fusor::index_t");
 }
+// checked_tensor_bytes' shape_error for a tensor of shape `shape` whose index type counts `max_count` at most.
+[[noreturn]] FUSOR_DECL void throw_tensor_too_large(const std::string& shape, std::uintmax_t max_count);
 // The element count of `e`, which must fit its index type (a wrapped product
 // would allocate too little), and its bytes, which must fit std::size_t.
 template <class Extents>
@@ -48,9 +50,7 @@ std::size_t checked_tensor_bytes(const Extents& e, std::size_t element_size) {
     }
   if (overflow || count > std::uintmax_t(std::numeric_limits<I>::max()) ||
       count > std::uintmax_t(std::numeric_limits<std::size_t>::max()) / element_size)
-    throw shape_error("fusor: a tensor of shape " + shape_string(e) + " has more elements than its index type counts (" +
-                      std::to_string(std::numeric_limits<I>::max()) +
-                      " at most) or more bytes than memory can address; larger tensors need extents of fusor::index_t");
+    throw_tensor_too_large(shape_string(e), std::uintmax_t(std::numeric_limits<I>::max()));
   return std::size_t(count) * element_size;
 }
 }  // namespace detail
@@ -152,3 +152,7 @@ template <class P, class E, class L, class S>
 inline constexpr bool is_tensor_v<tensor<P, E, L, S>> = true;
 
 }  // namespace fusor
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/core/impl/tensor.ipp"
+#endif

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "fusor/config.hpp"
 #include "fusor/core/extents.hpp"
 #include "fusor/data/error.hpp"
 #include "fusor/data/permutation.hpp"
@@ -47,33 +48,9 @@ class character_corpus {
   /// The text's tokens; `source` names it in errors. A carriage return is dropped (Windows
   /// line ends); any other byte outside the vocabulary is a data_error, as is a `validation_fraction`
   /// outside (0, 1).
-  character_corpus(const std::string& text, const std::string& source, double validation_fraction = 0.1) {
-    if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
-      throw data_error("fusor::data::character_corpus: validation fraction " + std::to_string(validation_fraction) +
-                       " is not in (0, 1)");
-    tokens_.reserve(text.size());
-    for (std::size_t i = 0; i != text.size(); ++i) {
-      const auto byte = static_cast<unsigned char>(text[i]);
-      if (byte == '\r') continue;
-      const std::int32_t token = ascii_vocabulary::encode(byte);
-      if (token < 0)
-        throw data_error("fusor::data::character_corpus: " + source + ": byte " + std::to_string(int(byte)) +
-                         " at offset " + std::to_string(i) +
-                         " is not printable ASCII or a newline (the vocabulary of a character model)");
-      tokens_.push_back(token);
-    }
-    split_ = tokens_.size() - static_cast<std::size_t>(double(tokens_.size()) * validation_fraction);
-  }
+  character_corpus(const std::string& text, const std::string& source, double validation_fraction = 0.1);
   /// The text of a file: a missing or unreadable file names the file and how to get the corpus.
-  static character_corpus load(const std::string& path, double validation_fraction = 0.1) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw data_error("fusor::data::character_corpus: cannot open " + path +
-                       " (the Shakespeare corpus is made by `bash scripts/fetch_shakespeare.sh`)");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw data_error("fusor::data::character_corpus: reading " + path + " failed");
-    return character_corpus(text, path, validation_fraction);
-  }
+  static character_corpus load(const std::string& path, double validation_fraction = 0.1);
 
   /// Every token of the text.
   std::span<const std::int32_t> tokens() const { return tokens_; }
@@ -85,14 +62,7 @@ class character_corpus {
   /// The cross-entropy (nats per character) on the validation text of the
   /// training text's character frequencies (add-one smoothed): what a model
   /// that ignores context reaches; a language model must get clearly below it.
-  double unigram_baseline() const {
-    std::vector<double> counts(ascii_vocabulary::size, 1.0);
-    for (const std::int32_t t : training()) counts[std::size_t(t)] += 1.0;
-    const double total = double(training().size()) + double(ascii_vocabulary::size);
-    double loss = 0;
-    for (const std::int32_t t : validation()) loss -= std::log(counts[std::size_t(t)] / total);
-    return validation().empty() ? 0.0 : loss / double(validation().size());
-  }
+  double unigram_baseline() const;
 
  private:
   std::vector<std::int32_t> tokens_;
@@ -105,25 +75,10 @@ class text_windows {
  public:
   /// Windows of `tokens` (kept by reference: they must outlive this), drawn by `seed`. Throws data_error
   /// when the text is shorter than one window.
-  text_windows(std::span<const std::int32_t> tokens, index_t context, std::uint64_t seed)
-      : tokens_(tokens), context_(context), seed_(seed) {
-    if (context < 1 || index_t(tokens.size()) < context + 1)
-      throw data_error("fusor::data::text_windows: a text of " + std::to_string(tokens.size()) +
-                       " tokens has no window of " + std::to_string(context) + " + 1 tokens");
-  }
+  text_windows(std::span<const std::int32_t> tokens, index_t context, std::uint64_t seed);
   /// inputs and targets: `batch` x context int32 each (host memory), the
   /// windows of step `step` (the same for the same seed and step, anywhere).
-  void fill(std::int32_t* inputs, std::int32_t* targets, index_t batch, std::uint64_t step) const {
-    std::mt19937_64 engine = epoch_engine(seed_, step);
-    const std::uint64_t starts = tokens_.size() - std::size_t(context_);
-    for (index_t b = 0; b < batch; ++b) {
-      const std::size_t start = std::size_t(uniform_below(engine, starts));
-      for (index_t t = 0; t < context_; ++t) {
-        inputs[b * context_ + t] = tokens_[start + std::size_t(t)];
-        targets[b * context_ + t] = tokens_[start + std::size_t(t) + 1];
-      }
-    }
-  }
+  void fill(std::int32_t* inputs, std::int32_t* targets, index_t batch, std::uint64_t step) const;
   /// The number of tokens a window feeds the model.
   index_t context() const { return context_; }
 
@@ -134,3 +89,7 @@ class text_windows {
 };
 
 }  // namespace fusor::data
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/data/impl/character_corpus.ipp"
+#endif

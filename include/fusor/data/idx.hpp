@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fusor/config.hpp"
 #include "fusor/core/extents.hpp"
 #include "fusor/data/error.hpp"
 
@@ -64,71 +65,30 @@ constexpr const char* idx_type_name(std::uint8_t type_code) {
 
 namespace detail {
 
-inline std::string hex_byte(unsigned value) {
-  char text[8];
-  std::snprintf(text, sizeof text, "%02x", value & 0xFFu);
-  return text;
-}
+FUSOR_DECL std::string hex_byte(unsigned value);
 
 // A gzip (or raw) file open for reading; read() throws data_error on corrupt data.
 class idx_source {
  public:
-  explicit idx_source(const std::filesystem::path& path) : path_(path) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (!std::filesystem::exists(status)) fail("not found");
-    if (std::filesystem::is_directory(status)) fail("is a directory, not a file");
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (!file_) fail(std::string("cannot be opened: ") + (errno ? std::strerror(errno) : "out of memory"));
-    gzbuffer(file_, 1 << 17);  // fewer, larger reads than zlib's default 8 KiB
-  }
+  explicit idx_source(const std::filesystem::path& path);
   idx_source(const idx_source&) = delete;
   idx_source& operator=(const idx_source&) = delete;
   ~idx_source() { gzclose(file_); }
 
   // Reads up to `n` bytes and returns how many there were: fewer only at the
   // end of the data (then ended_early() says whether a gzip stream was cut off).
-  std::size_t read(void* destination, std::size_t n) {
-    std::size_t total = 0;
-    auto* out = static_cast<unsigned char*>(destination);
-    while (total < n) {
-      const unsigned piece = static_cast<unsigned>(std::min<std::size_t>(n - total, 1u << 30));
-      const int got = gzread(file_, out + total, piece);
-      if (got < 0) check_stream();
-      if (got <= 0) break;
-      total += static_cast<std::size_t>(got);
-      if (static_cast<unsigned>(got) < piece) break;
-    }
-    check_stream();
-    return total;
-  }
+  std::size_t read(void* destination, std::size_t n);
   // Whether the gzip stream stopped before its end (a truncated .gz file).
-  bool ended_early() const {
-    int code = Z_OK;
-    gzerror(file_, &code);
-    return code == Z_BUF_ERROR;
-  }
+  bool ended_early() const;
   // What a truncation message adds when the cause is a gzip stream cut off.
-  std::string early_end_note() const { return ended_early() ? " (the gzip stream ends early)" : ""; }
+  std::string early_end_note() const;
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw data_error("fusor: IDX file '" + path_.string() + "' " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const;
 
  private:
   // A truncated stream (Z_BUF_ERROR) is reported by the caller, who knows the
   // sizes; any other zlib error is corrupt data or an I/O failure.
-  void check_stream() const {
-    int code = Z_OK;
-    const char* message = gzerror(file_, &code);
-    if (code == Z_OK || code == Z_BUF_ERROR) return;
-    if (code == Z_ERRNO) fail(std::string("cannot be read: ") + std::strerror(errno));
-    std::string why = message ? message : "unknown";
-    const std::string own_prefix = path_.string() + ": ";  // zlib names the file too; once is enough
-    if (why.starts_with(own_prefix)) why.erase(0, own_prefix.size());
-    fail("is corrupt: gzip data error: " + why);
-  }
+  void check_stream() const;
 
   std::filesystem::path path_;
   gzFile file_ = nullptr;
@@ -139,13 +99,7 @@ inline std::uint32_t big_endian_u32(const unsigned char* p) {
 }
 
 // Multi-byte elements arrive big-endian; turn them into the host's order.
-inline void to_host_order(std::vector<std::uint8_t>& bytes, std::size_t element_size) {
-  if constexpr (std::endian::native == std::endian::little) {
-    if (element_size < 2) return;
-    for (std::size_t i = 0; i + element_size <= bytes.size(); i += element_size)
-      std::reverse(bytes.begin() + std::ptrdiff_t(i), bytes.begin() + std::ptrdiff_t(i + element_size));
-  }
-}
+FUSOR_DECL void to_host_order(std::vector<std::uint8_t>& bytes, std::size_t element_size);
 
 // IDX files hold at most a few GiB; a header claiming more is corrupt.
 inline constexpr std::uint64_t idx_max_bytes = std::uint64_t(1) << 40;
@@ -154,76 +108,10 @@ inline constexpr std::uint64_t idx_max_bytes = std::uint64_t(1) << 40;
 
 /// Reads an IDX file, gzip-compressed or raw. Throws data_error naming the file and what is wrong (not
 /// found, bad magic, unsupported type, truncated, trailing bytes, corrupt gzip data).
-inline idx_array read_idx(const std::filesystem::path& file) {
-  detail::idx_source source(file);
-  idx_array result;
-
-  unsigned char magic[4];
-  const std::size_t magic_found = source.read(magic, 4);
-  if (magic_found < 4)
-    source.fail("is truncated: its header needs 4 bytes for the magic number, found " + std::to_string(magic_found) +
-                source.early_end_note());
-  if (magic[0] != 0 || magic[1] != 0)
-    source.fail("has a bad magic number: found bytes " + detail::hex_byte(magic[0]) + " " + detail::hex_byte(magic[1]) +
-                " " + detail::hex_byte(magic[2]) + " " + detail::hex_byte(magic[3]) +
-                ", expected 00 00 followed by a type code and the number of dimensions");
-  result.type_code = magic[2];
-  const std::size_t element_size = idx_element_size(result.type_code);
-  if (element_size == 0)
-    source.fail("has an unsupported element type code 0x" + detail::hex_byte(magic[2]) +
-                " (IDX defines 08 ubyte, 09 byte, 0b short, 0c int, 0d float, 0e double)");
-
-  const std::size_t rank = magic[3];
-  std::vector<unsigned char> sizes(4 * rank);
-  const std::size_t sizes_found = source.read(sizes.data(), sizes.size());
-  if (sizes_found < sizes.size())
-    source.fail("is truncated: its header gives " + std::to_string(rank) + " dimensions and needs " +
-                std::to_string(4 + sizes.size()) + " bytes, found " + std::to_string(4 + sizes_found) +
-                source.early_end_note());
-
-  std::uint64_t expected = element_size;
-  std::string shape_text = "[";
-  for (std::size_t r = 0; r < rank; ++r) {
-    const std::uint32_t extent = detail::big_endian_u32(&sizes[4 * r]);
-    result.shape.push_back(index_t(extent));
-    shape_text += (r ? ", " : "") + std::to_string(extent);
-    // Capped at the limit rather than multiplied past it, so no product overflows.
-    if (expected != 0 && extent > detail::idx_max_bytes / expected) expected = detail::idx_max_bytes + 1;
-    else expected *= extent;
-  }
-  shape_text += "]";
-  if (expected > detail::idx_max_bytes)
-    source.fail("has a header describing shape " + shape_text + " of " + idx_type_name(result.type_code) +
-                ", more than 2^40 bytes: the header is corrupt");
-
-  // Read in pieces, so a corrupt header claiming gigabytes costs memory only as data arrives.
-  const std::size_t want = static_cast<std::size_t>(expected);
-  result.bytes.reserve(std::min<std::size_t>(want, std::size_t(1) << 28));
-  while (result.bytes.size() < want) {
-    const std::size_t before = result.bytes.size();
-    const std::size_t piece = std::min<std::size_t>(want - before, std::size_t(1) << 26);
-    result.bytes.resize(before + piece);
-    const std::size_t got = source.read(result.bytes.data() + before, piece);
-    result.bytes.resize(before + got);
-    if (got < piece) break;
-  }
-  if (result.bytes.size() < want)
-    source.fail("is truncated: expected " + std::to_string(want) + " bytes of data (shape " + shape_text + " of " +
-                idx_type_name(result.type_code) + "), found " + std::to_string(result.bytes.size()) +
-                source.early_end_note());
-
-  unsigned char extra[4096];
-  std::uint64_t trailing = 0;
-  for (std::size_t got; (got = source.read(extra, sizeof extra)) > 0;) trailing += got;
-  if (trailing > 0)
-    source.fail("has " + std::to_string(trailing) + " trailing bytes after the " + std::to_string(want) +
-                " bytes of data its header describes (shape " + shape_text + ")");
-  if (source.ended_early())
-    source.fail("is truncated: the gzip stream ends early, after all " + std::to_string(want) +
-                " bytes of data (its checksum is missing)");
-
-  detail::to_host_order(result.bytes, element_size);
-  return result;
-}
+FUSOR_DECL idx_array read_idx(const std::filesystem::path& file);
 
 }  // namespace fusor::data
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/data/impl/idx.ipp"
+#endif

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusor/config.hpp"
 #include "fusor/core/extents.hpp"
 
 namespace fusor::data {
@@ -33,21 +34,13 @@ inline std::mt19937_64 epoch_engine(std::uint64_t seed, std::uint64_t epoch) {
 
 /// A uniform integer in [0, bound), bound >= 1: the lowest 2^64 mod `bound`
 /// draws are rejected, so no value is favoured.
-inline std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t bound) {
-  const std::uint64_t rejected = (0 - bound) % bound;  // 2^64 mod bound
-  std::uint64_t draw;
-  do draw = engine();
-  while (draw < rejected);
-  return draw % bound;
-}
+FUSOR_DECL std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t bound);
 
 /// 0..n-1 shuffled (Fisher-Yates) by the engine of (seed, epoch).
-inline std::vector<index_t> epoch_permutation(index_t n, std::uint64_t seed, std::uint64_t epoch) {
-  std::vector<index_t> order(static_cast<std::size_t>(n > 0 ? n : 0));
-  std::iota(order.begin(), order.end(), index_t(0));
-  auto engine = epoch_engine(seed, epoch);
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[uniform_below(engine, i)]);
-  return order;
-}
+FUSOR_DECL std::vector<index_t> epoch_permutation(index_t n, std::uint64_t seed, std::uint64_t epoch);
 
 }  // namespace fusor::data
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/data/impl/permutation.ipp"
+#endif

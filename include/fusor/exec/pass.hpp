@@ -218,8 +218,7 @@ auto make_pass(const First& first, const Rest&... rest) {
   auto check_target = [&](const auto& t) {
     for (std::size_t r = 0; r != rank; ++r)
       if (t.destination.extent(r) != d.extent(r))
-        throw shape_error("fusor: destinations of one assignment differ in shape: " + shape_string(d.extents()) +
-                          " and " + shape_string(t.destination.extents()));
+        detail::throw_destinations_differ(shape_string(d.extents()), shape_string(t.destination.extents()));
     check_fits(t.destination.extents(), t.expression.extents());
   };
   check_target(first);
@@ -231,9 +230,14 @@ auto make_pass(const First& first, const Rest&... rest) {
     p.axis_order[r] = int(r);
     p.extent[r] = layout.extent[r];
   }
-  // Outermost axis first: decreasing stride, ties (size-1 axes) in index order.
-  std::stable_sort(p.axis_order.begin(), p.axis_order.end(),
-                   [&](int a, int b) { return layout.stride[a] > layout.stride[b]; });
+  // Outermost axis first: decreasing stride, ties (size-1 axes) in index order. A stable insertion sort of at
+  // most 8 axes (std::stable_sort with this lambda would be compiled again for every expression type).
+  for (std::size_t i = 1; i < rank; ++i)
+    for (std::size_t j = i; j > 0 && layout.stride[p.axis_order[j - 1]] < layout.stride[p.axis_order[j]]; --j) {
+      const int outer = p.axis_order[j];
+      p.axis_order[j] = p.axis_order[j - 1];
+      p.axis_order[j - 1] = outer;
+    }
 
   pass_plan plan;
   auto linear_target = [&](const auto& t) {

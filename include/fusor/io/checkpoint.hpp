@@ -39,16 +39,8 @@ namespace fusor::io {
 
 /// The text saved as metadata `key` of the checkpoint `file`; a missing key is
 /// a checkpoint_error naming the file, the key and the keys present.
-inline const std::string& metadata_text(const std::map<std::string, std::string>& metadata, const std::string& key,
-                                        const std::filesystem::path& file) {
-  const auto it = metadata.find(key);
-  if (it != metadata.end()) return it->second;
-  std::string present;
-  for (const auto& [k, v] : metadata) present += (present.empty() ? "'" : ", '") + k + "'";
-  throw checkpoint_error("fusor: checkpoint '" + file.string() + "' has no metadata '" + key +
-                         "' (was it saved by this program?); the keys present are: " +
-                         (present.empty() ? std::string("none") : present));
-}
+FUSOR_DECL const std::string& metadata_text(const std::map<std::string, std::string>& metadata, const std::string& key,
+                                        const std::filesystem::path& file);
 
 /// The number saved as metadata `key` of the checkpoint `file` (a step, an
 /// epoch), read strictly; a missing key or a value that is not such a number is
@@ -63,6 +55,18 @@ T metadata_number(const std::map<std::string, std::string>& metadata, const std:
                            number_kind<T>() + ", but " + number_fault_text<T>(text, n.fault));
   return n.value;
 }
+
+#if defined(FUSOR_SEPARATE_COMPILATION)
+// The usual number types' readers come from fusor_runtime (src/io.cpp).
+extern template int metadata_number<int>(const std::map<std::string, std::string>&, const std::string&,
+                                         const std::filesystem::path&);
+extern template long metadata_number<long>(const std::map<std::string, std::string>&, const std::string&,
+                                           const std::filesystem::path&);
+extern template unsigned long metadata_number<unsigned long>(const std::map<std::string, std::string>&,
+                                                             const std::string&, const std::filesystem::path&);
+extern template double metadata_number<double>(const std::map<std::string, std::string>&, const std::string&,
+                                               const std::filesystem::path&);
+#endif
 
 namespace detail {
 // Calls visit(i, offset) for each element: i its position in row-major order
@@ -197,17 +201,13 @@ class checkpoint_writer {
   void add_metadata(std::string key, std::string value) { file_.metadata[std::move(key)] = std::move(value); }
 
   /// A tensor already in file form; its bytes must match its dtype and shape.
-  void add_record(tensor_record record) {
-    detail::check_record(record);
-    if (file_.find(record.name)) throw checkpoint_error("fusor: the checkpoint already holds a tensor named '" + record.name + "'");
-    file_.tensors.push_back(std::move(record));
-  }
+  void add_record(tensor_record record);
 
   /// What has been added so far, as the file will hold it.
   const safetensors_file& contents() const { return file_; }
 
   /// Writes the checkpoint atomically; the writer keeps its contents, so it can save again.
-  void save(const std::filesystem::path& file) const { write_file_atomically(file, encode_safetensors(file_)); }
+  void save(const std::filesystem::path& file) const;
 
  private:
   safetensors_file file_;
@@ -227,15 +227,8 @@ class checkpoint_reader {
   void read(const std::string& name, const View& destination) const {
     const auto& view = as_view(destination);
     using view_t = std::remove_cvref_t<decltype(view)>;
-    const tensor_record& record = find_or_throw(name);
-    constexpr dtype wanted = dtype_of<typename view_t::element_type>();
-    if (record.type != wanted)
-      throw checkpoint_error("fusor: checkpoint '" + file_.string() + "': tensor '" + name + "' is stored as " +
-                             dtype_name(record.type) + ", but the destination holds " + dtype_name(wanted));
-    const std::vector<index_t> shape = detail::shape_of(view);
-    if (record.shape != shape)
-      throw checkpoint_error("fusor: checkpoint '" + file_.string() + "': tensor '" + name + "' has shape " +
-                             shape_text(record.shape) + ", but the destination has shape " + shape_text(shape));
+    const tensor_record& record =
+        checked_record(name, dtype_of<typename view_t::element_type>(), detail::shape_of(view));
     detail::store_row_major(view, record.bytes, name);
   }
 
@@ -253,19 +246,19 @@ class checkpoint_reader {
   }
 
   /// The metadata saved as `key`. Throws checkpoint_error when the header has no such key.
-  std::string metadata(const std::string& key) const { return metadata_text(contents_.metadata, key, file_); }
+  std::string metadata(const std::string& key) const;
 
  private:
-  const tensor_record& find_or_throw(const std::string& name) const {
-    try {
-      return contents_.at(name);
-    } catch (const checkpoint_error& e) {
-      throw checkpoint_error(std::string(e.what()) + " (in checkpoint '" + file_.string() + "')");
-    }
-  }
+  // Tensor `name`, checked to hold `wanted` elements of `shape` (errors name the file, the tensor and both sides).
+  const tensor_record& checked_record(const std::string& name, dtype wanted, const std::vector<index_t>& shape) const;
+  const tensor_record& find_or_throw(const std::string& name) const;
 
   std::filesystem::path file_;
   safetensors_file contents_;
 };
 
 }  // namespace fusor::io
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/io/impl/checkpoint.ipp"
+#endif

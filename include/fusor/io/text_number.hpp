@@ -13,6 +13,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "fusor/config.hpp"
+
 namespace fusor::io {
 
 /// Why a text is not a number of the type asked for.
@@ -63,22 +65,35 @@ std::string number_kind() {
   else return "a whole number";
 }
 
+namespace detail {
+// number_fault_text's body, one function for every T: `kind` is number_kind<T>(), `beyond` what follows the
+// quoted text when it lies beyond T.
+FUSOR_DECL std::string number_fault_message(std::string_view text, number_fault fault, const std::string& kind,
+                                            const std::string& beyond);
+}  // namespace detail
+
 /// Why `text` is not a T, for an error message ("'1x' is not a whole number").
 template <text_number_type T>
 std::string number_fault_text(std::string_view text, number_fault fault) {
-  std::string quoted(1, '\'');  // appended, not "'" + string: g++ 12 -O3 warns falsely (-Wrestrict) on that
-  quoted.append(text).push_back('\'');
-  switch (fault) {
-    case number_fault::none: return quoted + " is fine";
-    case number_fault::not_a_number: return quoted + " is not " + number_kind<T>();
-    case number_fault::beyond_the_type:
-      if constexpr (std::floating_point<T>) return quoted + " is beyond what a " + (sizeof(T) == 4 ? "float" : "double") + " holds";
-      else
-        return quoted + " is beyond this value's range (" + std::to_string(std::numeric_limits<T>::lowest()) + " to " +
-               std::to_string(std::numeric_limits<T>::max()) + ")";
-    case number_fault::not_finite: return quoted + " is not finite";
-  }
-  return quoted;
+  std::string beyond;
+  if constexpr (std::floating_point<T>) beyond = std::string(" is beyond what a ") + (sizeof(T) == 4 ? "float" : "double") + " holds";
+  else
+    beyond = " is beyond this value's range (" + std::to_string(std::numeric_limits<T>::lowest()) + " to " +
+             std::to_string(std::numeric_limits<T>::max()) + ")";
+  return detail::number_fault_message(text, fault, number_kind<T>(), beyond);
 }
 
+#if defined(FUSOR_SEPARATE_COMPILATION)
+// The usual number types' messages come from fusor_runtime (src/io.cpp).
+extern template std::string number_fault_text<int>(std::string_view, number_fault);
+extern template std::string number_fault_text<long>(std::string_view, number_fault);
+extern template std::string number_fault_text<unsigned long>(std::string_view, number_fault);
+extern template std::string number_fault_text<float>(std::string_view, number_fault);
+extern template std::string number_fault_text<double>(std::string_view, number_fault);
+#endif
+
 }  // namespace fusor::io
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/io/impl/text_number.ipp"
+#endif

@@ -120,6 +120,16 @@ void cross_entropy_host(const row_matrix<G>& dlogits, const per_row<L>& losses, 
   });
 }
 
+#if defined(FUSOR_SEPARATE_COMPILATION)
+// fp32 logits, double losses, int targets (nn::softmax_cross_entropy's): compiled in fusor_runtime (src/kernels.cpp).
+extern template void cross_entropy_host<true>(const row_matrix<float>&, const per_row<double>&,
+                                              const row_matrix<const float>&, const per_row<int>&,
+                                              const cross_entropy_options&, const host_executor&);
+extern template void cross_entropy_host<false>(const row_matrix<float>&, const per_row<double>&,
+                                               const row_matrix<const float>&, const per_row<int>&,
+                                               const cross_entropy_options&, const host_executor&);
+#endif
+
 template <class L, class T>
 void cross_entropy_reduce_host(L* loss, const per_row<const L>& losses, const per_row<T>& targets, index_t rows,
                                const cross_entropy_options& options) {

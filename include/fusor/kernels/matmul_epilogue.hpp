@@ -347,13 +347,7 @@ constexpr bool check_epilogue_types() {
   return true;
 }
 
-inline void require_length(const char* what, index_t length, index_t stride, index_t expected, const std::string& c_shape) {
-  if (length != expected)
-    throw shape_error(std::string("fusor: matmul's ") + what + " has shape [" + std::to_string(length) + "], c has shape " +
-                      c_shape + ": it needs " + std::to_string(expected) + " elements");
-  if (stride != 1 && length > 1)
-    throw error(std::string("fusor: matmul's ") + what + " must be contiguous (stride 1), not stride " + std::to_string(stride));
-}
+FUSOR_DECL void require_length(const char* what, index_t length, index_t stride, index_t expected, const std::string& c_shape);
 
 // Run-time rules: shapes and layouts of the epilogue's operands. Returns the
 // auxiliary matrix's (row stride, batch stride) for plan_gemm, or (-1, -1).
@@ -411,3 +405,7 @@ void check_epilogue_plan(const E&, const gemm_problem& p) {
 }
 }  // namespace detail
 }  // namespace fusor
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/kernels/impl/matmul_epilogue.ipp"
+#endif

@@ -36,6 +36,12 @@ template <class T>
 concept row_operand = is_view_v<std::remove_cvref_t<T>> || is_tensor_v<std::remove_cvref_t<T>>;
 
 namespace detail {
+// The row kernels' shape_errors, built once (not once per operand type): `a` and `b` must have equal shapes; a
+// per-row operand must hold one value per row of `rows` rows.
+[[noreturn]] FUSOR_DECL void throw_shapes_differ(const char* op, const char* a_name, const std::string& a_shape,
+                                                const char* b_name, const std::string& b_shape);
+[[noreturn]] FUSOR_DECL void throw_not_per_row(const char* op, const char* name, const std::string& shape,
+                                              const std::string& rows_shape, index_t rows);
 
 // Leading axes a row-wise operand may have (views of rank up to 8), and the
 // longest row (columns are int on the GPU).
@@ -195,8 +201,7 @@ void require_same_shape(const char* op, const char* a_name, const A& a, const ch
   if constexpr (EA::rank() == EB::rank()) {
     for (std::size_t r = 0; r != EA::rank(); ++r)
       if (a.extent(r) != b.extent(r))
-        throw shape_error(std::string("fusor: ") + op + ": " + a_name + " has shape " + shape_string(a.extents()) +
-                          " but " + b_name + " has shape " + shape_string(b.extents()) + "; they must be equal");
+        throw_shapes_differ(op, a_name, shape_string(a.extents()), b_name, shape_string(b.extents()));
   }
 }
 
@@ -253,9 +258,7 @@ per_row<typename PerRow::element_type> per_row_of(const char* op, const char* na
     fits = fits || same;
   }
   if (!fits)
-    throw shape_error(std::string("fusor: ") + op + ": " + name + " has shape " + shape_string(v.extents()) +
-                      " but the rows have shape " + shape_string(rows_view.extents()) + "; it needs one value per row, [" +
-                      std::to_string(static_cast<long long>(rows)) + "] or the leading shape");
+    throw_not_per_row(op, name, shape_string(v.extents()), shape_string(rows_view.extents()), rows);
   return {v.data(), make_row_offsets(v, PerRow::rank)};
 }
 
@@ -279,3 +282,7 @@ inline constexpr bool device_reachable_v = (view_t<Views>::space::device_accessi
 
 }  // namespace detail
 }  // namespace fusor
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/kernels/impl/rows.ipp"
+#endif

@@ -38,14 +38,18 @@
 
 namespace fusor::nn {
 
-/// Compile-time error: the kernel does not fit the padded image it is given.
+/// nn::conv2d's input rule (nn/layer.hpp): the kernel fits the padded image it is given; named in the compiler's
+/// message with the kernel, the padding and the image's height and width.
 template <std::size_t Kernel, std::size_t Padding, std::size_t Height, std::size_t Width, bool Fits>
 struct conv_kernel_must_fit_the_padded_image {
-  static_assert(Fits,
-                "fusor: nn::conv2d: the kernel is larger than the padded image; see "
-                "conv_kernel_must_fit_the_padded_image<kernel, padding, image height, image width>");
-  /// Fits; where it is false the static_assert above stops the build.
+  /// Whether the kernel fits.
   static constexpr bool value = Fits;
+  /// Fails to compile when it does not (nn::network's constructors and nn::sequential<> call it).
+  static constexpr void check() {
+    static_assert(Fits, "fusor: nn::conv2d: the kernel is larger than the padded image; make the kernel smaller, "
+                        "the padding or the image larger; see conv_kernel_must_fit_the_padded_image<kernel, padding, "
+                        "image height, image width>");
+  }
 };
 
 template <std::size_t InChannels, std::size_t OutChannels, std::size_t Kernel, std::size_t Stride = 1,
@@ -84,10 +88,11 @@ struct conv2d {
   /// Output shape and im2col geometry for an image `features<C, H, W>`.
   template <std::size_t C, std::size_t H, std::size_t W>
   struct shape<features<C, H, W>> {
-    /// Whether the kernel fits the padded image (conv_kernel_must_fit_the_padded_image fails the build otherwise).
-    static constexpr bool fits =
-        conv_kernel_must_fit_the_padded_image<Kernel, Padding, H, W,
-                                              (Kernel <= H + 2 * Padding && Kernel <= W + 2 * Padding)>::value;
+    /// The layer's input rule for this image: the kernel fits it, padded (input_rule, nn/layer.hpp).
+    using rule = conv_kernel_must_fit_the_padded_image<Kernel, Padding, H, W,
+                                                       (Kernel <= H + 2 * Padding && Kernel <= W + 2 * Padding)>;
+    /// Whether the kernel fits the padded image (where not, nn::network's constructors fail to compile, naming `rule`).
+    static constexpr bool fits = rule::value;
     /// Output height, `(H + 2 Padding - Kernel) / Stride + 1`. After the error above, a 1 x 1 output: no second error
     /// about sizes.
     static constexpr std::size_t out_height = fits ? (H + 2 * Padding - Kernel) / Stride + 1 : 1;
@@ -101,6 +106,9 @@ struct conv2d {
   /// The output features for input image F.
   template <class F>
   using output = typename shape<F>::type;
+  /// The rule on an image F beyond its size: the kernel fits it, padded (nn/layer.hpp's input_rule).
+  template <class F>
+  using input_rule = typename shape<F>::rule;
 
   /// The convolution given an input image F, the network's precision and a memory Space: views of its weight and bias,
   /// and the im2col columns of the last forward, kept for backward.

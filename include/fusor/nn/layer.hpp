@@ -93,6 +93,29 @@ struct layer_sizes_must_match {
   static constexpr bool value = Match;
 };
 
+/// The input rule of a layer that has none beyond its input size: always passes.
+struct no_input_rule {
+  /// Passes.
+  static constexpr bool value = true;
+  /// Nothing to check.
+  static constexpr void check() {}
+};
+
+namespace detail {
+// Layer::input_rule<F> where the layer declares one (a rule on the features it gets beyond their size, e.g.
+// nn::max_pool2d's window must fit the image), else no_input_rule. A rule is a trait with `value` (no error of its
+// own) and a constexpr check() whose static_assert says what to fix; nn::network's constructors call the first
+// failing rule's check(), so the mistake is one short error at the caller's line.
+template <class Layer, class F, class = void>
+struct input_rule_of {
+  using type = no_input_rule;
+};
+template <class Layer, class F>
+struct input_rule_of<Layer, F, std::void_t<typename Layer::template input_rule<F>>> {
+  using type = typename Layer::template input_rule<F>;
+};
+}  // namespace detail
+
 /// The message of a failed layer_sizes_must_match (one string literal, for static_assert).
 #define FUSOR_LAYER_SIZES_MESSAGE                                                                                   \
   "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; make the " \

@@ -103,12 +103,13 @@ struct linear {
   static constexpr int parts = parallel_parts_v<strategy>;  // column_parallel<W, P>: P interleaved parts
   /// The width split across ranks. Column-parallel splits the output width, row-parallel the input width.
   static constexpr std::size_t split_width = column ? Out : In;
-  static_assert(sizeof(tensor_parallel_degree_must_divide_width<split_width, ways, split_width % ways == 0>) > 0);
-  // Checked only where the degree divides the width (one error, not two): std::true_type stands for it otherwise.
-  static_assert(sizeof(std::conditional_t<parts == 1 || split_width % ways != 0, std::true_type,
-                                          column_parallel_parts_times_ways_must_divide_width<
-                                              Out, parts, ways, Out % (std::size_t(parts) * std::size_t(ways)) == 0>>) >
-                0);
+  /// The layer's rule beyond its input size (nn/layer.hpp), whatever comes in: the degree divides the width it
+  /// splits, and for column_parallel<W, P> P * W divides the output width (checked after the first, one error).
+  template <class F>
+  using input_rule = std::conditional_t<
+      split_width % ways != 0, tensor_parallel_degree_must_divide_width<split_width, ways, false>,
+      std::conditional_t<parts == 1 || Out % (std::size_t(parts) * std::size_t(ways)) == 0, no_input_rule,
+                         column_parallel_parts_times_ways_must_divide_width<Out, parts, ways, false>>>;
   /// This rank's input width, In / ways for row_parallel (at least 1, so a bad degree reports only the error above).
   static constexpr std::size_t local_in = row ? std::max<std::size_t>(In / ways, 1) : In;
   /// This rank's output width, Out / ways for column_parallel (at least 1, so a bad degree reports only the error

@@ -31,14 +31,18 @@
 
 namespace fusor::nn {
 
-/// Compile-time error: the pooling window does not fit the image it is given.
+/// nn::max_pool2d's input rule (nn/layer.hpp): the pooling window fits the image it is given. Named in the
+/// compiler's message with the window and the image's height and width.
 template <std::size_t Window, std::size_t Height, std::size_t Width, bool Fits>
 struct pool_window_must_fit_the_image {
-  static_assert(Fits,
-                "fusor: nn::max_pool2d: the pooling window is larger than the image; see "
-                "pool_window_must_fit_the_image<window, image height, image width>");
-  /// Fits (the static_assert fails when false)
+  /// Whether the window fits.
   static constexpr bool value = Fits;
+  /// Fails to compile when the window does not fit (nn::network's constructors call it).
+  static constexpr void check() {
+    static_assert(Fits, "fusor: nn::max_pool2d: the pooling window is larger than the image; make the window "
+                        "smaller or the image larger; see pool_window_must_fit_the_image<window, image height, "
+                        "image width>");
+  }
 };
 
 namespace detail {
@@ -190,8 +194,10 @@ struct max_pool2d {
   /// The output sizes for an image of C channels, H rows and W columns.
   template <std::size_t C, std::size_t H, std::size_t W>
   struct shape<features<C, H, W>> {
-    /// Whether the window fits the image (a compile-time error when not).
-    static constexpr bool fits = pool_window_must_fit_the_image<Window, H, W, (Window <= H && Window <= W)>::value;
+    /// The layer's input rule for this image: the window fits (input_rule, nn/layer.hpp).
+    using rule = pool_window_must_fit_the_image<Window, H, W, (Window <= H && Window <= W)>;
+    /// Whether the window fits the image (where not, nn::network's constructors fail to compile, naming `rule`).
+    static constexpr bool fits = rule::value;
     /// Output rows, (H - Window) / Stride + 1.
     /// After the error above, one output row or column: no second error about sizes.
     static constexpr std::size_t out_height = fits ? (H - Window) / Stride + 1 : 1;
@@ -207,6 +213,9 @@ struct max_pool2d {
   /// The features that go out for input features F: features<C, out_height, out_width>.
   template <class F>
   using output = typename shape<F>::type;
+  /// The rule on an image F beyond its size: the window fits it (nn/layer.hpp's input_rule).
+  template <class F>
+  using input_rule = typename shape<F>::rule;
 
   /// The pooling bound to input features F, the network's precision and memory Space; holds the argmax indices.
   template <class F, class NetworkPrecision, class Space>

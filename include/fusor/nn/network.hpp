@@ -150,6 +150,7 @@ class network {
   /// options.seed. Throws fusor::error for max_batch < 1, an empty layer range or a bad weight tie.
   explicit network(index_t max_batch, network_options options = {}) : network(max_batch, options, nullptr) {
     static_assert(parts::chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+    parts::chain::rule_failure::check();  // a layer's own rule on its input (layer.hpp's input_rule)
   }
   /// A network over `shared`'s parameters and gradients (same layers and range):
   /// its own activations, so several batches can be in flight at once (a pipeline
@@ -157,6 +158,7 @@ class network {
   /// outlive it.
   network(index_t max_batch, network_options options, const network& shared) : network(max_batch, options, &shared) {
     static_assert(parts::chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+    parts::chain::rule_failure::check();  // a layer's own rule on its input (layer.hpp's input_rule)
   }
   network(const network&) = delete;
   network& operator=(const network&) = delete;

@@ -25,15 +25,18 @@
 
 namespace fusor::nn {
 
-/// Compile-time error for a residual whose chain changes the features: the
-/// failing instantiation names what comes in and what the chain gives.
+/// nn::residual's input rule (nn/layer.hpp): the chain inside gives back the features it gets; named in the
+/// compiler's message with what comes in and what the chain gives.
 template <class Input, class BlockOutput, bool Match>
 struct residual_features_must_match {
-  static_assert(Match,
-                "fusor: nn::residual: the layers inside must give back the features they get (y = x + f(x)); see "
-                "residual_features_must_match<input features, features the inner layers give>");
-  /// Input, the residual's output features (the static_assert fails on a mismatch).
-  using type = Input;
+  /// Whether the chain gives back its input features.
+  static constexpr bool value = Match;
+  /// Fails to compile when it does not (nn::network's constructors and nn::sequential<> call it).
+  static constexpr void check() {
+    static_assert(Match, "fusor: nn::residual: the layers inside must give back the features they get (y = x + "
+                         "f(x)); make the last inner layer's output the residual's input; see "
+                         "residual_features_must_match<input features, features the inner layers give>");
+  }
 };
 
 /// A skip connection around a chain of layers, y = x + chain<Layers...>(x), as a transformer's pre-norm blocks;
@@ -47,10 +50,13 @@ struct residual {
   static constexpr bool accepts = block::template accepts<In>;
   /// What the chain's first layer wants, named in a size error.
   using expected_input = typename block::expected_input;
-  /// The features that go out: In, which the chain must give back (else a compile-time error).
+  /// The features that go out: In, which the chain must give back (input_rule).
   template <class In>
-  using output = typename residual_features_must_match<In, typename block::template output<In>,
-                                                       std::is_same_v<In, typename block::template output<In>>>::type;
+  using output = std::type_identity_t<In>;  // (nvcc's front end rejects an alias that is its parameter itself)
+  /// The rule on what comes in beyond its size (nn/layer.hpp): the chain gives back In.
+  template <class In>
+  using input_rule = residual_features_must_match<In, typename block::template output<In>,
+                                                  std::is_same_v<In, typename block::template output<In>>>;
 
   /// "nn::residual of N layers", for errors.
   static std::string name() { return "nn::residual of " + std::to_string(sizeof...(Layers)) + " layers"; }

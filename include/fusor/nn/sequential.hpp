@@ -39,11 +39,15 @@ struct prepend<T, type_list<U...>> {
 // false), else one whose value is true. The owner (sequential, a composite)
 // static_asserts it; after a mismatch the chain goes on with what the layer
 // expected, so a mistake is one error, not a cascade.
+//
+// `rule_failure` is the input rule (layer.hpp) of the first layer whose rule fails
+// on what enters it, else no_input_rule: its check() is the error.
 template <std::size_t Position, class Previous, class In, class... Layers>
 struct feature_chain {
   using inputs = type_list<>;
   using output = In;
   using mismatch = layer_sizes_must_match<Position, Previous, network_input, In, In, true>;
+  using rule_failure = no_input_rule;
 };
 template <std::size_t Position, class Previous, class In, class Layer, class... Rest>
 struct feature_chain<Position, Previous, In, Layer, Rest...> {
@@ -55,11 +59,14 @@ struct feature_chain<Position, Previous, In, Layer, Rest...> {
   using inputs = typename prepend<entering, typename next::inputs>::type;
   using output = typename next::output;
   using mismatch = std::conditional_t<match, typename next::mismatch, junction>;
+  using rule = typename input_rule_of<Layer, entering>::type;
+  using rule_failure = std::conditional_t<rule::value, typename next::rule_failure, rule>;
 };
 // A composite's feature_chain, checked where it is first used.
 template <class Chain>
 struct checked_feature_chain : Chain {
   static_assert(Chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+  static_assert((Chain::rule_failure::check(), true));
 };
 
 template <class Layers, class Inputs, class Precision, class Space>
@@ -117,6 +124,7 @@ struct sequential {
   // Last in the class (clang stops instantiating members after an error): a mismatch is one error, naming both
   // layers and both features. nn::network checks the same in its constructors, without instantiating this.
   static_assert(chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
+  static_assert((chain::rule_failure::check(), true));  // a layer's own rule (layer.hpp's input_rule)
 };
 
 /// Whether T is an nn::sequential<...>.

@@ -150,26 +150,31 @@ class shard_connection {
   shard_group<Space>* group_ = nullptr;
 };
 
-/// Compile-time error for a degree that does not divide the width it splits;
-/// the failing instantiation names the layer's width and the degree.
+/// A split layer's input rule (nn/layer.hpp): the tensor-parallel degree divides the width it splits; named in the
+/// compiler's message with the layer's width and the degree.
 template <std::size_t Width, int Ways, bool Divides>
 struct tensor_parallel_degree_must_divide_width {
-  static_assert(Divides,
-                "fusor: a tensor-parallel degree must divide the width it splits; see "
-                "tensor_parallel_degree_must_divide_width<width, degree, false>");
-  /// Divides (the static_assert fails when false)
+  /// Whether the degree divides the width.
   static constexpr bool value = Divides;
+  /// Fails to compile when it does not (nn::network's constructors and nn::sequential<> call it).
+  static constexpr void check() {
+    static_assert(Divides, "fusor: a tensor-parallel degree must divide the width it splits; choose a degree that "
+                           "divides it; see tensor_parallel_degree_must_divide_width<width, degree, false>");
+  }
 };
 /// The same for column_parallel<Ways, Parts>: the output width must be Parts
-/// equal parts, each divisible by Ways; the failing instantiation names all three.
+/// equal parts, each divisible by Ways; the message names all three.
 template <std::size_t Width, int Parts, int Ways, bool Divides>
 struct column_parallel_parts_times_ways_must_divide_width {
-  static_assert(Divides,
-                "fusor: nn::column_parallel<Ways, Parts> splits each of Parts equal parts of the output Ways ways: "
-                "Parts * Ways must divide the output width; see "
-                "column_parallel_parts_times_ways_must_divide_width<width, parts, ways, false>");
-  /// Divides (the static_assert fails when false)
+  /// Whether Parts * Ways divides the width.
   static constexpr bool value = Divides;
+  /// Fails to compile when it does not (nn::network's constructors and nn::sequential<> call it).
+  static constexpr void check() {
+    static_assert(Divides,
+                  "fusor: nn::column_parallel<Ways, Parts> splits each of Parts equal parts of the output Ways ways: "
+                  "Parts * Ways must divide the output width; see "
+                  "column_parallel_parts_times_ways_must_divide_width<width, parts, ways, false>");
+  }
 };
 
 /// The shape of a parameter that column_parallel<Ways, Parts> splits along its

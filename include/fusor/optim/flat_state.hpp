@@ -128,22 +128,9 @@ flat_tensor<T, Space> zero_tensor(index_t n, stream_t stream) {
   return t;
 }
 
-inline void check_size(const char* who, const char* what, index_t expected, index_t got) {
-  if (expected != got)
-    throw shape_error(std::string("fusor: ") + who + " was made for " + std::to_string(expected) +
-                      " parameters, but its " + what + " have shape [" + std::to_string(got) + "] (expected [" +
-                      std::to_string(expected) + "])");
-}
+FUSOR_DECL void check_size(const char* who, const char* what, index_t expected, index_t got);
 // A step of state elements [first, first + n) (optimizers' step_part), with n gradients.
-inline void check_part(const char* who, index_t first, index_t n, index_t count, index_t gradients) {
-  if (first < 0 || first + n > count)
-    throw shape_error(std::string("fusor: ") + who + " was made for " + std::to_string(count) +
-                      " parameters, but a step of a part asks for elements [" + std::to_string(first) + ", " +
-                      std::to_string(first + n) + ")");
-  if (gradients != n)
-    throw shape_error(std::string("fusor: ") + who + ": a step of " + std::to_string(n) +
-                      " parameters with gradients of shape [" + std::to_string(gradients) + "]");
-}
+FUSOR_DECL void check_part(const char* who, index_t first, index_t n, index_t count, index_t gradients);
 template <class T, class Space>
 flat_view<T, Space> state_part(const flat_tensor<T, Space>& t, index_t first, index_t n) {
   return {t.data() + first, n};
@@ -151,3 +138,7 @@ flat_view<T, Space> state_part(const flat_tensor<T, Space>& t, index_t first, in
 }  // namespace detail
 
 }  // namespace fusor::optim
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/optim/impl/flat_state.ipp"
+#endif

@@ -1,0 +1,13 @@
+// src/nn.cpp — part of the fusor_runtime library (FUSOR_SEPARATE_COMPILATION,
+// see fusor/config.hpp): the definitions of fusor/nn/'s non-template functions,
+// compiled once here instead of in every program that includes the headers.
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#error "fusor_runtime is compiled with FUSOR_SEPARATE_COMPILATION (CMake's fusor::runtime defines it)"
+#endif
+
+#include "fusor/nn/impl/parameters.ipp"
+
+namespace fusor::nn {
+template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);
+template void initialize_parameter<float>(float*, const parameter_spec&, std::uint64_t, int);
+}  // namespace fusor::nn
