@@ -158,10 +158,11 @@ step("build the CPU-only consumer (add_subdirectory)" ${CMAKE_COMMAND} --build $
 step("run the CPU-only consumer (add_subdirectory)" ${build}/consumer)
 
 # 6. FetchContent of a source archive (what a release's tarball holds of fusor:
-#    include/, cmake/, CMakeLists.txt), into a CPU-only project.
+#    include/, src/, cmake/, CMakeLists.txt), into a CPU-only project.
 set(staging ${WORK_DIR}/archive/fusor-src)
 file(MAKE_DIRECTORY ${staging})
-file(COPY ${FUSOR_SOURCE_DIR}/include ${FUSOR_SOURCE_DIR}/cmake ${FUSOR_SOURCE_DIR}/CMakeLists.txt DESTINATION ${staging})
+file(COPY ${FUSOR_SOURCE_DIR}/include ${FUSOR_SOURCE_DIR}/src ${FUSOR_SOURCE_DIR}/cmake ${FUSOR_SOURCE_DIR}/CMakeLists.txt
+     DESTINATION ${staging})
 step("pack fusor's sources" ${CMAKE_COMMAND} -E chdir ${WORK_DIR}/archive ${CMAKE_COMMAND} -E tar czf fusor-src.tar.gz fusor-src)
 set(build ${WORK_DIR}/fetch_content)
 step("configure the consumer (FetchContent)"
