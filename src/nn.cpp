@@ -6,6 +6,7 @@
 #endif
 
 #include "fusor/nn/impl/parameters.ipp"
+#include "fusor/nn/impl/linear.ipp"
 
 namespace fusor::nn {
 template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);

@@ -64,6 +64,12 @@ template <class F, std::size_t N, std::size_t... I>
 struct features_with_last<F, N, std::index_sequence<I...>> {
   using type = features<feature_extent<I>(F{})..., N>;
 };
+// linear's parameter specs (instance::parameters), one function for every size: weight [local_out, local_in] and
+// bias [local_out], U(+-1/sqrt(in)); a column-parallel layer's specs say which rows of the unsplit layer's they
+// are (`parts` interleaved parts), a row-parallel layer's weight which columns.
+FUSOR_DECL std::vector<parameter_spec> linear_parameters(std::size_t in, std::size_t out, std::size_t local_in,
+                                                         std::size_t local_out, bool column, bool row, int ways,
+                                                         int parts);
 // Whether F is features<..., N>: what a per-token layer of input width N takes.
 template <class F, std::size_t N>
 inline constexpr bool last_feature_is = [] {
@@ -176,14 +182,7 @@ struct linear {
     /// weight [local_out, local_in] and bias [local_out], `U(+-1/sqrt(In))`; a split layer's specs say which slice of
     /// the unsplit layer's they are.
     static std::vector<parameter_spec> parameters() {
-      parameter_spec weight{"weight", {index_t(local_out), index_t(local_in)}, initializer::uniform_fan_in(In)};
-      parameter_spec bias{"bias", {index_t(local_out)}, initializer::uniform_fan_in(In)};
-      if constexpr (column) {
-        shard_output_rows(weight, {index_t(Out), index_t(In)}, ways, parts);
-        shard_output_rows(bias, {index_t(Out)}, ways, parts);
-      }
-      if constexpr (row) weight.shard = {1, ways};
-      return {weight, bias};
+      return detail::linear_parameters(In, Out, local_in, local_out, column, row, ways, parts);
     }
     /// Views the bound weight, bias and their gradients.
     void bind(const parameter_binding<element, Space>& p) {
@@ -301,3 +300,7 @@ struct linear {
 };
 
 }  // namespace fusor::nn
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/nn/impl/linear.ipp"
+#endif

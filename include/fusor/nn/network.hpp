@@ -461,20 +461,7 @@ class network {
   // layer range draws the same values as the whole network); the layers held get slots.
   void lay_out_parameters(const network* shared) {
     for_each_index([&]<std::size_t I>() {
-      using layer = layer_type<I>;
-      using element = storage_t<typename layer::precision>;
-      auto& group = std::get<parameter_group<element, Space>>(groups_);
-      for (parameter_spec spec : layer::parameters()) {
-        const std::string name = std::to_string(I) + "." + spec.name;
-        if (!spec.tied_to.empty()) check_tie(name, spec, I);
-        if (holds(I)) {
-          if (spec.tied_to.empty()) group.add(name, spec.shape);
-          else group.add_tied(name, spec.shape, spec.tied_to);
-        }
-        slot_ids_.add(name, specs_.size());
-        specs_.push_back(std::move(spec));
-        spec_layers_.push_back(I);
-      }
+      add_layer_parameters<storage_t<typename layer_type<I>::precision>>(I, layer_type<I>::parameters());
     });
     if (shared == nullptr) {
       for_each_group([&](auto& group) { group.allocate(stream_); });
@@ -494,16 +481,38 @@ class network {
     });
   }
 
+  // Layer `layer`'s specs, in the group of its element type. A function of the element type, not of the layer:
+  // compiled once for every layer of that type.
+  template <class Element>
+  void add_layer_parameters(std::size_t layer, std::vector<parameter_spec> specs) {
+    auto& group = std::get<parameter_group<Element, Space>>(groups_);
+    for (parameter_spec& spec : specs) {
+      const std::string name = std::to_string(layer) + "." + spec.name;
+      if (!spec.tied_to.empty()) check_tie(name, spec, layer);
+      if (holds(layer)) {
+        if (spec.tied_to.empty()) group.add(name, spec.shape);
+        else group.add_tied(name, spec.shape, spec.tied_to);
+      }
+      slot_ids_.add(name, specs_.size());
+      specs_.push_back(std::move(spec));
+      spec_layers_.push_back(layer);
+    }
+  }
+
   // Hands layer I its parameters' views, in the order of its specs (a tied
   // parameter reads its owner's values and writes a gradient of its own).
   template <std::size_t I>
   void bind_layer() {
-    using element = storage_t<typename layer_type<I>::precision>;
-    const auto& group = std::get<parameter_group<element, Space>>(groups_);
-    parameter_binding<element, Space> binding;
-    const std::string prefix = std::to_string(I) + ".";
+    std::get<I>(layers_).bind(binding_of<storage_t<typename layer_type<I>::precision>>(I));
+  }
+  // Layer `layer`'s parameter views (bind_layer), per element type.
+  template <class Element>
+  parameter_binding<Element, Space> binding_of(std::size_t layer) const {
+    const auto& group = std::get<parameter_group<Element, Space>>(groups_);
+    parameter_binding<Element, Space> binding;
+    const std::string prefix = std::to_string(layer) + ".";
     for (std::size_t id = 0; id != specs_.size(); ++id) {
-      if (spec_layers_[id] != I) continue;
+      if (spec_layers_[id] != layer) continue;
       const std::string name = prefix + specs_[id].name;
       if (specs_[id].tied_to.empty()) {
         const parameter_slot& slot = *group.find(name);
@@ -515,7 +524,7 @@ class network {
         binding.gradients.push_back(group.tied_gradient(tied));
       }
     }
-    std::get<I>(layers_).bind(binding);
+    return binding;
   }
 
   // A tied parameter's owner comes earlier (its backward runs after the tied
