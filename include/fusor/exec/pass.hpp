@@ -232,12 +232,13 @@ auto make_pass(const First& first, const Rest&... rest) {
   }
   // Outermost axis first: decreasing stride, ties (size-1 axes) in index order. A stable insertion sort of at
   // most 8 axes (std::stable_sort with this lambda would be compiled again for every expression type).
-  for (std::size_t i = 1; i < rank; ++i)
-    for (std::size_t j = i; j > 0 && layout.stride[p.axis_order[j - 1]] < layout.stride[p.axis_order[j]]; --j) {
-      const int outer = p.axis_order[j];
-      p.axis_order[j] = p.axis_order[j - 1];
-      p.axis_order[j - 1] = outer;
-    }
+  if constexpr (rank > 1)  // (a loop bound of 0 or 1 draws nvcc's "pointless comparison" warning)
+    for (std::size_t i = 1; i < rank; ++i)
+      for (std::size_t j = i; j > 0 && layout.stride[p.axis_order[j - 1]] < layout.stride[p.axis_order[j]]; --j) {
+        const int outer = p.axis_order[j];
+        p.axis_order[j] = p.axis_order[j - 1];
+        p.axis_order[j - 1] = outer;
+      }
 
   pass_plan plan;
   auto linear_target = [&](const auto& t) {
