@@ -37,7 +37,10 @@ namespace fusor::nn {
 inline constexpr index_t parameter_alignment = 32;  // elements
 
 namespace detail {
-FUSOR_DECL std::string parameter_shape_text(const std::vector<index_t>& shape);
+// "[2, 3]" (core/extents.hpp's extents_text).
+inline std::string parameter_shape_text(const std::vector<index_t>& shape) {
+  return fusor::detail::extents_text(shape.data(), shape.size());
+}
 }  // namespace detail
 
 /// The extents of a flat (rank-1, dynamic) parameter buffer.

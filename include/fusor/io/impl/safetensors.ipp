@@ -78,12 +78,7 @@ FUSOR_DECL index_t tensor_record::element_count() const {
 }
 
 FUSOR_DECL std::string shape_text(const std::vector<index_t>& shape) {
-  std::string s = "[";
-  for (std::size_t r = 0; r != shape.size(); ++r) {
-    if (r) s += ", ";
-    s += std::to_string(shape[r]);
-  }
-  return s + "]";
+  return fusor::detail::extents_text(shape.data(), shape.size());
 }
 
 }  // namespace fusor::io

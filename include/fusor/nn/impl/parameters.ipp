@@ -4,16 +4,6 @@
 
 #include "fusor/nn/parameters.hpp"
 
-namespace fusor::nn::detail {
-
-FUSOR_DECL std::string parameter_shape_text(const std::vector<index_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i != shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-}  // namespace fusor::nn::detail
-
 namespace fusor::nn {
 
 FUSOR_DECL parameter_placement place_parameter(const std::vector<index_t>& shape, const sharding& shard, int shard_index) {
