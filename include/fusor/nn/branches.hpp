@@ -72,6 +72,16 @@ struct with_last_extent<F, Last, std::index_sequence<K...>> {
   using type = features<feature_extent<K>(F{})..., Last>;
 };
 
+// The first of Rules whose value is false, else no_input_rule.
+template <class... Rules>
+struct first_failing_rule {
+  using type = no_input_rule;
+};
+template <class Rule, class... Rest>
+struct first_failing_rule<Rule, Rest...> {
+  using type = std::conditional_t<Rule::value, typename first_failing_rule<Rest...>::type, Rule>;
+};
+
 template <class Join, class First, class... Outputs>
 struct joined_features {
   template <std::size_t... B>
@@ -103,9 +113,12 @@ struct branches {
   using first_branch = detail::as_chain<std::tuple_element_t<0, std::tuple<Branches...>>>;
 
   /// The first branch decides what comes in; a branch further on that does not
-  /// take it is reported when its output is inferred (its chain's junction check).
+  /// take it fails its chain's input rule (input_rule below).
   template <class In>
   static constexpr bool accepts = first_branch::template accepts<In>;
+  /// The rule on what comes in (nn/layer.hpp): every branch's chain's (its inner sizes); the first that fails.
+  template <class In>
+  using input_rule = typename detail::first_failing_rule<typename detail::as_chain<Branches>::template input_rule<In>...>::type;
   /// The first branch's expected input.
   using expected_input = typename first_branch::expected_input;
   /// The joined features given In: the first branch's for join_add; for join_concat, the branches' outputs with their

@@ -6,7 +6,8 @@
 // Features are inferred through the chain at compile time, as sequential<>
 // does (a mismatch inside names both layers, their position in the chain and
 // both shapes: layer_sizes_must_match, with nn::composite_input standing for
-// the chain's input). Parameters are named as in an nn.Sequential nested in
+// the chain's input; it is the chain's input rule, reported at nn::network's
+// constructor). Parameters are named as in an nn.Sequential nested in
 // another: "<inner position>.<name>", so "1.weight" in a chain at network
 // position 3 is "3.1.weight". Kept for backward: the output of every inner
 // layer but the last (which writes the chain's y); scratch: the gradients
@@ -23,10 +24,10 @@
 namespace fusor::nn {
 
 namespace detail {
-// The features through a chain's layers given In, checked where first used (a
-// mismatch inside is one static_assert naming both layers and both features).
+// The features through a chain's layers given In. Not checked here: a mismatch
+// inside is the chain's input rule (chain_failure), which nn::network checks.
 template <class In, class... Layers>
-using inner_chain = checked_feature_chain<feature_chain<0, composite_input, In, Layers...>>;
+using inner_chain = feature_chain<0, composite_input, In, Layers...>;
 }  // namespace detail
 
 /// A sub-sequence of layers as one layer: `Ln(...L1(L0(x)))`, usable anywhere a layer is.
@@ -41,15 +42,18 @@ struct chain {
   /// Number of inner layers.
   static constexpr std::size_t depth = sizeof...(Layers);
 
-  /// The first layer decides what comes in; a mismatch further in is reported
-  /// when the output is inferred.
+  /// The first layer decides what comes in; a mismatch further in is the input rule's.
   template <class In>
   static constexpr bool accepts = first_layer::template accepts<In>;
   /// The first layer's expected input.
   using expected_input = typename first_layer::expected_input;
-  /// The last inner layer's output features given In (a mismatch inside fails here, with layer_sizes_must_match).
+  /// The last inner layer's output features given In (after a mismatch inside, as if the sizes matched).
   template <class In>
   using output = typename detail::inner_chain<In, Layers...>::output;
+  /// The rule on what comes in (nn/layer.hpp): every inner junction matches (layer_sizes_must_match) and every
+  /// inner layer's own rule holds; the first that fails is the error.
+  template <class In>
+  using input_rule = detail::chain_failure<detail::inner_chain<In, Layers...>>;
 
   /// `"nn::chain of N layers"`, for messages.
   static std::string name() { return "nn::chain of " + std::to_string(depth) + " layers"; }

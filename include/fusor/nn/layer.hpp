@@ -84,13 +84,22 @@ struct input_precision_of<Instance> {
 template <class Instance>
 using layer_input_precision = typename detail::input_precision_of<Instance>::type;
 
-/// Names a junction between two layers in the compiler's message: nn::sequential (and a composite) check each with
+/// The message of a failed layer_sizes_must_match (one string literal, for static_assert).
+#define FUSOR_LAYER_SIZES_MESSAGE                                                                                   \
+  "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; make the " \
+  "layer take the features the previous one makes (e.g. nn::linear<784, N> after nn::features<784>); see "        \
+  "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>"
+
+/// Names a junction between two layers in the compiler's message: nn::sequential checks each with
 /// `static_assert(layer_sizes_must_match<...>::value, "fusor: ...")`, so the failing condition names the position,
-/// both layers and both features, and the message says what to do.
+/// both layers and both features, and the message says what to do. A composite's inner junction is also its
+/// input rule (below): check() is the same error, raised at nn::network's constructor.
 template <std::size_t Position, class PreviousLayer, class Layer, class Produced, class Expected, bool Match>
 struct layer_sizes_must_match {
   /// Whether the layer accepts the features the previous one makes.
   static constexpr bool value = Match;
+  /// Fails to compile when it does not.
+  static constexpr void check() { static_assert(layer_sizes_must_match::value, FUSOR_LAYER_SIZES_MESSAGE); }
 };
 
 /// The input rule of a layer that has none beyond its input size: always passes.
@@ -115,11 +124,5 @@ struct input_rule_of<Layer, F, std::void_t<typename Layer::template input_rule<F
   using type = typename Layer::template input_rule<F>;
 };
 }  // namespace detail
-
-/// The message of a failed layer_sizes_must_match (one string literal, for static_assert).
-#define FUSOR_LAYER_SIZES_MESSAGE                                                                                   \
-  "fusor: nn::sequential (or a composite): a layer's input does not match the previous layer's output; make the " \
-  "layer take the features the previous one makes (e.g. nn::linear<784, N> after nn::features<784>); see "        \
-  "layer_sizes_must_match<position, previous layer, layer, features produced, features expected>"
 
 }  // namespace fusor::nn

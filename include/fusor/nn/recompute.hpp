@@ -59,6 +59,9 @@ struct recomputed {
   /// The features that go out: the block's output for In.
   template <class In>
   using output = typename block::template output<In>;
+  /// The rule on what comes in (nn/layer.hpp): the block's.
+  template <class In>
+  using input_rule = typename detail::input_rule_of<block, In>::type;
 
   /// The block's name followed by ", recomputed", for errors.
   static std::string name() { return block::name() + ", recomputed"; }

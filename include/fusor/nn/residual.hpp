@@ -53,10 +53,14 @@ struct residual {
   /// The features that go out: In, which the chain must give back (input_rule).
   template <class In>
   using output = std::type_identity_t<In>;  // (nvcc's front end rejects an alias that is its parameter itself)
-  /// The rule on what comes in beyond its size (nn/layer.hpp): the chain gives back In.
+  /// The rule on what comes in beyond its size (nn/layer.hpp): the chain's own (its inner sizes), then that it
+  /// gives back In.
   template <class In>
-  using input_rule = residual_features_must_match<In, typename block::template output<In>,
-                                                  std::is_same_v<In, typename block::template output<In>>>;
+  using input_rule =
+      std::conditional_t<block::template input_rule<In>::value,
+                         residual_features_must_match<In, typename block::template output<In>,
+                                                      std::is_same_v<In, typename block::template output<In>>>,
+                         typename block::template input_rule<In>>;
 
   /// "nn::residual of N layers", for errors.
   static std::string name() { return "nn::residual of " + std::to_string(sizeof...(Layers)) + " layers"; }

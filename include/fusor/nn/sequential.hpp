@@ -62,12 +62,12 @@ struct feature_chain<Position, Previous, In, Layer, Rest...> {
   using rule = typename input_rule_of<Layer, entering>::type;
   using rule_failure = std::conditional_t<rule::value, typename next::rule_failure, rule>;
 };
-// A composite's feature_chain, checked where it is first used.
+// A composite's feature_chain as one input rule (nn/layer.hpp): the first inner junction whose sizes do not match,
+// else the first inner layer's rule that fails, else no_input_rule. A composite declares it as its input_rule, so a
+// mistake inside it is reported as one error at nn::network's constructor, as sequential<>'s own are.
 template <class Chain>
-struct checked_feature_chain : Chain {
-  static_assert(Chain::mismatch::value, FUSOR_LAYER_SIZES_MESSAGE);
-  static_assert((Chain::rule_failure::check(), true));
-};
+using chain_failure =
+    std::conditional_t<Chain::mismatch::value, typename Chain::rule_failure, typename Chain::mismatch>;
 
 template <class Layers, class Inputs, class Precision, class Space>
 struct bind_layers;
