@@ -5,6 +5,7 @@
 # when the build has it, nvcc. Prints a Markdown table for bench/RESULTS.md.
 #
 #   scripts/compile_time.sh [BUILD_DIR] [RUNS]     # defaults: build 3
+#   COMPILE_TIME_VARIANTS="separate_pch nvcc_separate" scripts/compile_time.sh   # only those rows
 #
 # The program is examples/fashion_mnist_mlp.cpp, compiled with the build's own
 # flags (BUILD_DIR/examples/CMakeFiles/fashion_mnist_mlp.dir/flags.make); each
@@ -26,23 +27,33 @@ cxx_defines=$(flag CXX_DEFINES "$flags_file" | sed 's/-DFUSOR_SEPARATE_COMPILATI
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The precompiled header the examples share (examples/CMakeLists.txt).
-cat > "$work/pch.hpp" <<EOF
-#include <fusor/nn/linear.hpp>
-#include <fusor/nn/conv2d.hpp>
-#include <fusor/nn/max_pool2d.hpp>
-#include "$root/examples/fashion_mnist_training.hpp"
-EOF
-# shellcheck disable=SC2086
-c++ $cxx_defines -DFUSOR_SEPARATE_COMPILATION $cxx_flags -x c++-header "$work/pch.hpp" -o "$work/pch.hpp.gch"
+# The precompiled header the examples share, as the build generated it from
+# examples/CMakeLists.txt's fusor_examples_pch_headers (FUSOR_EXAMPLES_PCH).
+pch_source=$build/examples/CMakeFiles/fusor_examples_pch.dir/cmake_pch.hxx
+variants=(header_only separate)
+if [[ -f $pch_source ]]; then
+  cp "$pch_source" "$work/pch.hpp"
+  # shellcheck disable=SC2086
+  c++ $cxx_defines -DFUSOR_SEPARATE_COMPILATION $cxx_flags -x c++-header "$work/pch.hpp" -o "$work/pch.hpp.gch"
+  variants+=(separate_pch)
+else
+  echo "compile_time.sh: $pch_source is missing (FUSOR_EXAMPLES_PCH off?): no precompiled-header figure" >&2
+fi
 
 declare -A best
-variants=(header_only separate separate_pch)
 cuda_flags_file=$build/examples/CMakeFiles/fashion_mnist_mlp_cuda.dir/flags.make
 if [[ -f $cuda_flags_file ]] && command -v nvcc > /dev/null; then
   variants+=(nvcc_header_only nvcc_separate)
   cuda_rsp=$build/examples/CMakeFiles/fashion_mnist_mlp_cuda.dir/includes_CUDA.rsp
   cuda_flags="$(flag CUDA_FLAGS "$cuda_flags_file") --options-file $cuda_rsp"
+fi
+
+# COMPILE_TIME_VARIANTS="separate_pch nvcc_separate" (say) times only those.
+if [[ -n ${COMPILE_TIME_VARIANTS:-} ]]; then
+  wanted=()
+  for v in "${variants[@]}"; do [[ " $COMPILE_TIME_VARIANTS " == *" $v "* ]] && wanted+=("$v"); done
+  ((${#wanted[@]})) || { echo "compile_time.sh: none of '$COMPILE_TIME_VARIANTS' is among: ${variants[*]}" >&2; exit 2; }
+  variants=("${wanted[@]}")
 fi
 
 compile() {

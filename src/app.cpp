@@ -10,9 +10,5 @@
 #include "fusor/app/impl/fit.ipp"
 
 namespace fusor::app {
-template std::string bounds<int>::text() const;
-template std::string bounds<long>::text() const;
-template std::string bounds<unsigned long>::text() const;
-template std::string bounds<float>::text() const;
-template std::string bounds<double>::text() const;
+FUSOR_APP_FOR_NUMBER_TYPES()
 }  // namespace fusor::app

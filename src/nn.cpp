@@ -7,6 +7,7 @@
 
 #include "fusor/nn/impl/parameters.ipp"
 #include "fusor/nn/impl/linear.ipp"
+#include "fusor/nn/impl/parameter_directory.ipp"
 
 namespace fusor::nn {
 template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);

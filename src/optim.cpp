@@ -6,3 +6,4 @@
 #endif
 
 #include "fusor/optim/impl/flat_state.ipp"
+#include "fusor/optim/impl/nonfinite_note.ipp"

@@ -91,14 +91,6 @@ std::string bounds<T>::text() const {
   return "";
 }
 
-#if defined(FUSOR_SEPARATE_COMPILATION)
-// The bounds of the usual option types are described by fusor_runtime's copies (src/app.cpp).
-extern template std::string bounds<int>::text() const;
-extern template std::string bounds<long>::text() const;
-extern template std::string bounds<unsigned long>::text() const;
-extern template std::string bounds<float>::text() const;
-extern template std::string bounds<double>::text() const;
-#endif
 
 /// A program's options as a table of typed entries bound to variables; parse() fills them, help() and
 /// markdown() describe them. The variables are kept by reference and must outlive parse().
@@ -109,35 +101,13 @@ class command_line {
 
   /// A number, read strictly and checked against `accepted`.
   template <io::text_number_type T>
-  command_line& number(std::string name, T& target, std::string meaning, bounds<T> accepted = {}) {
-    return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning), detail::show(target), accepted.text(),
-               [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
-  }
+  command_line& number(std::string name, T& target, std::string meaning, bounds<T> accepted = {});
   /// A number with no default: left empty unless given.
   template <io::text_number_type T>
-  command_line& number(std::string name, std::optional<T>& target, std::string meaning, bounds<T> accepted = {}) {
-    return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning),
-               target ? detail::show(*target) : "", accepted.text(),
-               [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
-  }
+  command_line& number(std::string name, std::optional<T>& target, std::string meaning, bounds<T> accepted = {});
   /// A comma-separated list of numbers, each checked against `accepted`.
   template <io::text_number_type T>
-  command_line& numbers(std::string name, std::vector<T>& target, std::string meaning, bounds<T> accepted = {}) {
-    std::string shown;
-    for (const T& v : target) shown.append(shown.empty() ? "" : ",").append(detail::show(v));
-    const std::string each = accepted.text();
-    return add(std::move(name), std::integral<T> ? "N,N,..." : "X,X,...", std::move(meaning), shown,
-               each.empty() ? std::string() : std::string("each ").append(each), [&target, accepted](std::string_view text) {
-                 std::vector<T> values;
-                 for (std::size_t start = 0;;) {
-                   const std::size_t comma = text.find(',', start);
-                   values.push_back(read_number(text.substr(start, comma - start), accepted));
-                   if (comma == std::string_view::npos) break;
-                   start = comma + 1;
-                 }
-                 target = std::move(values);
-               });
-  }
+  command_line& numbers(std::string name, std::vector<T>& target, std::string meaning, bounds<T> accepted = {});
   /// Free text (a prompt, a name). `non_empty`: refuse "".
   command_line& text(std::string name, std::string& target, std::string meaning, std::string metavar = "TEXT",
                      bool non_empty = true);
@@ -229,6 +199,51 @@ class command_line {
   bool print_help_ = true;
   std::vector<entry> entries_;
 };
+
+// Defined out of the class (not inline), so that fusor_runtime's copies for the usual number types serve (below).
+template <io::text_number_type T>
+command_line& command_line::number(std::string name, T& target, std::string meaning, bounds<T> accepted) {
+  return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning), detail::show(target), accepted.text(),
+             [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
+}
+template <io::text_number_type T>
+command_line& command_line::number(std::string name, std::optional<T>& target, std::string meaning, bounds<T> accepted) {
+  return add(std::move(name), std::integral<T> ? "N" : "X", std::move(meaning),
+             target ? detail::show(*target) : "", accepted.text(),
+             [&target, accepted](std::string_view text) { target = read_number(text, accepted); });
+}
+template <io::text_number_type T>
+command_line& command_line::numbers(std::string name, std::vector<T>& target, std::string meaning, bounds<T> accepted) {
+  std::string shown;
+  for (const T& v : target) shown.append(shown.empty() ? "" : ",").append(detail::show(v));
+  const std::string each = accepted.text();
+  return add(std::move(name), std::integral<T> ? "N,N,..." : "X,X,...", std::move(meaning), shown,
+             each.empty() ? std::string() : std::string("each ").append(each), [&target, accepted](std::string_view text) {
+               std::vector<T> values;
+               for (std::size_t start = 0;;) {
+                 const std::size_t comma = text.find(',', start);
+                 values.push_back(read_number(text.substr(start, comma - start), accepted));
+                 if (comma == std::string_view::npos) break;
+                 start = comma + 1;
+               }
+               target = std::move(values);
+             });
+}
+
+// The number options of the usual types, instantiated once: `Prefix` is `extern` here (with fusor::runtime) and
+// empty in src/app.cpp, which compiles them.
+#define FUSOR_APP_NUMBER_OPTIONS(Prefix, T)                                                                     \
+  Prefix template std::string bounds<T>::text() const;                                                         \
+  Prefix template command_line& command_line::number<T>(std::string, T&, std::string, bounds<T>);              \
+  Prefix template command_line& command_line::number<T>(std::string, std::optional<T>&, std::string, bounds<T>); \
+  Prefix template command_line& command_line::numbers<T>(std::string, std::vector<T>&, std::string, bounds<T>);
+#define FUSOR_APP_FOR_NUMBER_TYPES(Prefix)                                                             \
+  FUSOR_APP_NUMBER_OPTIONS(Prefix, int) FUSOR_APP_NUMBER_OPTIONS(Prefix, long)                         \
+  FUSOR_APP_NUMBER_OPTIONS(Prefix, unsigned long) FUSOR_APP_NUMBER_OPTIONS(Prefix, float)              \
+  FUSOR_APP_NUMBER_OPTIONS(Prefix, double)
+#if defined(FUSOR_SEPARATE_COMPILATION)
+FUSOR_APP_FOR_NUMBER_TYPES(extern)
+#endif
 
 }  // namespace fusor::app
 

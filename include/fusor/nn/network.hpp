@@ -28,6 +28,7 @@
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
+#include "fusor/nn/parameter_directory.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/nn/random.hpp"
 #include "fusor/nn/sequential.hpp"
@@ -172,8 +173,9 @@ class network {
       using element = typename std::remove_cvref_t<decltype(group)>::element_type;
       std::vector<element> host(static_cast<std::size_t>(group.size()), convert<element>(0.0f));
       for (const parameter_slot& slot : group.slots()) {
-        const std::size_t id = slot_ids_[slot.name];
-        initialize_parameter(host.data() + slot.offset, specs_[id], derive_seed(seed, id), shard_of_layer[spec_layers_[id]]);
+        const std::size_t id = directory_.id(slot.name);
+        initialize_parameter(host.data() + slot.offset, directory_.spec(id), derive_seed(seed, id),
+                             shard_of_layer[directory_.layer(id)]);
       }
       copy(group.values(), flat_view<element, host_space>(host.data(), group.size()));
     });
@@ -371,8 +373,8 @@ class network {
   /// tensor-parallel slice, nn/parameters.hpp): what a sharded checkpoint saves
   /// and reads, so that it loads into any other split.
   parameter_placement placement(const parameter_slot& slot) const {
-    const std::size_t id = slot_ids_[slot.name];
-    return place_parameter(specs_[id].shape, specs_[id].shard, shard_of_layers()[spec_layers_[id]]);
+    const std::size_t id = directory_.id(slot.name);
+    return place_parameter(directory_.spec(id).shape, directory_.spec(id).shard, shard_of_layers()[directory_.layer(id)]);
   }
   /// Whether some layer draws random numbers as it trains (dropout, by the
   /// network's seed): a resumed run repeats them only with the same seed.
@@ -380,12 +382,7 @@ class network {
       []<std::size_t... I>(std::index_sequence<I...>) { return (detail::seeded_layer<layer_type<I>> || ...); }(indices{});
 
   /// The number of parameters (elements) this network holds (its layer range's); a tied weight counts once.
-  index_t parameter_count() const {
-    index_t n = 0;
-    for (std::size_t id = 0; id != specs_.size(); ++id)
-      if (holds(spec_layers_[id]) && specs_[id].tied_to.empty()) n += specs_[id].size();  // a tied weight once
-    return n;
-  }
+  index_t parameter_count() const { return directory_.parameter_count(); }
 
  private:
   // Each layer's tensor-parallel slice (0 where not split, or before connect).
@@ -403,7 +400,7 @@ class network {
 
   network(index_t max_batch, network_options options, const network* shared)
       : max_batch_(max_batch), stream_(options.stream), first_(options.layers.first),
-        last_(std::min(options.layers.last, depth)) {
+        last_(std::min(options.layers.last, depth)), directory_(first_, last_) {
     if (max_batch < 1) throw error("fusor::nn::network: max_batch must be at least 1, not " + std::to_string(max_batch));
     if (first_ >= last_)
       throw error("fusor::nn::network: layer range [" + std::to_string(first_) + ", " + std::to_string(last_) +
@@ -481,21 +478,17 @@ class network {
     });
   }
 
-  // Layer `layer`'s specs, in the group of its element type. A function of the element type, not of the layer:
-  // compiled once for every layer of that type.
+  // Files layer `layer`'s specs (parameter_directory checks the ties) and, for a layer held, adds them to the
+  // group of its element type. A function of the element type, not of the layer: compiled once per element type.
   template <class Element>
   void add_layer_parameters(std::size_t layer, std::vector<parameter_spec> specs) {
+    const std::size_t first_id = directory_.add_layer(layer, std::move(specs));
+    if (!holds(layer)) return;
     auto& group = std::get<parameter_group<Element, Space>>(groups_);
-    for (parameter_spec& spec : specs) {
-      const std::string name = std::to_string(layer) + "." + spec.name;
-      if (!spec.tied_to.empty()) check_tie(name, spec, layer);
-      if (holds(layer)) {
-        if (spec.tied_to.empty()) group.add(name, spec.shape);
-        else group.add_tied(name, spec.shape, spec.tied_to);
-      }
-      slot_ids_.add(name, specs_.size());
-      specs_.push_back(std::move(spec));
-      spec_layers_.push_back(layer);
+    for (std::size_t id = first_id; id != directory_.size(); ++id) {
+      const parameter_spec& spec = directory_.spec(id);
+      if (spec.tied_to.empty()) group.add(directory_.name(id), spec.shape);
+      else group.add_tied(directory_.name(id), spec.shape, spec.tied_to);
     }
   }
 
@@ -510,11 +503,10 @@ class network {
   parameter_binding<Element, Space> binding_of(std::size_t layer) const {
     const auto& group = std::get<parameter_group<Element, Space>>(groups_);
     parameter_binding<Element, Space> binding;
-    const std::string prefix = std::to_string(layer) + ".";
-    for (std::size_t id = 0; id != specs_.size(); ++id) {
-      if (spec_layers_[id] != layer) continue;
-      const std::string name = prefix + specs_[id].name;
-      if (specs_[id].tied_to.empty()) {
+    for (std::size_t id = 0; id != directory_.size(); ++id) {
+      if (directory_.layer(id) != layer) continue;
+      const std::string& name = directory_.name(id);
+      if (directory_.spec(id).tied_to.empty()) {
         const parameter_slot& slot = *group.find(name);
         binding.values.push_back(group.value(slot));
         binding.gradients.push_back(group.gradient(slot));
@@ -527,27 +519,6 @@ class network {
     return binding;
   }
 
-  // A tied parameter's owner comes earlier (its backward runs after the tied
-  // layer's, and then adds the tied gradient in), in the same network (not
-  // another pipeline stage), and neither is sharded.
-  void check_tie(const std::string& name, const parameter_spec& spec, std::size_t layer) const {
-    std::size_t owner = 0;
-    try {
-      owner = slot_ids_[spec.tied_to];
-    } catch (const error&) {
-      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
-                  ", which is not a parameter of a layer before it");
-    }
-    if (!specs_[owner].tied_to.empty())
-      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to + ", itself tied to " +
-                  specs_[owner].tied_to + "; tie both to " + specs_[owner].tied_to);
-    if (holds(layer) != holds(spec_layers_[owner]))
-      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
-                  " in another pipeline stage; tied layers must be in the same stage");
-    if (spec.shard.ways > 1 || specs_[owner].shard.ways > 1)
-      throw error("fusor::nn::network: parameter " + name + " is tied to " + spec.tied_to +
-                  "; tied parameters cannot be sharded (tensor parallelism)");
-  }
   template <class Group>
   static const tied_slot& find_tied(const Group& group, const std::string& name) {
     for (const tied_slot& t : group.tied_slots())
@@ -626,17 +597,6 @@ class network {
     if constexpr (I > 0) backward_from<I - 1>(ex, layer_done);
   }
 
-  // Parameter name -> index into specs_.
-  struct slot_index {
-    std::vector<std::pair<std::string, std::size_t>> entries;
-    void add(const std::string& n, std::size_t i) { entries.emplace_back(n, i); }
-    std::size_t operator[](const std::string& n) const {
-      for (const auto& [name, i] : entries)
-        if (name == n) return i;
-      throw error("fusor::nn::network: no parameter named " + n);
-    }
-  };
-
   index_t max_batch_;
   index_t batch_ = 0;
   stream_t stream_;
@@ -646,9 +606,7 @@ class network {
   groups_type groups_;
   std::uint64_t seed_ = 0;
   std::size_t first_ = 0, last_ = depth;
-  std::vector<parameter_spec> specs_;
-  std::vector<std::size_t> spec_layers_;  // the layer of each spec
-  slot_index slot_ids_;
+  detail::parameter_directory directory_;  // every layer's parameter specs, by name
   std::vector<std::string> tied_parameters_;  // the tied parameters this network holds (none: nothing to add)
   input_view input_{};
   input_view input_gradient_{};

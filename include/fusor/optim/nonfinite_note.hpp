@@ -27,6 +27,7 @@
 #include "fusor/core/memory.hpp"
 #include "fusor/exec/cuda.hpp"
 #include "fusor/exec/host.hpp"
+#include "fusor/nn/parameters.hpp"
 #include "fusor/optim/step_scalars.hpp"
 
 namespace fusor::optim {
@@ -37,6 +38,16 @@ struct nonfinite_error : error {
   nonfinite_error(const std::string& what, std::int64_t step) : error(what), step(step) {}
   std::int64_t step;  ///< 1-based: the step that had them
 };
+
+namespace detail {
+// Of one group's slots, those whose gradients hold Inf/NaN (`nonfinite`, one flag a slot) in the highest layer so
+// far: `first` lists their names, `first_layer` is that layer (-1: none yet).
+FUSOR_DECL void note_nonfinite_slots(const std::vector<nn::parameter_slot>& slots, const std::vector<char>& nonfinite,
+                                     std::string& first, long& first_layer);
+// The message of nonfinite_message, given what note_nonfinite_slots found.
+FUSOR_DECL std::string nonfinite_text(const std::string& who, std::int64_t step, long first_layer,
+                                      const std::string& first);
+}  // namespace detail
 
 /// The error's text: the step, and where this rank's gradients first hold
 /// Inf/NaN in backward's order (the last layer first): the parameter names of
@@ -51,25 +62,14 @@ std::string nonfinite_message(const std::string& who, std::int64_t step, Network
     if (group.size() == 0 || group.gradients_lent()) return;
     std::vector<element> host(std::size_t(group.size()));
     copy(view<element, dextents<index_t, 1>, row_major, host_space>(host.data(), group.size()), group.gradients());
+    std::vector<char> nonfinite;
     for (const auto& slot : group.slots()) {
-      const long layer = std::stol(slot.name.substr(0, slot.name.find('.')));
-      if (layer < first_layer) continue;
       const auto begin = host.begin() + slot.offset;
-      if (std::all_of(begin, begin + slot.size, [](const element& v) { return std::isfinite(float(v)); })) continue;
-      if (layer > first_layer) first.clear();
-      first_layer = layer;
-      first += (first.empty() ? "" : ", ") + slot.name;
+      nonfinite.push_back(!std::all_of(begin, begin + slot.size, [](const element& v) { return std::isfinite(float(v)); }));
     }
+    detail::note_nonfinite_slots(group.slots(), nonfinite, first, first_layer);
   });
-  const std::string where =
-      first_layer >= 0 ? "first in layer " + std::to_string(first_layer) + " (" + first +
-                             ") in backward's order, from the last layer"
-                       : "no gradient this rank holds is Inf or NaN now (another rank's or stage's were, or that "
-                         "step's batch)";
-  return who + ": step " + std::to_string(step) + " had Inf or NaN gradients; " + where +
-         ". Training stopped: the parameters are those after step " + std::to_string(step - 1) +
-         ". Check the inputs, lower the learning rate or clip (clip.max_norm), or set "
-         "trainer_options::on_nonfinite = nonfinite_gradients::skip to skip such steps";
+  return detail::nonfinite_text(who, step, first_layer, first);
 }
 
 /// Where the host learns, without waiting for the GPU, that a controller stopped training on Inf/NaN
@@ -154,3 +154,7 @@ class nonfinite_note {
 };
 
 }  // namespace fusor::optim
+
+#if !defined(FUSOR_SEPARATE_COMPILATION)
+#include "fusor/optim/impl/nonfinite_note.ipp"
+#endif
