@@ -234,23 +234,24 @@ struct linear {
       const index_t rows = x.extent(0) * rows_per_sample;
       const auto x_rows = input_rows(x.data(), rows);
       const auto y_rows = output_rows(y.data(), rows);
-      const auto w_t = transpose(weight_);
+      const auto w_t = transpose(with_dynamic_extents(weight_));
+      const auto b = with_dynamic_extents(bias_);
       if constexpr (row) {
         // Partial products summed over the ranks; the bias once (rank 0); then the activation.
         const auto sum = keeps_pre_activation ? pre_activation(rows) : y_rows;
-        if (shard_.shard_index() == 0) matmul(sum, x_rows, w_t, epilogue::bias(bias_), ex);
+        if (shard_.shard_index() == 0) matmul(sum, x_rows, w_t, epilogue::bias(b), ex);
         else matmul(sum, x_rows, w_t, epilogue::none{}, ex);
         shard_.all_reduce_sum(sum, ex);
         if constexpr (!plain) assign(y_rows, Activation::function::apply(sum), ex);
       } else if constexpr (plain) {
-        matmul(y_rows, x_rows, w_t, epilogue::bias(bias_), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::bias(b), ex);
       } else if constexpr (fused_relu) {
-        matmul(y_rows, x_rows, w_t, epilogue::relu(bias_), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::relu(b), ex);
       } else if constexpr (fused_gelu) {
-        matmul(y_rows, x_rows, w_t, epilogue::gelu_tanh(bias_, pre_activation(rows)), ex);
+        matmul(y_rows, x_rows, w_t, epilogue::gelu_tanh(b, pre_activation(rows)), ex);
       } else {
         const auto pre = pre_activation(rows);
-        matmul(pre, x_rows, w_t, epilogue::bias(bias_), ex);
+        matmul(pre, x_rows, w_t, epilogue::bias(b), ex);
         assign(y_rows, Activation::function::apply(pre), ex);
       }
     }
@@ -274,23 +275,25 @@ struct linear {
         assign(dy_rows, substitute(derivative_at, pre_activation(rows)) * dy_rows, ex);
       }
       (void)y;
-      matmul(weight_gradient_, transpose(dy_rows), x_rows, epilogue::bias_gradient_a(bias_gradient_), ex);
+      matmul(with_dynamic_extents(weight_gradient_), transpose(dy_rows), x_rows,
+             epilogue::bias_gradient_a(with_dynamic_extents(bias_gradient_)), ex);
       if (dx.data() == nullptr) return;
       const auto dx_rows = input_rows(dx.data(), rows);
-      matmul(dx_rows, dy_rows, weight_, epilogue::none{}, ex);
+      matmul(dx_rows, dy_rows, with_dynamic_extents(weight_), epilogue::none{}, ex);
       // A column slice's dx is its part of the whole input's gradient.
       if constexpr (column) shard_.all_reduce_sum(dx_rows, ex);
     }
 
    private:
-    // Activations as the matmul sees them: one row per token, [rows, width].
-    using input_rows_view = view<precision, extents<index_t, dynamic, local_in>, row_major, Space>;
+    // Activations as the matmul sees them: one row per token, [rows, width]. Their extents, like the parameters'
+    // in the matmuls, are dynamic (with_dynamic_extents): the network checked the sizes when it was composed, and
+    // every linear of a precision then shares one instance of each kernel, compiled once.
+    using rows_view = view<precision, dextents<index_t, 2>, row_major, Space>;
     using output_rows_extents = extents<index_t, dynamic, local_out>;
-    using output_rows_view = view<precision, output_rows_extents, row_major, Space>;
     using output_rows_tensor = tensor<precision, output_rows_extents, row_major, Space>;
-    static input_rows_view input_rows(element* data, index_t rows) { return {data, rows}; }
-    static output_rows_view output_rows(element* data, index_t rows) { return {data, rows}; }
-    output_rows_view pre_activation(index_t rows) const { return output_rows(pre_activation_.data(), rows); }
+    static rows_view input_rows(element* data, index_t rows) { return {data, rows, index_t(local_in)}; }
+    static rows_view output_rows(element* data, index_t rows) { return {data, rows, index_t(local_out)}; }
+    rows_view pre_activation(index_t rows) const { return output_rows(pre_activation_.data(), rows); }
 
     weight_view weight_{}, weight_gradient_{};
     bias_view bias_{}, bias_gradient_{};
