@@ -91,7 +91,6 @@ std::string bounds<T>::text() const {
   return "";
 }
 
-
 /// A program's options as a table of typed entries bound to variables; parse() fills them, help() and
 /// markdown() describe them. The variables are kept by reference and must outlive parse().
 class command_line {

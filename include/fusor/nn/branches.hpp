@@ -118,7 +118,8 @@ struct branches {
   static constexpr bool accepts = first_branch::template accepts<In>;
   /// The rule on what comes in (nn/layer.hpp): every branch's chain's (its inner sizes); the first that fails.
   template <class In>
-  using input_rule = typename detail::first_failing_rule<typename detail::as_chain<Branches>::template input_rule<In>...>::type;
+  using input_rule =
+      typename detail::first_failing_rule<typename detail::as_chain<Branches>::template input_rule<In>...>::type;
   /// The first branch's expected input.
   using expected_input = typename first_branch::expected_input;
   /// The joined features given In: the first branch's for join_add; for join_concat, the branches' outputs with their
