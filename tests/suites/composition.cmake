@@ -61,6 +61,11 @@ _composition_compile_fail(residual_changes_features
 _composition_compile_fail(residual_inner_mismatch
   "a layer's input does not match the previous layer's output"
   "layer_sizes_must_match<1, fusor::nn::linear<16, 32, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<16, 16>, fusor::nn::features<32>, fusor::nn::features<16>")
+# The same inside a recomputed chain that is a branch: two composites deep, still
+# one error at the network's constructor.
+_composition_compile_fail(branch_inner_mismatch
+  "a layer's input does not match the previous layer's output"
+  "layer_sizes_must_match<1, fusor::nn::linear<5, 6, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<8, 4>, fusor::nn::features<6>, fusor::nn::features<8>")
 
 # doc_code.layers_swiglu: the SwiGLU code block of docs/layers.md (the fenced
 # block after the line naming tests/nn/swiglu_layer.hpp) is that header's text.
