@@ -137,6 +137,30 @@ TEST_CASE("strided views: transpose, permute and slice see the same memory") {
   expect_error<fusor::shape_error>([&] { (void)slice<1>(m.view(), 2, 7); }, {"[2, 7)", "[4, 6]"});
 }
 
+TEST_CASE("with_dynamic_extents: the same memory, every extent dynamic, the layout and strides kept") {
+  host_tensor<float, extents<int, 3, 4, 5>> t;
+  fill_random(t, 5);
+  const auto d = with_dynamic_extents(t.view());
+  using D = std::remove_cvref_t<decltype(d)>;
+  static_assert(std::is_same_v<D::extents_type, dextents<int, 3>>);
+  static_assert(std::is_same_v<D::layout_type, row_major>);
+  static_assert(std::is_same_v<D::precision, float>);
+  CHECK(d.data() == t.data());
+  CHECK(d.extent(0) == 3);
+  CHECK(d.extent(1) == 4);
+  CHECK(d.extent(2) == 5);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 5; ++k) CHECK(&d(i, j, k) == &t(i, j, k));
+  // A strided view (a permutation) keeps its strides.
+  const auto p = with_dynamic_extents(permute<2, 0, 1>(t.view()));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(p)>::extents_type, dextents<int, 3>>);
+  CHECK(p.extent(0) == 5);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) CHECK(&p(i, j, k) == &t(j, k, i));
+}
+
 TEST_CASE("host copies between layouts reorder; copies check shapes") {
   host_tensor<float, matrix_extents> row(5, 7);
   host_tensor<float, matrix_extents, col_major> col(5, 7);

@@ -177,8 +177,9 @@ inline constexpr bool is_view_v<view<P, E, L, S>> = true;
 /// The same view with every extent dynamic. Where the sizes were checked already (a layer's, when its network was
 /// composed), a kernel given such views is one instance for every size, not one per layer shape: less to compile.
 template <class P, class E, class L, class S>
-FUSOR_HOST_DEVICE view<P, dextents<index_t, E::rank()>, L, S> with_dynamic_extents(const view<P, E, L, S>& v) {
-  using result = view<P, dextents<index_t, E::rank()>, L, S>;
+FUSOR_HOST_DEVICE view<P, dextents<typename E::index_type, E::rank()>, L, S> with_dynamic_extents(
+    const view<P, E, L, S>& v) {
+  using result = view<P, dextents<typename E::index_type, E::rank()>, L, S>;
   return result(v.data(), typename result::mapping_type(v.mapping()));
 }
 

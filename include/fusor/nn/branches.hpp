@@ -72,16 +72,6 @@ struct with_last_extent<F, Last, std::index_sequence<K...>> {
   using type = features<feature_extent<K>(F{})..., Last>;
 };
 
-// The first of Rules whose value is false, else no_input_rule.
-template <class... Rules>
-struct first_failing_rule {
-  using type = no_input_rule;
-};
-template <class Rule, class... Rest>
-struct first_failing_rule<Rule, Rest...> {
-  using type = std::conditional_t<Rule::value, typename first_failing_rule<Rest...>::type, Rule>;
-};
-
 template <class Join, class First, class... Outputs>
 struct joined_features {
   template <std::size_t... B>

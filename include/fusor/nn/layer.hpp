@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fusor/core/extents.hpp"
 #include "fusor/nn/features.hpp"
@@ -122,6 +123,15 @@ struct input_rule_of {
 template <class Layer, class F>
 struct input_rule_of<Layer, F, std::void_t<typename Layer::template input_rule<F>>> {
   using type = typename Layer::template input_rule<F>;
+};
+// The first of Rules whose value is false, else no_input_rule (a composite of several parts: nn::branches).
+template <class... Rules>
+struct first_failing_rule {
+  using type = no_input_rule;
+};
+template <class Rule, class... Rest>
+struct first_failing_rule<Rule, Rest...> {
+  using type = std::conditional_t<Rule::value, typename first_failing_rule<Rest...>::type, Rule>;
 };
 }  // namespace detail
 
