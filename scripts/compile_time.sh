@@ -46,6 +46,9 @@ if [[ -f $cuda_flags_file ]] && command -v nvcc > /dev/null; then
   variants+=(nvcc_header_only nvcc_separate)
   cuda_rsp=$build/examples/CMakeFiles/fashion_mnist_mlp_cuda.dir/includes_CUDA.rsp
   cuda_flags="$(flag CUDA_FLAGS "$cuda_flags_file") --options-file $cuda_rsp"
+  # The _cuda example's defines: FUSOR_SEPARATE_COMPILATION, and FUSOR_CUDA_SEPARATE_COMPILATION
+  # where the build made fusor::cuda_runtime (the GPU path's common instances precompiled).
+  cuda_defines=$(flag CUDA_DEFINES "$cuda_flags_file")
 fi
 
 # COMPILE_TIME_VARIANTS="separate_pch nvcc_separate" (say) times only those.
@@ -64,7 +67,7 @@ compile() {
     separate_pch) c++ $cxx_defines -DFUSOR_SEPARATE_COMPILATION $cxx_flags -Winvalid-pch -include "$work/pch.hpp" \
                     -c "$source" -o "$work/a.o" ;;
     nvcc_header_only) (cd "$build/examples" && nvcc $cuda_flags -x cu -c "$source" -o "$work/a.o") ;;
-    nvcc_separate) (cd "$build/examples" && nvcc -DFUSOR_SEPARATE_COMPILATION $cuda_flags -x cu -c "$source" -o "$work/a.o") ;;
+    nvcc_separate) (cd "$build/examples" && nvcc $cuda_defines $cuda_flags -x cu -c "$source" -o "$work/a.o") ;;
   esac
 }
 
@@ -83,7 +86,9 @@ describe() {
     separate) echo "g++, fusor::runtime linked (FUSOR_SEPARATE_COMPILATION)" ;;
     separate_pch) echo "g++, fusor::runtime + the examples' precompiled header" ;;
     nvcc_header_only) echo "nvcc, header only" ;;
-    nvcc_separate) echo "nvcc, fusor::runtime linked" ;;
+    nvcc_separate)
+      if [[ $cuda_defines == *FUSOR_CUDA_SEPARATE_COMPILATION* ]]; then echo "nvcc, fusor::runtime + fusor::cuda_runtime linked"
+      else echo "nvcc, fusor::runtime linked"; fi ;;
   esac
 }
 echo "| examples/fashion_mnist_mlp.cpp, $(flag CXX_FLAGS "$flags_file" | grep -o -- '-O[0-3s]' | head -1) | seconds (least of $runs) |"

@@ -8,8 +8,15 @@
 #include "fusor/nn/impl/parameters.ipp"
 #include "fusor/nn/impl/linear.ipp"
 #include "fusor/nn/impl/parameter_directory.ipp"
+#include "fusor/nn/linear_kernels.hpp"
+#include "fusor/nn/loss.hpp"
 
 namespace fusor::nn {
 template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);
 template void initialize_parameter<float>(float*, const parameter_spec&, std::uint64_t, int);
+FUSOR_LOSS_HOST_INSTANCES();
 }  // namespace fusor::nn
+
+namespace fusor::nn::detail {
+FUSOR_LINEAR_HOST_INSTANCES();
+}  // namespace fusor::nn::detail

@@ -144,6 +144,7 @@
 #include "fusor/kernels/matmul_host.hpp"
 #include "fusor/nn/conv2d.hpp"
 #include "fusor/nn/linear.hpp"
+#include "fusor/nn/linear_kernels.hpp"
 #include "fusor/nn/tied_linear.hpp"
 #include "fusor/parallel/data_parallel.hpp"
 #include "fusor/parallel/data_parallel_group.hpp"

@@ -52,6 +52,7 @@
 #include "fusor/kernels/matmul.hpp"
 #include "fusor/nn/activation.hpp"
 #include "fusor/nn/layer.hpp"
+#include "fusor/nn/linear_kernels.hpp"
 #include "fusor/nn/sharding.hpp"
 
 namespace fusor::nn {
@@ -244,9 +245,9 @@ struct linear {
         shard_.all_reduce_sum(sum, ex);
         if constexpr (!plain) assign(y_rows, Activation::function::apply(sum), ex);
       } else if constexpr (plain) {
-        matmul(y_rows, x_rows, w_t, epilogue::bias(b), ex);
+        detail::linear_bias_forward<precision, Space>(y_rows, x_rows, with_dynamic_extents(weight_), b, ex);
       } else if constexpr (fused_relu) {
-        matmul(y_rows, x_rows, w_t, epilogue::relu(b), ex);
+        detail::linear_relu_forward<precision, Space>(y_rows, x_rows, with_dynamic_extents(weight_), b, ex);
       } else if constexpr (fused_gelu) {
         matmul(y_rows, x_rows, w_t, epilogue::gelu_tanh(b, pre_activation(rows)), ex);
       } else {
@@ -269,17 +270,17 @@ struct linear {
       const auto dy_rows = output_rows(dy.data(), rows);
       // dy becomes the gradient of the pre-activation.
       if constexpr (is_relu) {
-        assign(dy_rows, where(output_rows(y.data(), rows) > 0, dy_rows, 0), ex);
+        detail::linear_relu_mask<precision, Space>(dy_rows, output_rows(y.data(), rows), ex);
       } else if constexpr (!plain) {
         const auto derivative_at = derivative(Activation::function::apply(arg<0>), arg<0>);
         assign(dy_rows, substitute(derivative_at, pre_activation(rows)) * dy_rows, ex);
       }
       (void)y;
-      matmul(with_dynamic_extents(weight_gradient_), transpose(dy_rows), x_rows,
-             epilogue::bias_gradient_a(with_dynamic_extents(bias_gradient_)), ex);
+      detail::linear_parameter_gradients<precision, Space>(with_dynamic_extents(weight_gradient_),
+                                                           with_dynamic_extents(bias_gradient_), dy_rows, x_rows, ex);
       if (dx.data() == nullptr) return;
       const auto dx_rows = input_rows(dx.data(), rows);
-      matmul(dx_rows, dy_rows, with_dynamic_extents(weight_), epilogue::none{}, ex);
+      detail::linear_input_gradient<precision, Space>(dx_rows, dy_rows, with_dynamic_extents(weight_), ex);
       // A column slice's dx is its part of the whole input's gradient.
       if constexpr (column) shard_.all_reduce_sum(dx_rows, ex);
     }

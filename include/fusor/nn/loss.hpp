@@ -80,12 +80,7 @@ class softmax_cross_entropy {
     // After a failed check, nothing deeper is instantiated: one error, not a cascade.
     if constexpr (detail::integer_labels_v<Labels>) {
       const auto rows = as_rows(logits);
-      const auto targets = as_targets(labels, rows);
-      const auto l = losses(rows);
-      // The predictions first: an in-place gradient overwrites the logits.
-      predict(rows, ex);
-      cross_entropy(l, as_rows(dlogits), rows, targets, options_, ex);
-      accumulate(targets, l, ex);
+      rows_pass<true>(normalized(rows), normalized(as_targets(labels, rows)), normalized(as_rows(dlogits)), ex);
     }
   }
   /// The same as forward_backward() without the gradient (evaluation).
@@ -94,11 +89,8 @@ class softmax_cross_entropy {
     static_assert(detail::integer_labels_v<Labels>, FUSOR_INTEGER_LABELS_MESSAGE);
     if constexpr (detail::integer_labels_v<Labels>) {
       const auto rows = as_rows(logits);
-      const auto targets = as_targets(labels, rows);
-      const auto l = losses(rows);
-      predict(rows, ex);
-      cross_entropy_loss(l, rows, targets, options_, ex);
-      accumulate(targets, l, ex);
+      const auto logit_rows = normalized(rows);
+      rows_pass<false>(logit_rows, normalized(as_targets(labels, rows)), logit_rows, ex);
     }
   }
 
@@ -123,6 +115,13 @@ class softmax_cross_entropy {
   const cross_entropy_options& options() const { return options_; }
 
  private:
+  // The work of forward_backward (WithGradient; the gradient into `dlogits`) and of evaluate (`dlogits`
+  // unused) on views that normalized() made: every network whose logits have one element type shares one
+  // instance. fusor::cuda_runtime and fusor::runtime compile the common ones (see the end of this file).
+  // Defined outside the class, so not inline: an `extern template` of it then keeps compilers from instantiating it.
+  template <bool WithGradient, class Logits, class Targets, class Gradient, class Executor>
+  void rows_pass(const Logits& logits, const Targets& targets, const Gradient& dlogits, const Executor& ex);
+
   void reset_host_side() {
     const double zero = 0;
     for (auto* t : {&loss_sum_, &correct_sum_, &sample_sum_, &batch_loss_})
@@ -162,6 +161,18 @@ class softmax_cross_entropy {
       return view<typename V::precision, dextents<index_t, 1>, row_major, typename V::space>(v.data(), rows.extent(0));
     }
   }
+  // A row-major view as a view of its element type with dynamic extents (the
+  // same memory): one type for every shape and for a precision policy and
+  // its element type alike (bf16 and __nv_bfloat16). Other layouts stay as they are.
+  template <class V>
+  static auto normalized(const V& v) {
+    if constexpr (std::is_same_v<typename V::layout_type, row_major>) {
+      using result = view<typename V::element_type, dextents<index_t, V::rank>, row_major, typename V::space>;
+      return result(v.data(), typename result::mapping_type(v.mapping()));
+    } else {
+      return v;
+    }
+  }
   template <class Rows>
   view<double, dextents<index_t, 1>, row_major, Space> losses(const Rows& logits) const {
     const index_t rows = logits.extent(0);
@@ -194,5 +205,41 @@ class softmax_cross_entropy {
   per_sample_int predictions_;
   scalar batch_loss_, loss_sum_, correct_sum_, sample_sum_, batch_value_;
 };
+
+template <class Space>
+template <bool WithGradient, class Logits, class Targets, class Gradient, class Executor>
+void softmax_cross_entropy<Space>::rows_pass(const Logits& logits, const Targets& targets, const Gradient& dlogits,
+                                             const Executor& ex) {
+  const auto l = losses(logits);
+  predict(logits, ex);  // first: an in-place gradient overwrites the logits
+  if constexpr (WithGradient) cross_entropy(l, dlogits, logits, targets, options_, ex);
+  else cross_entropy_loss(l, logits, targets, options_, ex);
+  accumulate(targets, l, ex);
+}
+
+// The instances most programs use -- logits of fp32 or bf16 elements in one
+// row-major batch, int32 labels (what normalized() makes of them) -- compiled
+// once: the host's in fusor::runtime (src/nn.cpp), the GPU's in
+// fusor::cuda_runtime (src/cuda/nn.cu). PREFIX is `extern` for the
+// declarations here and empty for the definitions there.
+#define FUSOR_LOSS_ROWS_PASS(PREFIX, Space, Executor, Element)                                               \
+  PREFIX template void softmax_cross_entropy<Space>::rows_pass<true>(                                          \
+      const view<Element, dextents<index_t, 2>, row_major, Space>&,                                            \
+      const view<std::int32_t, dextents<index_t, 1>, row_major, Space>&,                                       \
+      const view<Element, dextents<index_t, 2>, row_major, Space>&, const Executor&);                          \
+  PREFIX template void softmax_cross_entropy<Space>::rows_pass<false>(                                         \
+      const view<Element, dextents<index_t, 2>, row_major, Space>&,                                            \
+      const view<std::int32_t, dextents<index_t, 1>, row_major, Space>&,                                       \
+      const view<Element, dextents<index_t, 2>, row_major, Space>&, const Executor&)
+#define FUSOR_LOSS_HOST_INSTANCES(PREFIX) FUSOR_LOSS_ROWS_PASS(PREFIX, host_space, host_executor, float)
+#define FUSOR_LOSS_CUDA_INSTANCES(PREFIX)                                                                     \
+  FUSOR_LOSS_ROWS_PASS(PREFIX, device_space, cuda_executor, float);                                           \
+  FUSOR_LOSS_ROWS_PASS(PREFIX, device_space, cuda_executor, __nv_bfloat16)
+#if defined(FUSOR_SEPARATE_COMPILATION)
+FUSOR_LOSS_HOST_INSTANCES(extern);
+#endif
+#if FUSOR_CUDA_PRECOMPILED
+FUSOR_LOSS_CUDA_INSTANCES(extern);
+#endif
 
 }  // namespace fusor::nn

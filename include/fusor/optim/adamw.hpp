@@ -93,45 +93,24 @@ class adamw {
   }
 
   /// Master weights = params (once, after the parameters are initialised or loaded).
-  template <flat_buffer_of<storage_type> V, class Ex>
-  void initialize(const V& params, const Ex& executor) {
-    detail::check_size("adamw", "parameters", count_, as_view(params).size());
-    if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
-  }
+  template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class Ex>
+  void initialize(const V& params, const Ex& executor);
 
   /// One AdamW step over every parameter, reading learning rate, gradient multiplier, skip flag and step count
   /// from `scalars`. Throws shape_error when parameters or gradients are not parameter_count() long.
-  template <flat_buffer_of<storage_type> V, class G, class Ex>
-  void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor) {
-    detail::check_size("adamw", "parameters", count_, as_view(parameters).size());
-    detail::check_size("adamw", "gradients", count_, as_view(grads).size());
-    begin_step(scalars, executor);
-    step_part(0, parameters, grads, scalars, executor);
-  }
+  template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class G, class Ex>
+  void step(const V& parameters, const G& grads, const step_scalars<Space>& scalars, const Ex& executor);
   /// A step in parts (ZeRO updates this rank's chunk of each bucket where it
   /// lies in the network's buffer): begin_step once, then step_part for state
   /// elements [first, first + n) with n parameters and gradients, any order.
   /// begin_step computes the step's bias-correction and decay factors from `scalars`.
   template <class Ex>
-  void begin_step(const step_scalars<Space>& scalars, const Ex& executor) {
-    run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
-  }
+  void begin_step(const step_scalars<Space>& scalars, const Ex& executor);
   /// Updates state elements [first, first + n) and the n `parameters` from n `grads`, after begin_step.
   /// Throws shape_error when the part does not lie inside the state or the sizes differ.
-  template <flat_buffer_of<storage_type> V, class G, class Ex>
+  template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class G, class Ex>
   void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
-                 const Ex& executor) {
-    const auto& params = as_view(parameters);
-    const index_t n = params.size();
-    detail::check_part("adamw", first, n, count_, as_view(grads).size());
-    if constexpr (has_master_weights) {
-      const auto master = detail::state_part(master_, first, n);
-      using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
-      update(first, master, destination{master, params}, as_view(grads), scalars, executor);
-    } else {
-      update(first, params, params, as_view(grads), scalars, executor);
-    }
-  }
+                 const Ex& executor);
 
   /// The state a checkpoint keeps: fn(name, view), names stable.
   template <class Fn>
@@ -178,5 +157,66 @@ class adamw {
   flat_tensor<state_type, Space> master_;
   flat_tensor<float, Space> factors_;
 };
+
+// The members that launch work, defined outside the class so that they are
+// not inline: an `extern template` (below) then keeps a program from
+// compiling them again.
+template <class Precision, class Space>
+template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class Ex>
+void adamw<Precision, Space>::initialize(const V& params, const Ex& executor) {
+  detail::check_size("adamw", "parameters", count_, as_view(params).size());
+  if constexpr (has_master_weights) assign(master_.view(), as_view(params), executor);
+}
+template <class Precision, class Space>
+template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class G, class Ex>
+void adamw<Precision, Space>::step(const V& parameters, const G& grads, const step_scalars<Space>& scalars,
+                                   const Ex& executor) {
+  detail::check_size("adamw", "parameters", count_, as_view(parameters).size());
+  detail::check_size("adamw", "gradients", count_, as_view(grads).size());
+  begin_step(scalars, executor);
+  step_part(0, parameters, grads, scalars, executor);
+}
+template <class Precision, class Space>
+template <class Ex>
+void adamw<Precision, Space>::begin_step(const step_scalars<Space>& scalars, const Ex& executor) {
+  run_task(detail::adamw_factors_task{scalars.values(), factors_.data(), options_}, executor);
+}
+template <class Precision, class Space>
+template <flat_buffer_of<typename state_traits<Precision>::storage_type> V, class G, class Ex>
+void adamw<Precision, Space>::step_part(index_t first, const V& parameters, const G& grads,
+                                        const step_scalars<Space>& scalars, const Ex& executor) {
+  const auto& params = as_view(parameters);
+  const index_t n = params.size();
+  detail::check_part("adamw", first, n, count_, as_view(grads).size());
+  if constexpr (has_master_weights) {
+    const auto master = detail::state_part(master_, first, n);
+    using destination = master_and_parameters<state_view, std::remove_cvref_t<decltype(params)>>;
+    update(first, master, destination{master, params}, as_view(grads), scalars, executor);
+  } else {
+    update(first, params, params, as_view(grads), scalars, executor);
+  }
+}
+
+// The instances a trainer of fp32 or bf16 parameter groups uses (flat views
+// of the group's values and gradients), compiled once: the host's in
+// fusor::runtime (src/optim.cpp), the GPU's in fusor::cuda_runtime
+// (src/cuda/optim.cu). PREFIX is `extern` for the declarations here.
+#define FUSOR_ADAMW_INSTANCES(PREFIX, E, S, Executor)                                                                 \
+  PREFIX template void adamw<E, S>::initialize<flat_view<E, S>, Executor>(const flat_view<E, S>&, const Executor&);   \
+  PREFIX template void adamw<E, S>::step<flat_view<E, S>, flat_view<E, S>, Executor>(                                \
+      const flat_view<E, S>&, const flat_view<E, S>&, const step_scalars<S>&, const Executor&);                       \
+  PREFIX template void adamw<E, S>::begin_step<Executor>(const step_scalars<S>&, const Executor&);                    \
+  PREFIX template void adamw<E, S>::step_part<flat_view<E, S>, flat_view<E, S>, Executor>(                           \
+      index_t, const flat_view<E, S>&, const flat_view<E, S>&, const step_scalars<S>&, const Executor&)
+#define FUSOR_ADAMW_HOST_INSTANCES(PREFIX) FUSOR_ADAMW_INSTANCES(PREFIX, float, host_space, host_executor)
+#define FUSOR_ADAMW_CUDA_INSTANCES(PREFIX)                           \
+  FUSOR_ADAMW_INSTANCES(PREFIX, float, device_space, cuda_executor); \
+  FUSOR_ADAMW_INSTANCES(PREFIX, __nv_bfloat16, device_space, cuda_executor)
+#if defined(FUSOR_SEPARATE_COMPILATION)
+FUSOR_ADAMW_HOST_INSTANCES(extern);
+#endif
+#if FUSOR_CUDA_PRECOMPILED
+FUSOR_ADAMW_CUDA_INSTANCES(extern);
+#endif
 
 }  // namespace fusor::optim

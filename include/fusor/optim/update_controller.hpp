@@ -45,6 +45,7 @@
 #include "fusor/config.hpp"
 #include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
+#include "fusor/optim/flat_state.hpp"
 #include "fusor/optim/gradient_norm.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
@@ -203,5 +204,31 @@ class update_controller {
   gradient_norm_workspace<Space> workspace_;
   bool stop_on_nonfinite_ = false;
 };
+
+// The controller's launches, compiled once (its tasks and the gradient norm of
+// fp32 and bf16 groups): the host's norm in fusor::runtime (src/optim.cpp),
+// the GPU's in fusor::cuda_runtime (src/cuda/optim.cu). PREFIX is `extern`
+// for the declarations here.
+#define FUSOR_CONTROLLER_HOST_INSTANCES(PREFIX)                                                                    \
+  PREFIX template void add_sum_of_squares<float, host_space>(double*, const flat_view<float, host_space>&,        \
+                                                             const gradient_norm_workspace<host_space>&,          \
+                                                             const host_executor&)
+#define FUSOR_CONTROLLER_CUDA_INSTANCES(PREFIX)                                                                    \
+  PREFIX template void run_task<detail::begin_step_task>(const detail::begin_step_task&, const cuda_executor&);     \
+  PREFIX template void run_task<detail::prepare_update_task>(const detail::prepare_update_task&,                   \
+                                                             const cuda_executor&);                                \
+  PREFIX template void run_task<detail::finish_step_task>(const detail::finish_step_task&, const cuda_executor&);   \
+  PREFIX template void add_sum_of_squares<float, device_space>(double*, const flat_view<float, device_space>&,    \
+                                                               const gradient_norm_workspace<device_space>&,      \
+                                                               const cuda_executor&);                             \
+  PREFIX template void add_sum_of_squares<__nv_bfloat16, device_space>(                                           \
+      double*, const flat_view<__nv_bfloat16, device_space>&, const gradient_norm_workspace<device_space>&,       \
+      const cuda_executor&)
+#if defined(FUSOR_SEPARATE_COMPILATION)
+FUSOR_CONTROLLER_HOST_INSTANCES(extern);
+#endif
+#if FUSOR_CUDA_PRECOMPILED
+FUSOR_CONTROLLER_CUDA_INSTANCES(extern);
+#endif
 
 }  // namespace fusor::optim
