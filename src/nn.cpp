@@ -10,6 +10,7 @@
 #include "fusor/nn/impl/parameter_directory.ipp"
 #include "fusor/nn/linear_kernels.hpp"
 #include "fusor/nn/loss.hpp"
+#include "fusor/nn/network_passes.hpp"
 
 namespace fusor::nn {
 template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);
@@ -19,4 +20,5 @@ FUSOR_LOSS_HOST_INSTANCES();
 
 namespace fusor::nn::detail {
 FUSOR_LINEAR_HOST_INSTANCES();
+FUSOR_NETWORK_PASS_HOST_INSTANCES();
 }  // namespace fusor::nn::detail

@@ -9,9 +9,11 @@
 #include "fusor/optim/impl/nonfinite_note.ipp"
 
 #include "fusor/optim/adamw.hpp"
+#include "fusor/optim/pruning.hpp"
 #include "fusor/optim/update_controller.hpp"
 
 namespace fusor::optim {
 FUSOR_ADAMW_HOST_INSTANCES();
 FUSOR_CONTROLLER_HOST_INSTANCES();
+FUSOR_PRUNING_HOST_INSTANCES();
 }  // namespace fusor::optim

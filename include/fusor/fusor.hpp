@@ -104,6 +104,7 @@
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/max_pool2d.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/nn/network_passes.hpp"
 #include "fusor/nn/parameter_directory.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/nn/policies.hpp"

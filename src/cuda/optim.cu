@@ -7,9 +7,11 @@
 #endif
 
 #include "fusor/optim/adamw.hpp"
+#include "fusor/optim/pruning.hpp"
 #include "fusor/optim/update_controller.hpp"
 
 namespace fusor::optim {
 FUSOR_ADAMW_CUDA_INSTANCES();
 FUSOR_CONTROLLER_CUDA_INSTANCES();
+FUSOR_PRUNING_CUDA_INSTANCES();
 }  // namespace fusor::optim

@@ -99,9 +99,7 @@ class softmax_cross_entropy {
 
   /// Zeroes the running totals (in stream order).
   template <class Executor>
-  void reset(const Executor& ex) {
-    assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0));
-  }
+  void reset(const Executor& ex);
   /// Copies the totals to the host (waits for them).
   loss_totals totals() const {
     double host[3];
@@ -207,6 +205,11 @@ class softmax_cross_entropy {
 };
 
 template <class Space>
+template <class Executor>
+void softmax_cross_entropy<Space>::reset(const Executor& ex) {
+  assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0));
+}
+template <class Space>
 template <bool WithGradient, class Logits, class Targets, class Gradient, class Executor>
 void softmax_cross_entropy<Space>::rows_pass(const Logits& logits, const Targets& targets, const Gradient& dlogits,
                                              const Executor& ex) {
@@ -231,10 +234,13 @@ void softmax_cross_entropy<Space>::rows_pass(const Logits& logits, const Targets
       const view<Element, dextents<index_t, 2>, row_major, Space>&,                                            \
       const view<std::int32_t, dextents<index_t, 1>, row_major, Space>&,                                       \
       const view<Element, dextents<index_t, 2>, row_major, Space>&, const Executor&)
-#define FUSOR_LOSS_HOST_INSTANCES(PREFIX) FUSOR_LOSS_ROWS_PASS(PREFIX, host_space, host_executor, float)
+#define FUSOR_LOSS_HOST_INSTANCES(PREFIX)                                                                     \
+  FUSOR_LOSS_ROWS_PASS(PREFIX, host_space, host_executor, float);                                             \
+  PREFIX template void softmax_cross_entropy<host_space>::reset<host_executor>(const host_executor&)
 #define FUSOR_LOSS_CUDA_INSTANCES(PREFIX)                                                                     \
   FUSOR_LOSS_ROWS_PASS(PREFIX, device_space, cuda_executor, float);                                           \
-  FUSOR_LOSS_ROWS_PASS(PREFIX, device_space, cuda_executor, __nv_bfloat16)
+  FUSOR_LOSS_ROWS_PASS(PREFIX, device_space, cuda_executor, __nv_bfloat16);                                   \
+  PREFIX template void softmax_cross_entropy<device_space>::reset<cuda_executor>(const cuda_executor&)
 #if defined(FUSOR_SEPARATE_COMPILATION)
 FUSOR_LOSS_HOST_INSTANCES(extern);
 #endif

@@ -28,6 +28,7 @@
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
+#include "fusor/nn/network_passes.hpp"
 #include "fusor/nn/parameter_directory.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/nn/random.hpp"
@@ -536,7 +537,7 @@ class network {
       for (const tied_slot& tied : group.tied_slots())
         if (tied.owner.starts_with(prefix)) {
           const auto owner = group.gradient(*group.find(tied.owner));
-          assign(owner, owner + group.tied_gradient(tied), ex);
+          detail::add_into<typename decltype(owner)::element_type, Space>(owner, group.tied_gradient(tied), ex);
         }
     });
   }
@@ -561,6 +562,12 @@ class network {
         x.data(), batch);
     if constexpr (std::is_same_v<element, storage_t<input_precision>>) {
       input_ = detail::with_precision<input_precision>(reshaped);
+    } else if constexpr (std::is_same_v<typename V::space, Space>) {
+      input_ = input_view(input_buffer_.data(), batch);
+      // Flat: one instance of the conversion for every input shape.
+      detail::convert_into<storage_t<input_precision>, element, Space>(
+          detail::flat_elements<storage_t<input_precision>, Space>(input_buffer_.data(), x.size()),
+          detail::flat_elements<element, Space>(x.data(), x.size()), ex);
     } else {
       input_ = input_view(input_buffer_.data(), batch);
       assign(input_, cast<compute_t<input_precision>>(reshaped), ex);

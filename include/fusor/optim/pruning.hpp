@@ -38,6 +38,9 @@
 
 namespace fusor::optim {
 
+template <class Precision, class Space>
+class adamw;  // optim/adamw.hpp; named by the instances at the end of this file
+
 /// [begin, end) ranges of element indices.
 using index_ranges = std::vector<std::pair<index_t, index_t>>;
 
@@ -70,68 +73,14 @@ class magnitude_pruning {
   /// `params`. Waits for the executor and picks on the host: between steps, never inside a captured one.
   /// Throws fusor::error for a fraction outside [0, 1], shape_error for a range outside the parameters.
   template <class View, class Ex>
-  void prune_smallest(const View& params, double fraction, const index_ranges& ranges, const Ex& executor) {
-    const auto& p = as_view(params);
-    check(p, "parameters");
-    if (!(fraction >= 0.0 && fraction <= 1.0))
-      throw error("fusor: prune_smallest needs a fraction in [0, 1], got " + std::to_string(fraction));
-    const index_t n = parameter_count();
-    std::vector<char> eligible(std::size_t(n), 0);
-    for (const auto& [begin, end] : ranges) {
-      if (begin < 0 || end < begin || end > n)
-        throw shape_error("fusor: prune_smallest range [" + std::to_string(begin) + ", " + std::to_string(end) +
-                          ") is not inside the parameters' shape [" + std::to_string(n) + "]");
-      std::fill(eligible.begin() + begin, eligible.begin() + end, char(1));
-    }
-    finish_work(executor);
-    const auto host_params = host_copy(p);
-    auto host_mask = host_copy(mask_.view());
-    // Candidates ordered by (already pruned first, |w| with NaN last, index).
-    struct candidate {
-      bool pruned;
-      double magnitude;
-      index_t index;
-    };
-    std::vector<candidate> candidates;
-    for (index_t i = 0; i < n; ++i) {
-      if (!eligible[std::size_t(i)]) continue;
-      const double m = std::fabs(convert<double>(host_params.data()[i]));
-      candidates.push_back({host_mask.data()[i] == 0, std::isnan(m) ? INFINITY : m, i});
-    }
-    const auto k = index_t(std::llround(fraction * double(candidates.size())));
-    const auto before = [](const candidate& a, const candidate& b) {
-      if (a.pruned != b.pruned) return a.pruned;
-      if (a.magnitude != b.magnitude) return a.magnitude < b.magnitude;
-      return a.index < b.index;
-    };
-    if (k > 0) {
-      std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), before);
-      for (index_t j = 0; j < k; ++j) host_mask.data()[candidates[std::size_t(j)].index] = 0;
-    }
-    copy(mask_, host_mask);
-    apply(p, executor);
-  }
+  void prune_smallest(const View& params, double fraction, const index_ranges& ranges, const Ex& executor);
 
   /// params = where(mask, params, 0): one fused pass.
   template <class View, class Ex>
-  void apply(const View& params, const Ex& executor) const {
-    const auto& p = as_view(params);
-    check(p, "parameters");
-    assign(p, where(mask_.view(), p, 0), executor);
-  }
+  void apply(const View& params, const Ex& executor) const;
   /// The parameters and the optimizer's master weights (if it keeps them) in one pass.
   template <class View, class Optimizer, class Ex>
-  void apply(const View& params, const Optimizer& optimizer, const Ex& executor) const {
-    const auto& p = as_view(params);
-    check(p, "parameters");
-    if constexpr (Optimizer::has_master_weights) {
-      const auto master = optimizer.master_weights();
-      check(master, "master weights");
-      assign_many(executor, out(p, where(mask_.view(), p, 0)), out(master, where(mask_.view(), master, 0)));
-    } else {
-      apply(p, executor);
-    }
-  }
+  void apply(const View& params, const Optimizer& optimizer, const Ex& executor) const;
 
   /// The mask: 1 kept, 0 pruned.
   mask_view mask() const { return mask_.view(); }
@@ -171,5 +120,92 @@ class magnitude_pruning {
 
   flat_tensor<std::uint8_t, Space> mask_;
 };
+
+
+// The members that launch work or pick on the host, outside the class so
+// that they are not inline: an `extern template` (below) keeps a program
+// from compiling them again.
+template <class Space>
+template <class View, class Ex>
+void magnitude_pruning<Space>::prune_smallest(const View& params, double fraction, const index_ranges& ranges, const Ex& executor) {
+  const auto& p = as_view(params);
+  check(p, "parameters");
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    throw error("fusor: prune_smallest needs a fraction in [0, 1], got " + std::to_string(fraction));
+  const index_t n = parameter_count();
+  std::vector<char> eligible(std::size_t(n), 0);
+  for (const auto& [begin, end] : ranges) {
+    if (begin < 0 || end < begin || end > n)
+      throw shape_error("fusor: prune_smallest range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") is not inside the parameters' shape [" + std::to_string(n) + "]");
+    std::fill(eligible.begin() + begin, eligible.begin() + end, char(1));
+  }
+  finish_work(executor);
+  const auto host_params = host_copy(p);
+  auto host_mask = host_copy(mask_.view());
+  // Candidates ordered by (already pruned first, |w| with NaN last, index).
+  struct candidate {
+    bool pruned;
+    double magnitude;
+    index_t index;
+  };
+  std::vector<candidate> candidates;
+  for (index_t i = 0; i < n; ++i) {
+    if (!eligible[std::size_t(i)]) continue;
+    const double m = std::fabs(convert<double>(host_params.data()[i]));
+    candidates.push_back({host_mask.data()[i] == 0, std::isnan(m) ? INFINITY : m, i});
+  }
+  const auto k = index_t(std::llround(fraction * double(candidates.size())));
+  const auto before = [](const candidate& a, const candidate& b) {
+    if (a.pruned != b.pruned) return a.pruned;
+    if (a.magnitude != b.magnitude) return a.magnitude < b.magnitude;
+    return a.index < b.index;
+  };
+  if (k > 0) {
+    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), before);
+    for (index_t j = 0; j < k; ++j) host_mask.data()[candidates[std::size_t(j)].index] = 0;
+  }
+  copy(mask_, host_mask);
+  apply(p, executor);
+}
+template <class Space>
+template <class View, class Ex>
+void magnitude_pruning<Space>::apply(const View& params, const Ex& executor) const {
+  const auto& p = as_view(params);
+  check(p, "parameters");
+  assign(p, where(mask_.view(), p, 0), executor);
+}
+template <class Space>
+template <class View, class Optimizer, class Ex>
+void magnitude_pruning<Space>::apply(const View& params, const Optimizer& optimizer, const Ex& executor) const {
+  const auto& p = as_view(params);
+  check(p, "parameters");
+  if constexpr (Optimizer::has_master_weights) {
+    const auto master = optimizer.master_weights();
+    check(master, "master weights");
+    assign_many(executor, out(p, where(mask_.view(), p, 0)), out(master, where(mask_.view(), master, 0)));
+  } else {
+    apply(p, executor);
+  }
+}
+
+// What optim::trainer uses for a group of fp32 or bf16 parameters with AdamW,
+// compiled once: the host's in fusor::runtime (src/optim.cpp), the GPU's in
+// fusor::cuda_runtime (src/cuda/optim.cu). PREFIX is `extern` here.
+#define FUSOR_PRUNING_INSTANCES(PREFIX, E, S, Executor)                                                            \
+  PREFIX template void magnitude_pruning<S>::prune_smallest<flat_view<E, S>, Executor>(                            \
+      const flat_view<E, S>&, double, const index_ranges&, const Executor&);                                       \
+  PREFIX template void magnitude_pruning<S>::apply<flat_view<E, S>, adamw<E, S>, Executor>(                        \
+      const flat_view<E, S>&, const adamw<E, S>&, const Executor&) const
+#define FUSOR_PRUNING_HOST_INSTANCES(PREFIX) FUSOR_PRUNING_INSTANCES(PREFIX, float, host_space, host_executor)
+#define FUSOR_PRUNING_CUDA_INSTANCES(PREFIX)                           \
+  FUSOR_PRUNING_INSTANCES(PREFIX, float, device_space, cuda_executor); \
+  FUSOR_PRUNING_INSTANCES(PREFIX, __nv_bfloat16, device_space, cuda_executor)
+#if defined(FUSOR_SEPARATE_COMPILATION)
+FUSOR_PRUNING_HOST_INSTANCES(extern);
+#endif
+#if FUSOR_CUDA_PRECOMPILED
+FUSOR_PRUNING_CUDA_INSTANCES(extern);
+#endif
 
 }  // namespace fusor::optim

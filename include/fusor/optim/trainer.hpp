@@ -139,7 +139,9 @@ class trainer {
       const auto logits = network_.forward(images, ex, mode);
       const auto dlogits = network_.output_gradient();
       loss_.forward_backward(logits, labels, dlogits, ex);
-      if (options_.scaling.dynamic) assign(dlogits, dlogits * scalar(controller_.scalars().loss_scale()), ex);
+      if (options_.scaling.dynamic)  // flat: one instance for every network
+        multiply_by(flat_view<typename decltype(dlogits)::element_type, space>(dlogits.data(), dlogits.size()),
+                    scalar(controller_.scalars().loss_scale()), ex);
       network_.backward(ex);
       controller_.begin_step(ex);
       network_.for_each_group([&](auto& group) { controller_.accumulate_gradient_norm(group.gradients(), ex); });

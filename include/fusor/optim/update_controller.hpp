@@ -205,14 +205,22 @@ class update_controller {
   bool stop_on_nonfinite_ = false;
 };
 
-// The controller's launches, compiled once (its tasks and the gradient norm of
-// fp32 and bf16 groups): the host's norm in fusor::runtime (src/optim.cpp),
+/// values *= factor (a scalar in Space): the gradient of the loss times a dynamic loss scale, one pass.
+template <class E, class S, class Executor>
+void multiply_by(const flat_view<E, S>& values, const scalar_operand<float, S>& factor, const Executor& executor) {
+  assign(values, values * factor, executor);
+}
+
+// The controller's launches, compiled once (its tasks, the gradient norm and
+// the loss scale's pass, for fp32 and bf16): the host's norm in fusor::runtime (src/optim.cpp),
 // the GPU's in fusor::cuda_runtime (src/cuda/optim.cu). PREFIX is `extern`
 // for the declarations here.
 #define FUSOR_CONTROLLER_HOST_INSTANCES(PREFIX)                                                                    \
   PREFIX template void add_sum_of_squares<float, host_space>(double*, const flat_view<float, host_space>&,        \
                                                              const gradient_norm_workspace<host_space>&,          \
-                                                             const host_executor&)
+                                                             const host_executor&);                               \
+  PREFIX template void multiply_by<float, host_space, host_executor>(                                             \
+      const flat_view<float, host_space>&, const scalar_operand<float, host_space>&, const host_executor&)
 #define FUSOR_CONTROLLER_CUDA_INSTANCES(PREFIX)                                                                    \
   PREFIX template void run_task<detail::begin_step_task>(const detail::begin_step_task&, const cuda_executor&);     \
   PREFIX template void run_task<detail::prepare_update_task>(const detail::prepare_update_task&,                   \
@@ -223,6 +231,11 @@ class update_controller {
                                                                const cuda_executor&);                             \
   PREFIX template void add_sum_of_squares<__nv_bfloat16, device_space>(                                           \
       double*, const flat_view<__nv_bfloat16, device_space>&, const gradient_norm_workspace<device_space>&,       \
+      const cuda_executor&);                                                                                       \
+  PREFIX template void multiply_by<float, device_space, cuda_executor>(                                           \
+      const flat_view<float, device_space>&, const scalar_operand<float, device_space>&, const cuda_executor&);   \
+  PREFIX template void multiply_by<__nv_bfloat16, device_space, cuda_executor>(                                   \
+      const flat_view<__nv_bfloat16, device_space>&, const scalar_operand<float, device_space>&,                  \
       const cuda_executor&)
 #if defined(FUSOR_SEPARATE_COMPILATION)
 FUSOR_CONTROLLER_HOST_INSTANCES(extern);
