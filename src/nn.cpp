@@ -15,10 +15,13 @@
 namespace fusor::nn {
 template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);
 template void initialize_parameter<float>(float*, const parameter_spec&, std::uint64_t, int);
+template void initialize_parameter<__nv_bfloat16>(__nv_bfloat16*, index_t, const initializer&, std::uint64_t);
+template void initialize_parameter<__nv_bfloat16>(__nv_bfloat16*, const parameter_spec&, std::uint64_t, int);
 FUSOR_LOSS_HOST_INSTANCES();
 }  // namespace fusor::nn
 
 namespace fusor::nn::detail {
 FUSOR_LINEAR_HOST_INSTANCES();
 FUSOR_NETWORK_PASS_HOST_INSTANCES();
+FUSOR_PARAMETER_GROUP_HOST_INSTANCES();
 }  // namespace fusor::nn::detail

@@ -9,6 +9,7 @@
 #include "fusor/nn/linear_kernels.hpp"
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network_passes.hpp"
+#include "fusor/nn/parameter_directory.hpp"
 
 namespace fusor::nn {
 FUSOR_LOSS_CUDA_INSTANCES();
@@ -17,4 +18,5 @@ FUSOR_LOSS_CUDA_INSTANCES();
 namespace fusor::nn::detail {
 FUSOR_LINEAR_CUDA_INSTANCES();
 FUSOR_NETWORK_PASS_CUDA_INSTANCES();
+FUSOR_PARAMETER_GROUP_CUDA_INSTANCES();
 }  // namespace fusor::nn::detail

@@ -73,65 +73,12 @@ class loader {
   /// `data` must outlive the loader and not change. For device_space,
   /// `compute_stream` is the stream the consumer computes on. Throws fusor::error for bad options and
   /// data_error for data that is not valid.
-  loader(const labelled_images& data, loader_options options, stream_t compute_stream = {})
-      : data_(&data), options_(options), compute_stream_(compute_stream) {
-    check(options_);
-    validate(data);
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      gpu::require("loader<device_space>");
-      FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
-    }
-#endif
-    count_ = data.count;
-    pixels_per_sample_ = data.rows * data.cols;
-    const index_t size = options_.batch_size;
-    batches_ = options_.drop_last ? count_ / size : (count_ + size - 1) / size;
-    for (int p = 0; p < 256; ++p)
-      table_[std::size_t(p)] = float((p / 255.0 - double(options_.mean)) / double(options_.std));
-
-    const index_t capacity = std::max<index_t>(1, std::min(size, count_));
-    const std::size_t image_bytes = std::size_t(capacity * pixels_per_sample_) * sizeof(float);
-    const std::size_t label_bytes = std::size_t(capacity) * sizeof(std::int32_t);
-    const std::size_t slots = std::size_t(options_.prefetch) + 1;  // prefetched, plus the one the consumer holds
-    const bool pinned = on_device || detail::can_pin_memory();
-    for (std::size_t s = 0; s < slots; ++s) {
-      staging_images_.emplace_back(image_bytes, pinned);
-      staging_labels_.emplace_back(label_bytes, pinned);
-    }
-    sizes_.assign(slots, 0);
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      copy_stream_ = detail::owned_stream::non_blocking();
-      device_slots_.reserve(slots);
-      for (std::size_t s = 0; s < slots; ++s) device_slots_.emplace_back(image_bytes, label_bytes, copy_stream_.get());
-    }
-#endif
-    worker_ = std::thread([this] { work(); });
-  }
+  loader(const labelled_images& data, loader_options options, stream_t compute_stream = {});
 
   loader(const loader&) = delete;
   loader& operator=(const loader&) = delete;
 
-  ~loader() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    work_wanted_.notify_all();
-    worker_.join();
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      // Nothing here may throw. The device buffers are freed on the copy stream
-      // once compute is done with them; the staging memory once its copy is done.
-      if (held_ != none) (void)cudaEventRecord(device_slots_[held_].released.get(), compute_stream_);
-      for (auto& slot : device_slots_) {
-        (void)cudaEventSynchronize(slot.copied.get());
-        (void)cudaStreamWaitEvent(copy_stream_.get(), slot.released.get(), 0);
-      }
-    }
-#endif
-  }
+  ~loader();
 
   /// Batches in each epoch (a last partial one included unless drop_last).
   index_t batches_per_epoch() const { return batches_; }
@@ -141,59 +88,13 @@ class loader {
 
   /// Visits the samples in the order of (seed, epoch) (in order without
   /// shuffle) and starts preparing batches; abandons the current epoch.
-  void start_epoch(std::uint64_t epoch) {
-    std::vector<index_t> order;
-    if (options_.shuffle) {
-      order = epoch_permutation(count_, options_.seed, epoch);
-    } else {
-      order.resize(static_cast<std::size_t>(count_));
-      std::iota(order.begin(), order.end(), index_t(0));
-    }
-    std::unique_lock lock(mutex_);
-    ++generation_;
-    active_ = false;
-    batch_done_.wait(lock, [&] { return !filling_; });  // the worker lets go of the old order
-    release_held();
-    free_.clear();
-    ready_.clear();
-    for (std::size_t s = 0; s < sizes_.size(); ++s) free_.push_back(s);
-    order_ = std::move(order);
-    filled_ = delivered_ = 0;
-    failure_ = nullptr;
-    active_ = started_ = true;
-    work_wanted_.notify_one();
-  }
+  void start_epoch(std::uint64_t epoch);
 
   /// The next batch of the current epoch, or nullptr at its end. The views stay
   /// valid until the following next() or start_epoch(). On the device, the
   /// compute stream is made to wait for the batch's copy; the host does not. Throws fusor::error before
   /// the first start_epoch(); an exception of the worker thread is rethrown here.
-  const batch* next() {
-    std::unique_lock lock(mutex_);
-    if (!started_) throw error("fusor: loader::next() called before start_epoch()");
-    release_held();
-    if (delivered_ == batches_) return nullptr;
-    batch_done_.wait(lock, [&] { return !ready_.empty() || failure_; });
-    if (ready_.empty()) std::rethrow_exception(failure_);  // again on every call, until start_epoch()
-    const std::size_t slot = ready_.front();
-    ready_.pop_front();
-    held_ = slot;
-    ++delivered_;
-    lock.unlock();
-
-    const index_t n = sizes_[slot];
-    float* images = staging_images_[slot].template as<float>();
-    std::int32_t* labels = staging_labels_[slot].template as<std::int32_t>();
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      FUSOR_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, device_slots_[slot].copied.get(), 0));
-      images = device_slots_[slot].images.template as<float>();
-      labels = device_slots_[slot].labels.template as<std::int32_t>();
-    }
-#endif
-    current_ = batch{images_view(images, n, pixels_per_sample_), labels_view(labels, n), n};
-    return &current_;
-  }
+  const batch* next();
 
  private:
   static constexpr std::size_t none = std::size_t(-1);
@@ -208,89 +109,13 @@ class loader {
 
   // Hands the consumer's slot back to the worker (mutex held). On the device
   // it is reused only after the work queued so far on the compute stream.
-  void release_held() {
-    if (held_ == none) return;
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) FUSOR_CUDA_CHECK(cudaEventRecord(device_slots_[held_].released.get(), compute_stream_));
-#endif
-    free_.push_back(held_);
-    held_ = none;
-    work_wanted_.notify_one();
-  }
+  void release_held();
 
   // The worker thread: fills free slots, in batch order, while an epoch has batches left.
-  void work() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      work_wanted_.wait(lock, [&] {
-        return stopping_ || (active_ && !failure_ && filled_ < batches_ && !free_.empty());
-      });
-      if (stopping_) return;
-      const std::size_t slot = free_.front();
-      free_.pop_front();
-      const index_t batch_index = filled_++;
-      const std::uint64_t generation = generation_;
-      filling_ = true;
-      lock.unlock();
-      std::exception_ptr failure;
-      try {
-        fill(slot, batch_index);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      lock.lock();
-      filling_ = false;
-      if (generation == generation_) {  // else start_epoch() abandoned this epoch and resets the slots
-        if (failure) failure_ = failure;
-        else ready_.push_back(slot);
-      }
-      batch_done_.notify_all();
-    }
-  }
+  void work();
 
   // Converts batch `batch_index` of the epoch into `slot` (worker thread, no lock held).
-  void fill(std::size_t slot, index_t batch_index) {
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      FUSOR_CUDA_CHECK(cudaSetDevice(device_));
-      FUSOR_CUDA_CHECK(cudaEventSynchronize(device_slots_[slot].copied.get()));  // staging memory free again
-    }
-#endif
-    const labelled_images& data = *data_;
-    if (index_t(data.pixels.size()) != count_ * pixels_per_sample_ || index_t(data.labels.size()) != count_)
-      throw data_error("fusor: loader: its labelled_images changed after the loader was made: now " +
-                       std::to_string(data.pixels.size()) + " pixels and " + std::to_string(data.labels.size()) +
-                       " labels, made with " + std::to_string(count_) + " samples of " +
-                       std::to_string(pixels_per_sample_) + " pixels");
-    const index_t first = batch_index * options_.batch_size;
-    const index_t n = std::min<index_t>(options_.batch_size, count_ - first);
-    float* images = staging_images_[slot].template as<float>();
-    std::int32_t* labels = staging_labels_[slot].template as<std::int32_t>();
-    for (index_t k = 0; k < n; ++k) {
-      const index_t sample = order_[std::size_t(first + k)];
-      const std::int32_t label = data.labels[std::size_t(sample)];
-      if (label < 0 || label >= data.classes)
-        throw data_error("fusor: loader: label " + std::to_string(label) + " of sample " + std::to_string(sample) +
-                         " is outside [0, " + std::to_string(data.classes) + ")");
-      labels[k] = label;
-      const std::uint8_t* source = data.pixels.data() + sample * pixels_per_sample_;
-      float* destination = images + k * pixels_per_sample_;
-      for (index_t p = 0; p < pixels_per_sample_; ++p) destination[p] = table_[source[p]];
-    }
-    sizes_[slot] = n;
-#if FUSOR_HAS_CUDA
-    if constexpr (on_device) {
-      auto& device = device_slots_[slot];
-      const cudaStream_t copy = copy_stream_.get();
-      FUSOR_CUDA_CHECK(cudaStreamWaitEvent(copy, device.released.get(), 0));  // compute is done with the old batch
-      FUSOR_CUDA_CHECK(cudaMemcpyAsync(device.images.data(), images, std::size_t(n * pixels_per_sample_) * sizeof(float),
-                                       cudaMemcpyHostToDevice, copy));
-      FUSOR_CUDA_CHECK(cudaMemcpyAsync(device.labels.data(), labels, std::size_t(n) * sizeof(std::int32_t),
-                                       cudaMemcpyHostToDevice, copy));
-      FUSOR_CUDA_CHECK(cudaEventRecord(device.copied.get(), copy));
-    }
-#endif
-  }
+  void fill(std::size_t slot, index_t batch_index);
 
   const labelled_images* data_;
   loader_options options_;
@@ -322,5 +147,208 @@ class loader {
 
   std::thread worker_;  // last: started when everything it uses exists
 };
+
+// The members, outside the class so that they are not inline: an `extern
+// template` (below) then keeps a program from compiling them again.
+template <class Space>
+loader<Space>::loader(const labelled_images& data, loader_options options, stream_t compute_stream)
+    : data_(&data), options_(options), compute_stream_(compute_stream) {
+  check(options_);
+  validate(data);
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    gpu::require("loader<device_space>");
+    FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
+  }
+#endif
+  count_ = data.count;
+  pixels_per_sample_ = data.rows * data.cols;
+  const index_t size = options_.batch_size;
+  batches_ = options_.drop_last ? count_ / size : (count_ + size - 1) / size;
+  for (int p = 0; p < 256; ++p)
+    table_[std::size_t(p)] = float((p / 255.0 - double(options_.mean)) / double(options_.std));
+
+  const index_t capacity = std::max<index_t>(1, std::min(size, count_));
+  const std::size_t image_bytes = std::size_t(capacity * pixels_per_sample_) * sizeof(float);
+  const std::size_t label_bytes = std::size_t(capacity) * sizeof(std::int32_t);
+  const std::size_t slots = std::size_t(options_.prefetch) + 1;  // prefetched, plus the one the consumer holds
+  const bool pinned = on_device || detail::can_pin_memory();
+  for (std::size_t s = 0; s < slots; ++s) {
+    staging_images_.emplace_back(image_bytes, pinned);
+    staging_labels_.emplace_back(label_bytes, pinned);
+  }
+  sizes_.assign(slots, 0);
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    copy_stream_ = detail::owned_stream::non_blocking();
+    device_slots_.reserve(slots);
+    for (std::size_t s = 0; s < slots; ++s) device_slots_.emplace_back(image_bytes, label_bytes, copy_stream_.get());
+  }
+#endif
+  worker_ = std::thread([this] { work(); });
+}
+
+template <class Space>
+loader<Space>::~loader() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_wanted_.notify_all();
+  worker_.join();
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    // Nothing here may throw. The device buffers are freed on the copy stream
+    // once compute is done with them; the staging memory once its copy is done.
+    if (held_ != none) (void)cudaEventRecord(device_slots_[held_].released.get(), compute_stream_);
+    for (auto& slot : device_slots_) {
+      (void)cudaEventSynchronize(slot.copied.get());
+      (void)cudaStreamWaitEvent(copy_stream_.get(), slot.released.get(), 0);
+    }
+  }
+#endif
+}
+
+template <class Space>
+void loader<Space>::start_epoch(std::uint64_t epoch) {
+  std::vector<index_t> order;
+  if (options_.shuffle) {
+    order = epoch_permutation(count_, options_.seed, epoch);
+  } else {
+    order.resize(static_cast<std::size_t>(count_));
+    std::iota(order.begin(), order.end(), index_t(0));
+  }
+  std::unique_lock lock(mutex_);
+  ++generation_;
+  active_ = false;
+  batch_done_.wait(lock, [&] { return !filling_; });  // the worker lets go of the old order
+  release_held();
+  free_.clear();
+  ready_.clear();
+  for (std::size_t s = 0; s < sizes_.size(); ++s) free_.push_back(s);
+  order_ = std::move(order);
+  filled_ = delivered_ = 0;
+  failure_ = nullptr;
+  active_ = started_ = true;
+  work_wanted_.notify_one();
+}
+
+template <class Space>
+const typename loader<Space>::batch* loader<Space>::next() {
+  std::unique_lock lock(mutex_);
+  if (!started_) throw error("fusor: loader::next() called before start_epoch()");
+  release_held();
+  if (delivered_ == batches_) return nullptr;
+  batch_done_.wait(lock, [&] { return !ready_.empty() || failure_; });
+  if (ready_.empty()) std::rethrow_exception(failure_);  // again on every call, until start_epoch()
+  const std::size_t slot = ready_.front();
+  ready_.pop_front();
+  held_ = slot;
+  ++delivered_;
+  lock.unlock();
+
+  const index_t n = sizes_[slot];
+  float* images = staging_images_[slot].template as<float>();
+  std::int32_t* labels = staging_labels_[slot].template as<std::int32_t>();
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, device_slots_[slot].copied.get(), 0));
+    images = device_slots_[slot].images.template as<float>();
+    labels = device_slots_[slot].labels.template as<std::int32_t>();
+  }
+#endif
+  current_ = batch{images_view(images, n, pixels_per_sample_), labels_view(labels, n), n};
+  return &current_;
+}
+
+template <class Space>
+void loader<Space>::release_held() {
+  if (held_ == none) return;
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) FUSOR_CUDA_CHECK(cudaEventRecord(device_slots_[held_].released.get(), compute_stream_));
+#endif
+  free_.push_back(held_);
+  held_ = none;
+  work_wanted_.notify_one();
+}
+
+template <class Space>
+void loader<Space>::work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_wanted_.wait(lock, [&] {
+      return stopping_ || (active_ && !failure_ && filled_ < batches_ && !free_.empty());
+    });
+    if (stopping_) return;
+    const std::size_t slot = free_.front();
+    free_.pop_front();
+    const index_t batch_index = filled_++;
+    const std::uint64_t generation = generation_;
+    filling_ = true;
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      fill(slot, batch_index);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    filling_ = false;
+    if (generation == generation_) {  // else start_epoch() abandoned this epoch and resets the slots
+      if (failure) failure_ = failure;
+      else ready_.push_back(slot);
+    }
+    batch_done_.notify_all();
+  }
+}
+
+template <class Space>
+void loader<Space>::fill(std::size_t slot, index_t batch_index) {
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    FUSOR_CUDA_CHECK(cudaSetDevice(device_));
+    FUSOR_CUDA_CHECK(cudaEventSynchronize(device_slots_[slot].copied.get()));  // staging memory free again
+  }
+#endif
+  const labelled_images& data = *data_;
+  if (index_t(data.pixels.size()) != count_ * pixels_per_sample_ || index_t(data.labels.size()) != count_)
+    throw data_error("fusor: loader: its labelled_images changed after the loader was made: now " +
+                     std::to_string(data.pixels.size()) + " pixels and " + std::to_string(data.labels.size()) +
+                     " labels, made with " + std::to_string(count_) + " samples of " +
+                     std::to_string(pixels_per_sample_) + " pixels");
+  const index_t first = batch_index * options_.batch_size;
+  const index_t n = std::min<index_t>(options_.batch_size, count_ - first);
+  float* images = staging_images_[slot].template as<float>();
+  std::int32_t* labels = staging_labels_[slot].template as<std::int32_t>();
+  for (index_t k = 0; k < n; ++k) {
+    const index_t sample = order_[std::size_t(first + k)];
+    const std::int32_t label = data.labels[std::size_t(sample)];
+    if (label < 0 || label >= data.classes)
+      throw data_error("fusor: loader: label " + std::to_string(label) + " of sample " + std::to_string(sample) +
+                       " is outside [0, " + std::to_string(data.classes) + ")");
+    labels[k] = label;
+    const std::uint8_t* source = data.pixels.data() + sample * pixels_per_sample_;
+    float* destination = images + k * pixels_per_sample_;
+    for (index_t p = 0; p < pixels_per_sample_; ++p) destination[p] = table_[source[p]];
+  }
+  sizes_[slot] = n;
+#if FUSOR_HAS_CUDA
+  if constexpr (on_device) {
+    auto& device = device_slots_[slot];
+    const cudaStream_t copy = copy_stream_.get();
+    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(copy, device.released.get(), 0));  // compute is done with the old batch
+    FUSOR_CUDA_CHECK(cudaMemcpyAsync(device.images.data(), images, std::size_t(n * pixels_per_sample_) * sizeof(float),
+                                     cudaMemcpyHostToDevice, copy));
+    FUSOR_CUDA_CHECK(cudaMemcpyAsync(device.labels.data(), labels, std::size_t(n) * sizeof(std::int32_t),
+                                     cudaMemcpyHostToDevice, copy));
+    FUSOR_CUDA_CHECK(cudaEventRecord(device.copied.get(), copy));
+  }
+#endif
+}
+
+#if FUSOR_CUDA_PRECOMPILED
+// The GPU's loader is compiled once, in fusor::cuda_runtime (src/cuda/data.cu).
+extern template class loader<device_space>;
+#endif
 
 }  // namespace fusor::data

@@ -480,17 +480,11 @@ class network {
   }
 
   // Files layer `layer`'s specs (parameter_directory checks the ties) and, for a layer held, adds them to the
-  // group of its element type. A function of the element type, not of the layer: compiled once per element type.
+  // group of its element type (detail::add_layer_parameters, compiled once per element type).
   template <class Element>
   void add_layer_parameters(std::size_t layer, std::vector<parameter_spec> specs) {
-    const std::size_t first_id = directory_.add_layer(layer, std::move(specs));
-    if (!holds(layer)) return;
-    auto& group = std::get<parameter_group<Element, Space>>(groups_);
-    for (std::size_t id = first_id; id != directory_.size(); ++id) {
-      const parameter_spec& spec = directory_.spec(id);
-      if (spec.tied_to.empty()) group.add(directory_.name(id), spec.shape);
-      else group.add_tied(directory_.name(id), spec.shape, spec.tied_to);
-    }
+    detail::add_layer_parameters(directory_, std::get<parameter_group<Element, Space>>(groups_), layer,
+                                 std::move(specs));
   }
 
   // Hands layer I its parameters' views, in the order of its specs (a tied
@@ -502,29 +496,7 @@ class network {
   // Layer `layer`'s parameter views (bind_layer), per element type.
   template <class Element>
   parameter_binding<Element, Space> binding_of(std::size_t layer) const {
-    const auto& group = std::get<parameter_group<Element, Space>>(groups_);
-    parameter_binding<Element, Space> binding;
-    for (std::size_t id = 0; id != directory_.size(); ++id) {
-      if (directory_.layer(id) != layer) continue;
-      const std::string& name = directory_.name(id);
-      if (directory_.spec(id).tied_to.empty()) {
-        const parameter_slot& slot = *group.find(name);
-        binding.values.push_back(group.value(slot));
-        binding.gradients.push_back(group.gradient(slot));
-      } else {
-        const tied_slot& tied = find_tied(group, name);
-        binding.values.push_back(group.value(*group.find(tied.owner)));
-        binding.gradients.push_back(group.tied_gradient(tied));
-      }
-    }
-    return binding;
-  }
-
-  template <class Group>
-  static const tied_slot& find_tied(const Group& group, const std::string& name) {
-    for (const tied_slot& t : group.tied_slots())
-      if (t.slot.name == name) return t;
-    throw error("fusor::nn::network: no tied parameter named " + name);
+    return detail::layer_binding(directory_, std::get<parameter_group<Element, Space>>(groups_), layer);
   }
 
   // After layer I's backward: the gradients of parameters tied to its

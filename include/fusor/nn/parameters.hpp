@@ -372,9 +372,11 @@ void initialize_parameter(Element* data, const parameter_spec& spec, std::uint64
 }
 
 #if defined(FUSOR_SEPARATE_COMPILATION)
-// fp32 parameters are initialised by fusor_runtime's copies (src/nn.cpp).
+// fp32 and bf16 parameters are initialised by fusor_runtime's copies (src/nn.cpp).
 extern template void initialize_parameter<float>(float*, index_t, const initializer&, std::uint64_t);
 extern template void initialize_parameter<float>(float*, const parameter_spec&, std::uint64_t, int);
+extern template void initialize_parameter<__nv_bfloat16>(__nv_bfloat16*, index_t, const initializer&, std::uint64_t);
+extern template void initialize_parameter<__nv_bfloat16>(__nv_bfloat16*, const parameter_spec&, std::uint64_t, int);
 #endif
 
 }  // namespace fusor::nn
