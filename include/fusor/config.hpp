@@ -57,12 +57,13 @@
 
 // Its GPU counterpart (optional): with FUSOR_CUDA_SEPARATE_COMPILATION defined
 // (linking fusor::cuda_runtime defines it), the GPU path's most common
-// instances -- the loss's kernels for bf16 and fp32 logits, the cuBLASLt
-// plumbing, the GPU input pipeline -- are compiled once by nvcc, in the
-// fusor_cuda_runtime library, for the architectures fusor was built for
-// (CMAKE_CUDA_ARCHITECTURES); a program's .cu files only declare them
-// (`extern template`) and compile seconds less. FUSOR_CUDA_PRECOMPILED is 1
-// in nvcc translation units of such programs.
+// instances -- for bf16 and fp32 networks the loss, nn::linear's matmuls,
+// AdamW, the update controller, the GPU loader; the cuBLASLt plans -- are
+// compiled once by nvcc, in the fusor_cuda_runtime library, for the
+// architectures fusor was built for (CMAKE_CUDA_ARCHITECTURES); a program's
+// .cu files only declare them (`extern template`; FUSOR_CUDA_DECL for
+// non-template functions) and compile in about half the time.
+// FUSOR_CUDA_PRECOMPILED is 1 in nvcc translation units of such programs.
 #if defined(FUSOR_CUDA_SEPARATE_COMPILATION) && FUSOR_HAS_CUDA
 #define FUSOR_CUDA_PRECOMPILED 1
 #define FUSOR_CUDA_DECL
