@@ -212,9 +212,9 @@ void multiply_by(const flat_view<E, S>& values, const scalar_operand<float, S>& 
 }
 
 // The controller's launches, compiled once (its tasks, the gradient norm and
-// the loss scale's pass, for fp32 and bf16): the host's norm in fusor::runtime (src/optim.cpp),
-// the GPU's in fusor::cuda_runtime (src/cuda/optim.cu). PREFIX is `extern`
-// for the declarations here.
+// the loss scale's pass, for fp32 and bf16): the host's in fusor::runtime
+// (src/optim.cpp), the GPU's in fusor::cuda_runtime (src/cuda/optim.cu).
+// PREFIX is `extern` for the declarations here.
 #define FUSOR_CONTROLLER_HOST_INSTANCES(PREFIX)                                                                    \
   PREFIX template void add_sum_of_squares<float, host_space>(double*, const flat_view<float, host_space>&,        \
                                                              const gradient_norm_workspace<host_space>&,          \
