@@ -235,24 +235,24 @@ struct linear {
       const index_t rows = x.extent(0) * rows_per_sample;
       const auto x_rows = input_rows(x.data(), rows);
       const auto y_rows = output_rows(y.data(), rows);
-      const auto w_t = transpose(with_dynamic_extents(weight_));
+      const auto w = with_dynamic_extents(weight_);
       const auto b = with_dynamic_extents(bias_);
       if constexpr (row) {
         // Partial products summed over the ranks; the bias once (rank 0); then the activation.
         const auto sum = keeps_pre_activation ? pre_activation(rows) : y_rows;
-        if (shard_.shard_index() == 0) matmul(sum, x_rows, w_t, epilogue::bias(b), ex);
-        else matmul(sum, x_rows, w_t, epilogue::none{}, ex);
+        if (shard_.shard_index() == 0) detail::linear_bias_forward<precision, Space>(sum, x_rows, w, b, ex);
+        else matmul(sum, x_rows, transpose(w), epilogue::none{}, ex);
         shard_.all_reduce_sum(sum, ex);
         if constexpr (!plain) assign(y_rows, Activation::function::apply(sum), ex);
       } else if constexpr (plain) {
-        detail::linear_bias_forward<precision, Space>(y_rows, x_rows, with_dynamic_extents(weight_), b, ex);
+        detail::linear_bias_forward<precision, Space>(y_rows, x_rows, w, b, ex);
       } else if constexpr (fused_relu) {
-        detail::linear_relu_forward<precision, Space>(y_rows, x_rows, with_dynamic_extents(weight_), b, ex);
+        detail::linear_relu_forward<precision, Space>(y_rows, x_rows, w, b, ex);
       } else if constexpr (fused_gelu) {
-        matmul(y_rows, x_rows, w_t, epilogue::gelu_tanh(b, pre_activation(rows)), ex);
+        matmul(y_rows, x_rows, transpose(w), epilogue::gelu_tanh(b, pre_activation(rows)), ex);
       } else {
         const auto pre = pre_activation(rows);
-        matmul(pre, x_rows, w_t, epilogue::bias(b), ex);
+        detail::linear_bias_forward<precision, Space>(pre, x_rows, w, b, ex);
         assign(y_rows, Activation::function::apply(pre), ex);
       }
     }
