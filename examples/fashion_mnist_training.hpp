@@ -4,7 +4,7 @@
 // example::main<Network>(argc, argv, name); the epoch loop is the library's
 // fusor::app::fit (progress bar, validation, checkpoints, early stopping,
 // the metrics CSV). The programs of several ranks write their own loops
-// with the pieces below.
+// with the pieces below and distributed_training.hpp's.
 //
 // The loop: a loader with a background thread prepares shuffled batches
 // (pinned memory, copies on their own stream on the GPU) while the trainer
@@ -33,7 +33,6 @@
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/trainer.hpp>
 #include <fusor/optim/training_checkpoint.hpp>
-#include <fusor/parallel/distributed_checkpoint.hpp>
 #if FUSOR_HAS_CUDA
 #include <fusor/graph/capture.hpp>
 #endif
@@ -67,143 +66,30 @@ inline constexpr const char* exit_statuses =
     "--require-accuracy; 2 the command line";
 
 // The options every Fashion-MNIST example takes, declared on `cli` and bound to `o`.
-inline void declare_options(fs::app::command_line& cli, options& o) {
-  namespace app = fs::app;
-  cli.number("--epochs", o.epochs, "epochs", app::between(1, 100000))
-      .number("--batch", o.batch, "batch size", app::between<fs::index_t>(1, 60000))
-      .number("--lr", o.learning_rate, "peak learning rate of AdamW, warmup + cosine schedule", app::above_up_to(0.f, 10.f))
-      .number("--seed", o.seed, "weights, data order and dropout")
-      .path("--data", o.data, "Fashion-MNIST folder (Debian: apt-get install dataset-fashion-mnist)", "DIR")
-      .number("--train-limit", o.train_limit, "use only the first N training images (0: all)",
-              app::between<fs::index_t>(0, 60000))
-      .number("--test-limit", o.test_limit, "use only the first N test images (0: all)", app::between<fs::index_t>(0, 10000))
-      .choice("--device", o.device, {"auto", "host", "cuda"},
-              "auto: the GPU when there is one; cuda without a GPU: \"skipped: no GPU\", exit status 77")
-      .flag("--no-graph", o.graph, "run the GPU step eagerly instead of replaying a CUDA graph", false)
-      .path("--checkpoint", o.checkpoint, "save parameters and optimizer state there after every epoch (safetensors)")
-      .flag("--resume", o.resume, "continue from --checkpoint")
-      .number("--require-accuracy", o.require_accuracy, "exit with status 1 when the final test accuracy is below X",
-              app::between(0.0, 1.0))
-      .flag("--quiet", o.quiet, "no progress bar")
-      .path("--metrics", o.metrics, "write each epoch's losses and accuracies to this CSV file (--resume continues it)");
-}
+void declare_options(fs::app::command_line& cli, options& o);
 
 // Parses argv into `o` (the example's defaults). `more` declares the example's
 // own options on the same command line (its --help lists them all). Empty
 // when --help was given; `speaker`: whether this process prints the help (rank 0 of a job).
-inline std::optional<options> parse(int argc, char** argv, options o,
-                                    const std::function<void(fs::app::command_line&)>& more = {},
-                                    const char* summary = "Trains on Fashion-MNIST.", bool speaker = true) {
-  fs::app::command_line cli(summary);
-  cli.print_help(speaker);
-  declare_options(cli, o);
-  if (more) more(cli);
-  cli.epilogue(exit_statuses);
-  if (!cli.parse(argc, argv)) return std::nullopt;
-  if (o.resume && o.checkpoint.empty()) throw fs::app::usage_error("--resume needs --checkpoint");
-  if (!o.metrics.empty() && speaker) {  // an unwritable path fails before any work
-    try {
-      fs::app::start_metrics_csv(o.metrics, o.resume);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("--metrics '" + o.metrics.string() + "': cannot write there (" + e.what() + ")");
-    }
-  }
-  return o;
-}
-
-// The progress bar of the programs of several ranks (fit prints its own).
-inline void progress(bool quiet, int epoch, int epochs, double fraction, const nn::loss_totals& t) {
-  if (!quiet) fs::app::print_progress(epoch, epochs, fraction, t);
-}
-
-// An epoch's summary line, as fit prints it, and its --metrics line (programs of several ranks).
-inline void report_epoch(const options& o, int epoch, const nn::loss_totals& trained, const nn::loss_totals& test,
-                         double seconds) {
-  const fs::app::epoch_result e{.epoch = epoch + 1, .train = trained, .validation = test, .seconds = seconds,
-                                .samples_per_second = double(trained.samples) / seconds};
-  fs::app::print_epoch_summary(e, o.epochs, "test", !o.quiet);
-  if (!o.metrics.empty()) fs::app::append_metrics_csv(o.metrics, e);
-}
+std::optional<options> parse(int argc, char** argv, options o,
+                             const std::function<void(fs::app::command_line&)>& more = {},
+                             const char* summary = "Trains on Fashion-MNIST.", bool speaker = true);
 
 // The final line and the exit status: 1 when the accuracy is below --require-accuracy
 // (what the examples' ctests check). `speaker`: whether this process prints.
-inline int verdict(const options& o, const nn::loss_totals& test, const std::string& where, bool speaker = true) {
-  if (speaker) std::printf("final test accuracy %.2f%% (%s)\n", 100 * test.accuracy, where.c_str());
-  if (test.accuracy >= o.require_accuracy) return 0;
-  if (speaker) std::printf("below the required %.2f%%\n", 100 * o.require_accuracy);
-  return 1;
-}
+int verdict(const options& o, const nn::loss_totals& test, const std::string& where, bool speaker = true);
 
 // The training and test sets, cut to --train-limit and --test-limit; at
 // least one batch (`batch`: the global batch, every rank's together) to train on.
 struct data_sets {
   fs::data::labelled_images train, test;
 };
-inline data_sets load_data(const options& o, fs::index_t batch = 0) {
-  data_sets d{fs::data::load_fashion_mnist(fs::data::split::train, o.data),
-              fs::data::load_fashion_mnist(fs::data::split::test, o.data)};
-  if (o.train_limit > 0) d.train = fs::data::take_first(d.train, std::min(o.train_limit, d.train.count));
-  if (o.test_limit > 0) d.test = fs::data::take_first(d.test, std::min(o.test_limit, d.test.count));
-  if (d.train.count < std::max(batch, o.batch))
-    throw fs::app::usage_error("the training set (" + std::to_string(d.train.count) + " images) is smaller than one batch (" +
-                               std::to_string(std::max(batch, o.batch)) + "): lower --batch or raise --train-limit");
-  return d;
-}
+data_sets load_data(const options& o, fs::index_t batch = 0);
 
 // Batches of --batch normalised with Fashion-MNIST's pixel mean and standard
 // deviation (training set): for training shuffled by --seed, the last partial
 // batch dropped; for testing in order, every image.
-inline fs::data::loader_options loader_settings(const options& o, bool training) {
-  fs::data::loader_options l{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};
-  l.drop_last = training;
-  l.shuffle = training;
-  return l;
-}
-
-}  // namespace example
-
-namespace example {
-
-inline void wait([[maybe_unused]] const fs::host_executor& ex) {}
-#if FUSOR_HAS_CUDA
-inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
-#endif
-
-// Checkpoints of the programs that train over several ranks: --checkpoint is
-// a folder of saves (parallel/distributed_checkpoint.hpp), each epoch's in its
-// own subfolder, every rank writing its shard; `latest` names the newest.
-// --resume continues from it on any number of ranks and any split.
-//
-// The epoch to start from: 0, or the one after the latest save (loaded into `trainer`).
-//
-// Before anything is loaded, the folder is proven writable for this rank's
-// shard of about `shard_bytes` (io::check_destination): a save that cannot
-// work fails now, not after the first epoch.
-template <class Trainer, class Executor>
-int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::checkpoint_rank& where,
-                       const Executor& ex, bool speaker, std::uint64_t shard_bytes) {
-  if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::folder, shard_bytes);
-  if (!o.resume) return 0;
-  const auto last = fs::parallel::latest_distributed_save(o.checkpoint);
-  if (!last) {
-    if (speaker) std::printf("no finished save in %s yet: starting afresh\n", o.checkpoint.c_str());
-    return 0;
-  }
-  const auto metadata = fs::parallel::load_distributed(*last, trainer, where, ex);
-  const int epoch = fs::app::saved_epoch(metadata, *last, o.epochs);
-  if (speaker)
-    std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(), epoch,
-                metadata.at("training.mesh").c_str());
-  return epoch;
-}
-// After epoch `epoch` (counted from 0), when --checkpoint is set: a collective over `world`.
-template <class Trainer, class Communicator, class Executor>
-void save_distributed_epoch(const options& o, Trainer& trainer, Communicator& world,
-                            const fs::parallel::checkpoint_rank& where, int epoch, const Executor& ex) {
-  if (o.checkpoint.empty()) return;
-  const std::string done = std::to_string(epoch + 1);
-  fs::parallel::save_distributed_latest(o.checkpoint, trainer, world, where, "epoch-" + done, {{"epoch", done}}, ex);
-}
+fs::data::loader_options loader_settings(const options& o, bool training);
 
 // Trains and evaluates Sequential on Fashion-MNIST with app::fit; returns the exit status.
 template <class Sequential, class Precision, class Space, class Executor>
@@ -250,23 +136,7 @@ int train(const options& o, const Executor& ex, const std::string& device, const
 // 2 for the command line (an option, or options that do not fit together or
 // with the data); 1 for everything else: the data set (missing, truncated,
 // corrupt), a checkpoint (cannot be written or read), Inf/NaN gradients, the GPU.
-inline int exit_status_of(const std::exception& e) {
-  return dynamic_cast<const fs::app::usage_error*>(&e) != nullptr ? 2 : 1;
-}
-
-// The programs of several ranks (mpirun): runs `body` and turns a usage_error
-// into exit status 2, said once by rank 0 (every rank meets it alike: it comes
-// from the arguments and the data set, which all ranks read); any other error
-// goes on to comm::run_ranks, which reports it and ends the job with status 1.
-template <class Body>
-int on_every_rank(int rank, Body&& body) {
-  try {
-    return body();
-  } catch (const fs::app::usage_error& e) {
-    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-}
+int exit_status_of(const std::exception& e);
 
 // Parses the options, picks the device and runs: GPU (bf16 with fp32 master
 // weights) when one is present and the program was built by nvcc, else the host (fp32).

@@ -33,6 +33,7 @@
 
 #include <fusor/app/command_line.hpp>
 #include <fusor/data/character_corpus.hpp>
+#include <fusor/data/epoch_engine.hpp>
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/trainer.hpp>
 #include <fusor/optim/training_checkpoint.hpp>

@@ -33,7 +33,7 @@
 #include <fusor/comm/nccl.hpp>
 #endif
 
-#include "fashion_mnist_training.hpp"
+#include "distributed_training.hpp"
 
 namespace {
 

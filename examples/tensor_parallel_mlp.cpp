@@ -25,7 +25,7 @@
 #include <fusor/comm/nccl.hpp>
 #endif
 
-#include "fashion_mnist_training.hpp"
+#include "distributed_training.hpp"
 
 namespace {
 

@@ -38,6 +38,7 @@
 #include "fusor/core/vector_access.hpp"
 #include "fusor/core/view.hpp"
 #include "fusor/data/character_corpus.hpp"
+#include "fusor/data/epoch_engine.hpp"
 #include "fusor/data/error.hpp"
 #include "fusor/data/labelled_images.hpp"
 #include "fusor/data/loader.hpp"

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include <fusor/data/epoch_engine.hpp>
 #include <fusor/data/permutation.hpp>
 
 #include "data/data_support.hpp"

@@ -211,8 +211,11 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
             captured.replay();
             trainer.check_not_stopped();  // Inf/NaN gradients: the error, without waiting for the GPU
           } else {
-            trainer.step(graph_images, graph_labels, ex);  // eager once: plans and pools settle
-            captured.capture(ex.stream, [&] { trainer.step(graph_images, graph_labels, ex); });
+            // Views of the batch's own types: the step compiled for them serves both paths.
+            const images_type images(graph_images.data(), graph_images.view().mapping());
+            const labels_type labels(graph_labels.data(), graph_labels.view().mapping());
+            trainer.step(images, labels, ex);  // eager once: plans and pools settle
+            captured.capture(ex.stream, [&] { trainer.step(images, labels, ex); });
           }
           done = true;
         }

@@ -3,8 +3,8 @@
 // copied on a stream of the loader's own, on the device.
 //
 // The worker thread turns uint8 pixels into floats, (pixel / 255 - mean) / std,
-// in a ring of prefetch + 1 slots of staging memory (pinned where a GPU can use
-// it). For device_space every slot also has device buffers: the worker queues
+// in a ring of prefetch + 1 slots of staging memory (pinned for device_space).
+// For device_space every slot also has device buffers: the worker queues
 // the copy on the loader's non-blocking copy stream and records an event that
 // the consumer's compute stream waits on, so next() never blocks the host on a
 // copy; when the consumer asks for the following batch, an event recorded on
@@ -52,7 +52,8 @@ struct loader_options {
 };
 
 /// Batches of a labelled_images data set, shuffled by a seed, prepared ahead by a background thread and
-/// delivered in `Space`: host_space, or device_space (copied on a stream of the loader's own).
+/// delivered in `Space`: host_space (ordinary host memory, also under nvcc), or device_space (copied from
+/// pinned staging memory on a stream of the loader's own).
 template <class Space = host_space>
 class loader {
   static constexpr bool on_device = std::is_same_v<Space, device_space>;
@@ -123,15 +124,12 @@ class loader {
   index_t count_ = 0, pixels_per_sample_ = 0, batches_ = 0;
   std::array<float, 256> table_{};  // pixel value -> normalised float, rounded once from double
 
-#if FUSOR_HAS_CUDA
-  int device_ = 0;
-  detail::owned_stream copy_stream_;  // declared before the buffers freed on it
-#endif
-  std::vector<detail::staging_buffer> staging_images_, staging_labels_;
+  // device_space: the copy stream and device buffers, destroyed after the
+  // staging memory (whose copies the destructor waits for). host_space: empty.
+  [[no_unique_address]] std::conditional_t<on_device, detail::device_part, detail::no_device_part> device_;
+  using staging_space = std::conditional_t<on_device, pinned_space, host_space>;
+  std::vector<detail::staging_buffer<staging_space>> staging_images_, staging_labels_;
   std::vector<index_t> sizes_;  // samples in each slot's batch
-#if FUSOR_HAS_CUDA
-  std::vector<detail::device_slot> device_slots_;
-#endif
 
   // Shared with the worker, under mutex_.
   std::mutex mutex_;
@@ -158,7 +156,7 @@ loader<Space>::loader(const labelled_images& data, loader_options options, strea
 #if FUSOR_HAS_CUDA
   if constexpr (on_device) {
     gpu::require("loader<device_space>");
-    FUSOR_CUDA_CHECK(cudaGetDevice(&device_));
+    FUSOR_CUDA_CHECK(cudaGetDevice(&device_.device));
   }
 #endif
   count_ = data.count;
@@ -172,17 +170,17 @@ loader<Space>::loader(const labelled_images& data, loader_options options, strea
   const std::size_t image_bytes = std::size_t(capacity * pixels_per_sample_) * sizeof(float);
   const std::size_t label_bytes = std::size_t(capacity) * sizeof(std::int32_t);
   const std::size_t slots = std::size_t(options_.prefetch) + 1;  // prefetched, plus the one the consumer holds
-  const bool pinned = on_device || detail::can_pin_memory();
   for (std::size_t s = 0; s < slots; ++s) {
-    staging_images_.emplace_back(image_bytes, pinned);
-    staging_labels_.emplace_back(label_bytes, pinned);
+    staging_images_.emplace_back(image_bytes);
+    staging_labels_.emplace_back(label_bytes);
   }
   sizes_.assign(slots, 0);
 #if FUSOR_HAS_CUDA
   if constexpr (on_device) {
-    copy_stream_ = detail::owned_stream::non_blocking();
-    device_slots_.reserve(slots);
-    for (std::size_t s = 0; s < slots; ++s) device_slots_.emplace_back(image_bytes, label_bytes, copy_stream_.get());
+    device_.copy_stream = detail::owned_stream::non_blocking();
+    device_.slots.reserve(slots);
+    for (std::size_t s = 0; s < slots; ++s)
+      device_.slots.emplace_back(image_bytes, label_bytes, device_.copy_stream.get());
   }
 #endif
   worker_ = std::thread([this] { work(); });
@@ -200,10 +198,10 @@ loader<Space>::~loader() {
   if constexpr (on_device) {
     // Nothing here may throw. The device buffers are freed on the copy stream
     // once compute is done with them; the staging memory once its copy is done.
-    if (held_ != none) (void)cudaEventRecord(device_slots_[held_].released.get(), compute_stream_);
-    for (auto& slot : device_slots_) {
+    if (held_ != none) (void)cudaEventRecord(device_.slots[held_].released.get(), compute_stream_);
+    for (auto& slot : device_.slots) {
       (void)cudaEventSynchronize(slot.copied.get());
-      (void)cudaStreamWaitEvent(copy_stream_.get(), slot.released.get(), 0);
+      (void)cudaStreamWaitEvent(device_.copy_stream.get(), slot.released.get(), 0);
     }
   }
 #endif
@@ -252,9 +250,9 @@ const typename loader<Space>::batch* loader<Space>::next() {
   std::int32_t* labels = staging_labels_[slot].template as<std::int32_t>();
 #if FUSOR_HAS_CUDA
   if constexpr (on_device) {
-    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, device_slots_[slot].copied.get(), 0));
-    images = device_slots_[slot].images.template as<float>();
-    labels = device_slots_[slot].labels.template as<std::int32_t>();
+    FUSOR_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, device_.slots[slot].copied.get(), 0));
+    images = device_.slots[slot].images.template as<float>();
+    labels = device_.slots[slot].labels.template as<std::int32_t>();
   }
 #endif
   current_ = batch{images_view(images, n, pixels_per_sample_), labels_view(labels, n), n};
@@ -265,7 +263,7 @@ template <class Space>
 void loader<Space>::release_held() {
   if (held_ == none) return;
 #if FUSOR_HAS_CUDA
-  if constexpr (on_device) FUSOR_CUDA_CHECK(cudaEventRecord(device_slots_[held_].released.get(), compute_stream_));
+  if constexpr (on_device) FUSOR_CUDA_CHECK(cudaEventRecord(device_.slots[held_].released.get(), compute_stream_));
 #endif
   free_.push_back(held_);
   held_ = none;
@@ -306,8 +304,8 @@ template <class Space>
 void loader<Space>::fill(std::size_t slot, index_t batch_index) {
 #if FUSOR_HAS_CUDA
   if constexpr (on_device) {
-    FUSOR_CUDA_CHECK(cudaSetDevice(device_));
-    FUSOR_CUDA_CHECK(cudaEventSynchronize(device_slots_[slot].copied.get()));  // staging memory free again
+    FUSOR_CUDA_CHECK(cudaSetDevice(device_.device));
+    FUSOR_CUDA_CHECK(cudaEventSynchronize(device_.slots[slot].copied.get()));  // staging memory free again
   }
 #endif
   const labelled_images& data = *data_;
@@ -334,8 +332,8 @@ void loader<Space>::fill(std::size_t slot, index_t batch_index) {
   sizes_[slot] = n;
 #if FUSOR_HAS_CUDA
   if constexpr (on_device) {
-    auto& device = device_slots_[slot];
-    const cudaStream_t copy = copy_stream_.get();
+    auto& device = device_.slots[slot];
+    const cudaStream_t copy = device_.copy_stream.get();
     FUSOR_CUDA_CHECK(cudaStreamWaitEvent(copy, device.released.get(), 0));  // compute is done with the old batch
     FUSOR_CUDA_CHECK(cudaMemcpyAsync(device.images.data(), images, std::size_t(n * pixels_per_sample_) * sizeof(float),
                                      cudaMemcpyHostToDevice, copy));
@@ -346,9 +344,15 @@ void loader<Space>::fill(std::size_t slot, index_t batch_index) {
 #endif
 }
 
+// Compiled once: the host's loader in fusor::runtime (src/data.cpp) for g++
+// units, both in fusor::cuda_runtime (src/cuda/data.cu) for nvcc units. The
+// two host loaders are the same code (no member depends on FUSOR_HAS_CUDA for
+// host_space) except the constructor, whose stream_t is void* under g++.
 #if FUSOR_CUDA_PRECOMPILED
-// The GPU's loader is compiled once, in fusor::cuda_runtime (src/cuda/data.cu).
+extern template class loader<host_space>;
 extern template class loader<device_space>;
+#elif defined(FUSOR_SEPARATE_COMPILATION) && !FUSOR_HAS_CUDA
+extern template class loader<host_space>;
 #endif
 
 }  // namespace fusor::data

@@ -1,15 +1,16 @@
 // fusor/data/loader_buffers.hpp — the memory behind a loader's batch slots:
-// host staging memory where the worker thread writes a batch (page-locked where
-// a GPU can use it, so the copy to the device is truly asynchronous), and, for
+// host staging memory where the worker thread writes a batch (page-locked for
+// batches bound to the device, so their copy is truly asynchronous), and, for
 // batches delivered to the device, per-slot device buffers, the two events that
 // order a slot's reuse, and the loader's own non-blocking copy stream.
 //
-// Everything CUDA sits behind FUSOR_HAS_CUDA: in a unit compiled by g++ the
-// staging memory is plain host memory and nothing else exists.
+// Everything CUDA sits behind FUSOR_HAS_CUDA: in a unit compiled by g++ only
+// host staging memory exists.
 #pragma once
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "fusor/config.hpp"
 #include "fusor/core/buffer.hpp"
@@ -18,56 +19,37 @@
 
 namespace fusor::data::detail {
 
-// Pinned memory only helps (and only works) where nvcc compiled this unit and a GPU is present.
-inline bool can_pin_memory() {
-#if FUSOR_HAS_CUDA
-  return gpu::available();
-#else
-  return false;
-#endif
-}
-
-// Host memory a batch is prepared in: page-locked when asked, plain otherwise.
+// Host memory a batch is prepared in: host_space for a loader<host_space>,
+// page-locked (pinned_space) for a loader<device_space>, whose copies to the
+// device are then truly asynchronous. The space is the type's, not a flag, so
+// staging_buffer<host_space> is the same code under g++ and nvcc (one
+// loader<host_space> serves both; see loader.hpp's instances).
+template <class Space>
 class staging_buffer {
  public:
   staging_buffer() = default;
-  staging_buffer(std::size_t bytes, bool pinned) : pinned_(pinned) {
-#if FUSOR_HAS_CUDA
-    if (pinned_) {
-      data_ = allocate<pinned_space>(bytes);
-      return;
-    }
-#endif
-    pinned_ = false;
-    data_ = allocate<host_space>(bytes);
-  }
+  explicit staging_buffer(std::size_t bytes) : data_(allocate<Space>(bytes)) {}
   staging_buffer(const staging_buffer&) = delete;
   staging_buffer& operator=(const staging_buffer&) = delete;
-  staging_buffer(staging_buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), pinned_(other.pinned_) {}
+  staging_buffer(staging_buffer&& other) noexcept : data_(std::exchange(other.data_, nullptr)) {}
   staging_buffer& operator=(staging_buffer&& other) noexcept {
     std::swap(data_, other.data_);
-    std::swap(pinned_, other.pinned_);
     return *this;
   }
-  ~staging_buffer() {
-#if FUSOR_HAS_CUDA
-    if (pinned_) {
-      deallocate<pinned_space>(data_);
-      return;
-    }
-#endif
-    deallocate<host_space>(data_);
-  }
+  ~staging_buffer() { deallocate<Space>(data_); }
 
   template <class T>
   T* as() const { return static_cast<T*>(data_); }
-  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
-  bool pinned_ = false;
 };
+
+// The device half of a loader<device_space> (defined below, with CUDA); a
+// loader<host_space> holds an empty no_device_part instead, so its layout does
+// not depend on the compiler.
+struct device_part;
+struct no_device_part {};
 
 #if FUSOR_HAS_CUDA
 // A stream of the loader's own that never waits for the legacy default stream.
@@ -126,6 +108,12 @@ struct device_slot {
                          // and the worker before it overwrites the staging memory
   owned_event released;  // compute stream, when the consumer moves on: the copy stream waits
                          // on it before overwriting the device buffers
+};
+
+struct device_part {
+  int device = 0;             // the GPU the loader was made on (the worker thread sets it)
+  owned_stream copy_stream;   // declared before the buffers freed on it
+  std::vector<device_slot> slots;
 };
 #endif
 

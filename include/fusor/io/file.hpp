@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
-#include <random>
 #include <span>
 #include <string>
 #include <system_error>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fusor/data/character_corpus.hpp"
+#include "fusor/data/epoch_engine.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -3,22 +3,14 @@
 #pragma once
 
 #include "fusor/data/permutation.hpp"
+#include "fusor/data/epoch_engine.hpp"
 
 #include <cstdint>
 #include <numeric>
-#include <random>
 #include <utility>
 #include <vector>
 
 namespace fusor::data {
-
-FUSOR_DECL std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t bound) {
-  const std::uint64_t rejected = (0 - bound) % bound;  // 2^64 mod bound
-  std::uint64_t draw;
-  do draw = engine();
-  while (draw < rejected);
-  return draw % bound;
-}
 
 FUSOR_DECL std::vector<index_t> epoch_permutation(index_t n, std::uint64_t seed, std::uint64_t epoch) {
   std::vector<index_t> order(static_cast<std::size_t>(n > 0 ? n : 0));

@@ -4,6 +4,8 @@
 
 #include "fusor/io/file.hpp"
 
+#include <random>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
