@@ -161,6 +161,66 @@ std::vector<std::byte> row_major_bytes(const View& v, const std::string& name) {
   return out;
 }
 
+// A row-major view (layout_right, any extents) is one block already in
+// logical order. Its bytes move through these non-template functions, so a
+// program compiles no copy per view type: checkpoints of a network's many
+// parameter and state views cost one instance of the small add/read below each.
+template <class View>
+inline constexpr bool one_block_v =
+    std::is_same_v<typename View::layout_type, row_major> && !std::is_same_v<typename View::element_type, bool>;
+
+inline std::vector<std::byte> host_block_bytes(const void* data, std::size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  if (bytes != 0) std::memcpy(out.data(), data, bytes);
+  return out;
+}
+inline void store_host_block(void* data, const std::vector<std::byte>& bytes) {
+  if (!bytes.empty()) std::memcpy(data, bytes.data(), bytes.size());
+}
+#if FUSOR_HAS_CUDA
+inline std::vector<std::byte> device_block_bytes(const void* data, std::size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  if (bytes == 0) return out;
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  FUSOR_CUDA_CHECK(cudaMemcpy(out.data(), data, bytes, cudaMemcpyDeviceToHost));
+  return out;
+}
+inline void store_device_block(void* data, const std::vector<std::byte>& bytes) {
+  if (bytes.empty()) return;
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the destination may still be in use on another stream
+  FUSOR_CUDA_CHECK(cudaMemcpy(data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the copy has landed before any stream reads it
+}
+#endif
+
+// The view's elements, host side, in row-major logical order: one block.
+template <class View>
+std::vector<std::byte> block_bytes(const View& v, const std::string& name) {
+  check_device_view(v, name);
+  const std::size_t bytes = static_cast<std::size_t>(v.size()) * sizeof(typename View::element_type);
+  if constexpr (View::space::host_accessible) {
+    return host_block_bytes(v.data(), bytes);
+  } else {
+#if FUSOR_HAS_CUDA
+    return device_block_bytes(v.data(), bytes);
+#else
+    return {};  // check_device_view has failed to compile
+#endif
+  }
+}
+// Stores row-major bytes, as many as the view holds, into a one-block view.
+template <class View>
+void store_block(const View& v, const std::vector<std::byte>& bytes, const std::string& name) {
+  check_device_view(v, name);
+  if constexpr (View::space::host_accessible) {
+    store_host_block(v.data(), bytes);
+  } else {
+#if FUSOR_HAS_CUDA
+    store_device_block(v.data(), bytes);
+#endif
+  }
+}
+
 // Stores row-major bytes into the view, whatever its space and layout.
 template <class View>
 void store_row_major(const View& v, const std::vector<std::byte>& bytes, const std::string& name) {
@@ -193,7 +253,8 @@ class checkpoint_writer {
     const auto& view = as_view(v);
     using view_t = std::remove_cvref_t<decltype(view)>;
     tensor_record record{std::move(name), dtype_of<typename view_t::element_type>(), detail::shape_of(view), {}};
-    record.bytes = detail::row_major_bytes(view, record.name);
+    if constexpr (detail::one_block_v<view_t>) record.bytes = detail::block_bytes(view, record.name);
+    else record.bytes = detail::row_major_bytes(view, record.name);
     add_record(std::move(record));
   }
 
@@ -229,7 +290,8 @@ class checkpoint_reader {
     using view_t = std::remove_cvref_t<decltype(view)>;
     const tensor_record& record =
         checked_record(name, dtype_of<typename view_t::element_type>(), detail::shape_of(view));
-    detail::store_row_major(view, record.bytes, name);
+    if constexpr (detail::one_block_v<view_t>) detail::store_block(view, record.bytes, name);
+    else detail::store_row_major(view, record.bytes, name);
   }
 
   /// Everything the file holds: its tensors and metadata.
