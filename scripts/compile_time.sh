@@ -8,7 +8,9 @@
 #   COMPILE_TIME_VARIANTS="separate_pch nvcc_separate" scripts/compile_time.sh   # only those rows
 #
 # The program is examples/fashion_mnist_mlp.cpp, compiled with the build's own
-# flags (BUILD_DIR/examples/CMakeFiles/fashion_mnist_mlp.dir/flags.make); each
+# flags (BUILD_DIR/examples/CMakeFiles/fashion_mnist_mlp.dir/flags.make); like
+# fusor's libraries, the examples' helper library (fashion_mnist_training.cpp,
+# compiled once for every example) is not counted. Each
 # figure is the least wall time of RUNS compiles (the least is the one the
 # machine's other work disturbed least), the variants taking turns.
 set -euo pipefail

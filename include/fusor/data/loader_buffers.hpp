@@ -111,8 +111,8 @@ struct device_slot {
 };
 
 struct device_part {
-  int device = 0;             // the GPU the loader was made on (the worker thread sets it)
-  owned_stream copy_stream;   // declared before the buffers freed on it
+  int device = 0;            // the GPU the loader was made on (the worker thread makes it current)
+  owned_stream copy_stream;  // declared before the buffers freed on it
   std::vector<device_slot> slots;
 };
 #endif
