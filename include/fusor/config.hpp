@@ -58,7 +58,7 @@
 // Its GPU counterpart (optional): with FUSOR_CUDA_SEPARATE_COMPILATION defined
 // (linking fusor::cuda_runtime defines it), the GPU path's most common
 // instances -- for bf16 and fp32 networks the loss, nn::linear's matmuls,
-// AdamW, the update controller, the GPU loader; the cuBLASLt plans -- are
+// AdamW, the update controller, the loaders; the cuBLASLt plans -- are
 // compiled once by nvcc, in the fusor_cuda_runtime library, for the
 // architectures fusor was built for (CMAKE_CUDA_ARCHITECTURES); a program's
 // .cu files only declare them (`extern template`; FUSOR_CUDA_DECL for
