@@ -74,7 +74,8 @@ kit_build() {
 
   local targets
   targets=$(cmake --build "$build" --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*\).*/\1/p' |
-            grep -E '(_cuda_tests|_nccl_tests|_cuda)$|^bench_cuda_' | grep -E "${FUSOR_GPU_ONLY:-.}" | sort -u)
+            grep -E '(_cuda_tests|_nccl_tests|_cuda)$|^bench_cuda_' | grep -Ev '^fusor_header_check' |
+            grep -E "${FUSOR_GPU_ONLY:-.}" | sort -u)  # the header check is objects, not a program
   [ -n "$targets" ] || die "no CUDA targets in $build (is FUSOR_ENABLE_CUDA on?)"
   if [ -n "${FUSOR_GPU_ASSEMBLE_ONLY:-}" ]; then
     say "packing the $(echo "$targets" | wc -l) CUDA targets as built (FUSOR_GPU_ASSEMBLE_ONLY: no build)"
