@@ -114,7 +114,8 @@ void backward_against_reference(bool centered) {
     if (centered) layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
     else rmsnorm_backward(dx, dw, dy, x, w, rstd, ex);
     finish(ex);
-    if (counts_launches) CHECK(launches() - before == 2);
+    // Two launches where the accumulator rows fit shared memory, three for long rows on a GPU.
+    if (counts_launches) CHECK((launches() - before == 2 || launches() - before == 3));
 
     const auto dxs = as_doubles(dx), dws = as_doubles(dw), dbs = as_doubles(db);
     const std::string what = std::string(centered ? "layernorm_backward " : "rmsnorm_backward ") +
@@ -358,25 +359,27 @@ FUSOR_TEST_CASE("layernorm: strided, unaligned, rank-3 and in-place operands") {
 }
 
 FUSOR_TEST_CASE("layernorm_backward: dweight and dbias repeat bit for bit") {
-  const index_t rows = 300, n = 768;
-  const auto x = to_space(random_matrix<float>(rows, n, 21, -2.0, 2.0));
-  const auto dy = to_space(random_matrix<float>(rows, n, 22, -1.0, 1.0));
-  const auto w = to_space(random_vector<float>(n, 23, 0.5, 1.5));
-  const auto b = to_space(random_vector<float>(n, 24, -1.0, 1.0));
-  space_tensor<float, matrix_extents> y(rows, n), dx(rows, n);
-  space_tensor<float, vector_extents> mean(rows), rstd(rows), dw1(n), db1(n), dw2(n), db2(n);
-  executor ex{};
-  layernorm(y, mean, rstd, x, w, b, {}, ex);
-  layernorm_backward(dx, dw1, db1, dy, x, w, mean, rstd, ex);
-  layernorm_backward(dx, dw2, db2, dy, x, w, mean, rstd, ex);
-  finish(ex);
-  const auto a = to_host(dw1);
-  const auto c = to_host(dw2);
-  const auto d = to_host(db1);
-  const auto e = to_host(db2);
-  index_t different = 0;
-  for (index_t j = 0; j < n; ++j) different += a(j) != c(j) || d(j) != e(j);
-  CHECK(different == 0);
+  // 768: accumulators in shared memory on a GPU; 40000: the column kernel of long rows.
+  for (const auto [rows, n] : {std::pair<index_t, index_t>{300, 768}, {9, 40000}}) {
+    const auto x = to_space(random_matrix<float>(rows, n, 21, -2.0, 2.0));
+    const auto dy = to_space(random_matrix<float>(rows, n, 22, -1.0, 1.0));
+    const auto w = to_space(random_vector<float>(n, 23, 0.5, 1.5));
+    const auto b = to_space(random_vector<float>(n, 24, -1.0, 1.0));
+    space_tensor<float, matrix_extents> y(rows, n), dx(rows, n);
+    space_tensor<float, vector_extents> mean(rows), rstd(rows), dw1(n), db1(n), dw2(n), db2(n);
+    executor ex{};
+    layernorm(y, mean, rstd, x, w, b, {}, ex);
+    layernorm_backward(dx, dw1, db1, dy, x, w, mean, rstd, ex);
+    layernorm_backward(dx, dw2, db2, dy, x, w, mean, rstd, ex);
+    finish(ex);
+    const auto a = to_host(dw1);
+    const auto c = to_host(dw2);
+    const auto d = to_host(db1);
+    const auto e = to_host(db2);
+    index_t different = 0;
+    for (index_t j = 0; j < n; ++j) different += a(j) != c(j) || d(j) != e(j);
+    CHECK(different == 0);
+  }
 }
 
 FUSOR_TEST_CASE("layernorm_backward with no rows: zero parameter gradients") {

@@ -58,9 +58,29 @@ std::string figures_of(const std::string& line) {
   return cut;
 }
 
-// A fresh network, trainer and loaders (seed 7) fitted with `o` (4 epochs' schedule, whatever o.epochs).
-app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, float learning_rate = 3e-3f) {
+// The stream fit runs on. On the GPU a created one: fit captures its steps into a CUDA graph, which the
+// legacy default stream cannot hold (with `default_stream`, fit runs them one by one there).
+struct fit_stream {
+#if defined(FUSOR_TEST_CUDA)
+  explicit fit_stream(bool default_stream) {
+    if (!default_stream) FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&ex.stream, cudaStreamNonBlocking));
+  }
+  ~fit_stream() {
+    if (ex.stream) (void)cudaStreamDestroy(ex.stream);
+  }
+#else
+  explicit fit_stream(bool) {}
+#endif
+  fit_stream(const fit_stream&) = delete;
+  fit_stream& operator=(const fit_stream&) = delete;
   executor ex{};
+};
+
+// A fresh network, trainer and loaders (seed 7) fitted with `o` (4 epochs' schedule, whatever o.epochs).
+app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, float learning_rate = 3e-3f,
+                        bool default_stream = false) {
+  const fit_stream on(default_stream);  // first: outlives everything that queues work on it
+  const executor& ex = on.ex;
   const stream_t stream = executor_stream(ex);
   network_t net(128, {.seed = 7, .stream = stream});
   trainer_t trainer(net,
@@ -107,6 +127,20 @@ FUSOR_TEST_CASE("fit: trains, reports every epoch, and writes one CSV line per e
   CHECK(epoch == 4);
   CHECK(loss == doctest::Approx(r.epochs[3].validation.mean_loss).epsilon(1e-5));
 }
+
+#if defined(FUSOR_TEST_CUDA)
+TEST_CASE("[cuda] fit: on the default stream the steps run one by one, with the graph's losses") {
+  const app::fit_result graph = run_fit({.epochs = 2});
+  const app::fit_result eager = run_fit({.epochs = 2}, {}, 3e-3f, true);
+  REQUIRE(graph.epochs.size() == 2);
+  REQUIRE(eager.epochs.size() == 2);
+  for (std::size_t e = 0; e < 2; ++e) {
+    CHECK(eager.epochs[e].train.mean_loss == doctest::Approx(graph.epochs[e].train.mean_loss).epsilon(1e-6));
+    CHECK(eager.epochs[e].validation.mean_loss ==
+          doctest::Approx(graph.epochs[e].validation.mean_loss).epsilon(1e-6));
+  }
+}
+#endif
 
 FUSOR_TEST_CASE("fit: stopped after a checkpoint and resumed, a run ends exactly like one that never stopped") {
   const auto dir = scratch("resume");

@@ -48,7 +48,8 @@ namespace fusor::app {
 /// What fit() does around the training steps; every field has a sensible default.
 struct fit_options {
   int epochs = 10;                          ///< epochs to train in all, counting those a resumed checkpoint had done
-  bool graph = true;                        ///< on the GPU, replay each step as a captured CUDA graph
+  bool graph = true;  ///< on the GPU, replay each step as a captured CUDA graph (on a created stream; on the
+                      ///< default stream, which cannot be captured, steps run one by one)
   std::filesystem::path checkpoint{};       ///< when set, the training state is saved there after every epoch
   bool resume = false;                      ///< continue from `checkpoint` when that file exists
   std::filesystem::path best_checkpoint{};  ///< when set, saved after each epoch that lowers the validation loss
@@ -200,7 +201,7 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
       bool done = false;
 #if FUSOR_HAS_CUDA
       if constexpr (on_device) {
-        if (o.graph) {
+        if (o.graph && ex.stream != nullptr) {  // the legacy default stream cannot be captured
           if (graph_images.size() == 0) {
             graph_images = decltype(graph_images)(batch->images.extents(), ex.stream);
             graph_labels = decltype(graph_labels)(batch->labels.extents(), ex.stream);

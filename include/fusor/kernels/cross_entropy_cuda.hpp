@@ -26,7 +26,6 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
-  constexpr int step = Group::threads * V;
   auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
   const bool valid_target = target >= 0 && target < n;
   // Read before the reductions: with dlogits = logits another thread may
@@ -57,7 +56,8 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
     s = Group::all_reduce(s, sum_op{});
   } else {
     max_and_sum<S> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
-    for (int c = Group::template column<V>(0); c < n; c += step) stats.add(load(c), valid_columns(c, n, V));
+    for_each_item_batched<Group, V>(n, load,
+                                    [&](int c, const lanes<X, V>& v) { stats.add(v, valid_columns(c, n, V)); });
     stats = Group::all_reduce(stats, combine_max_and_sum{});
     m = stats.max;
     s = stats.sum;
@@ -80,7 +80,7 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
         if (c < n) write(c, cache[k]);
       }
     } else {
-      for (int c = Group::template column<V>(0); c < n; c += step) write(c, load(c));
+      for_each_item_batched<Group, V>(n, load, write);
     }
   }
 }
@@ -170,16 +170,12 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
   if (mean)
     launch_kernel<count_targets_kernel<T>>(1, reduce_block_threads, 0, ex.stream, targets, logits.rows, ignore_index,
                                            count.as<index_t>());
-  using warp = row_group<32>;
-  using block = row_group<block_row_threads>;
-  if (logits.length <= warp::capacity<vector_lanes<G, X>, cached_bytes<X>>)
-    launch_kernel<cross_entropy_kernel<32, WithGradient, G, L, X, T>>(
-        row_blocks<warp>(logits.rows), warp::block_threads, 0, ex.stream, dlogits, losses, logits, targets,
-        ignore_index, count.as<const index_t>(), grad_scale);
-  else
-    launch_kernel<cross_entropy_kernel<block_row_threads, WithGradient, G, L, X, T>>(
-        row_blocks<block>(logits.rows), block::block_threads, 0, ex.stream, dlogits, losses, logits, targets,
-        ignore_index, count.as<const index_t>(), grad_scale);
+  with_row_group<vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group) {
+    using R = decltype(group);
+    launch_kernel<cross_entropy_kernel<R::threads, WithGradient, G, L, X, T>>(
+        row_blocks<R>(logits.rows), R::block_threads, 0, ex.stream, dlogits, losses, logits, targets, ignore_index,
+        count.as<const index_t>(), grad_scale);
+  });
 }
 
 template <class L, class T>

@@ -1,18 +1,22 @@
 // fusor/kernels/layernorm_cuda.hpp — the CUDA kernels of layernorm and rmsnorm
 // (layernorm.hpp), forward and backward.
 //
-// Forward: a warp (rows up to 1024 elements) or a 512-thread block per row
-// (row_reduce.hpp). A contiguous row that fits in registers (up to 16384
-// elements) is read once and its variance is two-pass from registers; a
-// longer or strided row is read twice, with Welford's running mean and M2
-// combined over the group. One launch.
+// Forward: a warp (rows up to 1024 elements) or a block of 128 to 512 threads
+// per row, the smallest whose registers hold the row (row_reduce.hpp). A
+// contiguous row that fits in registers (up to 16384 elements) is read once
+// and its variance is two-pass from registers; a longer or strided row is read
+// twice, with Welford's running mean and M2 combined over the group. One launch.
 //
-// Backward: each group (warp or block) owns an accumulator row for dweight
-// (and dbias) in shared memory — in global scratch when the row is too long for
-// shared memory — into which each thread adds only the columns it owns, so no
-// atomics are needed. At the end each block sums its groups in order into one
-// partial row, and a second kernel sums the blocks' partial rows in order:
-// dweight and dbias are deterministic for a given device and shape. Two launches.
+// Backward: where the accumulator rows fit in shared memory, each group (warp
+// or block) owns an accumulator row for dweight (and dbias) into which each
+// thread adds only the columns it owns, so no atomics are needed; at the end
+// each block sums its groups in order into one partial row. Longer rows (their
+// accumulators would live in global memory, read and written for every row:
+// 0.04x of the copy bandwidth on an H200) get dx alone from the row kernel,
+// then a column kernel sums dy * xhat (and dy) over chunks of rows into one
+// partial row per chunk, reading x and dy once more. A last kernel sums the
+// partial rows in order: dweight and dbias are deterministic for a given
+// device and shape. Two or three launches.
 //
 // Rows and element offsets are index_t (tensors past 2^31 elements); columns
 // within a row are int, rows being at most detail::max_row_length (rows.hpp,
@@ -56,7 +60,6 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<Y, X, W, B>;
   constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
-  constexpr int step = Group::threads * V;
   const int n = int(f.x.length);
   const X* in = f.x.row(r);
   Y* out = f.y.row(r);
@@ -90,37 +93,44 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
     variance = Group::all_reduce(squares, sum_op{}) / S(n);
   } else if constexpr (Centered) {
     mean_and_m2<S> stats{0, 0, 0};
-    for (int c = Group::template column<V>(0); c < n; c += step) {
-      const lanes<X, V> v = load_x(c);
+    for_each_item_batched<Group, V>(n, load_x, [&](int c, const lanes<X, V>& v) {
       const int valid = valid_columns(c, n, V);
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j)
         if (j < valid) stats.add(convert<S>(v[j]));
-    }
+    });
     stats = Group::all_reduce(stats, combine_mean_and_m2{});
     mean = stats.mean;
     variance = stats.m2 / S(n);
   } else {
     S squares = 0;
-    for (int c = Group::template column<V>(0); c < n; c += step) {
-      const lanes<X, V> v = load_x(c);
+    for_each_item_batched<Group, V>(n, load_x, [&](int, const lanes<X, V>& v) {
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j) squares += convert<S>(v[j]) * convert<S>(v[j]);  // zero past the end
-    }
+    });
     variance = Group::all_reduce(squares, sum_op{}) / S(n);
   }
   const S rstd = S(1) / ::cuda::std::sqrt(variance + S(epsilon));
 
-  auto write = [&](int c, const lanes<X, V>& v) {
-    const lanes<W, V> w = load_columns<Contiguous, V>(f.weight.data, c, n, f.weight.stride);
+  // The columns' inputs: x, weight and (Centered) bias.
+  struct item {
+    lanes<X, V> x;
+    lanes<std::remove_const_t<W>, V> w;
+    lanes<std::remove_const_t<B>, V> b;
+  };
+  auto load_parameters = [&](int c, const lanes<X, V>& x) {
+    item t{x, load_columns<Contiguous, V>(f.weight.data, c, n, f.weight.stride), {}};
+    if constexpr (Centered) t.b = load_columns<Contiguous, V>(f.bias.data, c, n, f.bias.stride);
+    return t;
+  };
+  auto write = [&](int c, const item& t) {
     lanes<S, V> result;
-    if constexpr (Centered) {
-      const lanes<B, V> b = load_columns<Contiguous, V>(f.bias.data, c, n, f.bias.stride);
-      FUSOR_UNROLL
-      for (int j = 0; j < V; ++j) result[j] = (convert<S>(v[j]) - mean) * rstd * convert<S>(w[j]) + convert<S>(b[j]);
-    } else {
-      FUSOR_UNROLL
-      for (int j = 0; j < V; ++j) result[j] = convert<S>(v[j]) * rstd * convert<S>(w[j]);
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      if constexpr (Centered)
+        result[j] = (convert<S>(t.x[j]) - mean) * rstd * convert<S>(t.w[j]) + convert<S>(t.b[j]);
+      else
+        result[j] = convert<S>(t.x[j]) * rstd * convert<S>(t.w[j]);
     }
     store_columns<Contiguous, V>(out, c, n, f.y.column_stride, result);
   };
@@ -128,10 +138,10 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      if (c < n) write(c, cache[k]);
+      if (c < n) write(c, load_parameters(c, cache[k]));
     }
   } else {
-    for (int c = Group::template column<V>(0); c < n; c += step) write(c, load_x(c));
+    for_each_item_batched<Group, V>(n, [&](int c) { return load_parameters(c, load_x(c)); }, write);
   }
   if (Group::lane() == 0) {
     if constexpr (Centered) f.mean[r] = convert<std::remove_pointer_t<decltype(f.mean.data)>>(mean);
@@ -160,46 +170,49 @@ template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, const cuda_executor& ex) {
   gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
   if (f.x.rows == 0 || f.x.length == 0) return;
-  using warp = row_group<32>;
-  using block = row_group<block_row_threads>;
-  if (f.x.length <= warp::capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>)
-    launch_kernel<norm_forward_kernel<32, Centered, Y, M, R, X, W, B>>(row_blocks<warp>(f.x.rows),
-                                                                      warp::block_threads, 0, ex.stream, f, epsilon);
-  else
-    launch_kernel<norm_forward_kernel<block_row_threads, Centered, Y, M, R, X, W, B>>(
-        row_blocks<block>(f.x.rows), block::block_threads, 0, ex.stream, f, epsilon);
+  with_row_group<vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group) {
+    using G = decltype(group);
+    launch_kernel<norm_forward_kernel<G::threads, Centered, Y, M, R, X, W, B>>(
+        row_blocks<G>(f.x.rows), G::block_threads, 0, ex.stream, f, epsilon);
+  });
 }
 
 // ---- backward ------------------------------------------------------------------------------
-// dx of one row, and its terms added into the group's accumulator row `acc`
-// (dweight in [0, n), dbias in [n, 2n)) at the columns this thread owns.
-template <class Group, bool Centered, bool Contiguous, bool Cached, class Bk, class S>
+// dx of one row; with Accumulate, its terms are added into the group's
+// accumulator row `acc` (dweight in [0, n), dbias in [n, 2n)) at the columns
+// this thread owns.
+template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S>
 __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc) {
   using DX = std::remove_pointer_t<decltype(b.dx.data)>;
   using DY = std::remove_const_t<std::remove_pointer_t<decltype(b.dy.data)>>;
   using X = std::remove_const_t<std::remove_pointer_t<decltype(b.x.data)>>;
-  using W = std::remove_pointer_t<decltype(b.weight.data)>;
+  using W = std::remove_const_t<std::remove_pointer_t<decltype(b.weight.data)>>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   constexpr int items = Cached ? cached_items<V, cached_bytes<X, DY>> : 1;
-  constexpr int step = Group::threads * V;
   const int n = int(b.x.length);
   const X* xr = b.x.row(r);
   const DY* gr = b.dy.row(r);
   DX* dxr = b.dx.row(r);
   const S mean = Centered ? convert<S>(b.mean[r]) : S(0), rstd = convert<S>(b.rstd[r]);
+  // The columns' inputs: x, dy and weight.
+  struct item {
+    lanes<X, V> x;
+    lanes<DY, V> dy;
+    lanes<W, V> w;
+  };
   auto load_x = [&](int c) { return load_columns<Contiguous, V>(xr, c, n, b.x.column_stride); };
   auto load_dy = [&](int c) { return load_columns<Contiguous, V>(gr, c, n, b.dy.column_stride); };
   auto load_w = [&](int c) { return load_columns<Contiguous, V>(b.weight.data, c, n, b.weight.stride); };
-  auto sums_of = [&](int c, const lanes<X, V>& x, const lanes<DY, V>& dy) {
-    const lanes<W, V> w = load_w(c);
+  auto load = [&](int c) { return item{load_x(c), load_dy(c), load_w(c)}; };
+  auto sums_of = [&](int c, const item& t) {
     const int valid = valid_columns(c, n, V);
-    two_sums<S> t{0, 0};
+    two_sums<S> sums{0, 0};
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
-      const S g = convert<S>(dy[j]) * convert<S>(w[j]);
-      if (j < valid) t = {t.first + g, t.second + g * (convert<S>(x[j]) - mean) * rstd};
+      const S g = convert<S>(t.dy[j]) * convert<S>(t.w[j]);
+      if (j < valid) sums = {sums.first + g, sums.second + g * (convert<S>(t.x[j]) - mean) * rstd};
     }
-    return t;
+    return sums;
   };
   two_sums<S> sums{0, 0};
   lanes<X, V> xcache[items];
@@ -210,25 +223,26 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
       const int c = Group::template column<V>(k);
       xcache[k] = load_x(c);
       gcache[k] = load_dy(c);
-      sums = add_two_sums{}(sums, sums_of(c, xcache[k], gcache[k]));
+      sums = add_two_sums{}(sums, sums_of(c, item{xcache[k], gcache[k], load_w(c)}));
     }
   } else {
-    for (int c = Group::template column<V>(0); c < n; c += step) sums = add_two_sums{}(sums, sums_of(c, load_x(c), load_dy(c)));
+    for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) { sums = add_two_sums{}(sums, sums_of(c, t)); });
   }
   sums = Group::all_reduce(sums, add_two_sums{});
   const S mean_g = Centered ? sums.first / S(n) : S(0), mean_gx = sums.second / S(n);
 
-  auto write = [&](int c, const lanes<X, V>& x, const lanes<DY, V>& dy) {
-    const lanes<W, V> w = load_w(c);
+  auto write = [&](int c, const item& t) {
     const int valid = valid_columns(c, n, V);
     lanes<S, V> result;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
-      const S xhat = (convert<S>(x[j]) - mean) * rstd, g = convert<S>(dy[j]);
-      result[j] = rstd * (g * convert<S>(w[j]) - mean_g - xhat * mean_gx);
-      if (j < valid) {
-        acc[c + j] += g * xhat;
-        if constexpr (Centered) acc[index_t(n) + c + j] += g;
+      const S xhat = (convert<S>(t.x[j]) - mean) * rstd, g = convert<S>(t.dy[j]);
+      result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
+      if constexpr (Accumulate) {
+        if (j < valid) {
+          acc[c + j] += g * xhat;
+          if constexpr (Centered) acc[index_t(n) + c + j] += g;
+        }
       }
     }
     store_columns<Contiguous, V>(dxr, c, n, b.dx.column_stride, result);
@@ -237,55 +251,122 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      if (c < n) write(c, xcache[k], gcache[k]);
+      if (c < n) write(c, item{xcache[k], gcache[k], load_w(c)});
     }
   } else {
-    for (int c = Group::template column<V>(0); c < n; c += step) write(c, load_x(c), load_dy(c));
+    for_each_item_batched<Group, V>(n, load, write);
   }
 }
 
-// `global_accumulators`: one accumulator row per group in global memory, or
-// null to keep them in dynamic shared memory. `partials`: one row per block.
-template <int Threads, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+// dx of every row. With Accumulate, each group's accumulator row lives in
+// dynamic shared memory and the block writes the sum of its groups' rows to
+// `partials` (one row per block); without, dweight and dbias are left to
+// norm_parameter_partials_kernel.
+template <int Threads, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
+          class M, class R>
 __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
-    norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* global_accumulators,
-                         statistic_t<X>* partials) {
+    norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
   using S = statistic_t<X>;
   using group = row_group<Threads>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
   const index_t width = Centered ? 2 * index_t(n) : index_t(n);
-  S* const block_accumulators = global_accumulators
-                                    ? global_accumulators + index_t(blockIdx.x) * group::per_block * width
-                                    : reinterpret_cast<S*>(shared_accumulators);
-  S* const acc = block_accumulators + group::index() * width;
-  for (int c = group::template column<V>(0); c < n; c += group::threads * V)
-    for (int j = 0; j < valid_columns(c, n, V); ++j) {
-      acc[c + j] = S(0);
-      if constexpr (Centered) acc[index_t(n) + c + j] = S(0);
-    }
+  S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
+  S* const acc = Accumulate ? block_accumulators + group::index() * width : nullptr;
+  if constexpr (Accumulate) {
+    for (int c = group::template column<V>(0); c < n; c += group::threads * V)
+      for (int j = 0; j < valid_columns(c, n, V); ++j) {
+        acc[c + j] = S(0);
+        if constexpr (Centered) acc[index_t(n) + c + j] = S(0);
+      }
+  }
 
   const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>;
   for (index_t r = group::first_row(); r < b.x.rows; r += group::row_step()) {
     const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
                             b.dx.vector_row(b.dx.row(r));
     if (contiguous && fits)
-      norm_backward_row<group, Centered, true, true>(b, r, acc);
+      norm_backward_row<group, Centered, true, true, Accumulate>(b, r, acc);
     else if (contiguous)
-      norm_backward_row<group, Centered, true, false>(b, r, acc);
+      norm_backward_row<group, Centered, true, false, Accumulate>(b, r, acc);
     else
-      norm_backward_row<group, Centered, false, false>(b, r, acc);
+      norm_backward_row<group, Centered, false, false, Accumulate>(b, r, acc);
   }
-  __syncthreads();
-  for (index_t c = threadIdx.x; c < width; c += blockDim.x) {
-    S total = 0;
-    for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + c];
-    partials[index_t(blockIdx.x) * width + c] = total;
+  if constexpr (Accumulate) {
+    __syncthreads();
+    for (index_t c = threadIdx.x; c < width; c += blockDim.x) {
+      S total = 0;
+      for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + c];
+      partials[index_t(blockIdx.x) * width + c] = total;
+    }
   }
 }
 
-// dweight (and dbias) from the blocks' partial rows, summed in block order.
+// The column kernel of long rows: block (x, y) sums dy * xhat (dweight) and dy
+// (dbias) over rows [y * rows_per_chunk, (y + 1) * rows_per_chunk) for
+// V-column items x * parameter_threads + threadIdx.x, into partial row y.
+// Rows are loaded `parameter_rows_batch` at a time, so that several loads are
+// in flight per thread.
+inline constexpr int parameter_threads = 256;
+inline constexpr int parameter_rows_batch = 4;
+template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+__global__ void __launch_bounds__(parameter_threads, 2)
+    norm_parameter_partials_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, index_t rows_per_chunk,
+                                   statistic_t<X>* partials) {
+  using S = statistic_t<X>;
+  using XV = std::remove_const_t<X>;
+  using DYV = std::remove_const_t<DY>;
+  constexpr int V = vector_lanes<DX, DY, X, W>;
+  const int n = int(b.x.length);
+  const index_t width = Centered ? 2 * index_t(n) : index_t(n);
+  const index_t item = index_t(blockIdx.x) * parameter_threads + threadIdx.x;
+  if (item * V >= n) return;
+  const int c = int(item * V);
+  const index_t first = index_t(blockIdx.y) * rows_per_chunk;
+  const index_t end = first + rows_per_chunk < b.x.rows ? first + rows_per_chunk : b.x.rows;
+  S dweight[V] = {}, dbias[V] = {};
+  for (index_t r0 = first; r0 < end; r0 += parameter_rows_batch) {
+    lanes<XV, V> x[parameter_rows_batch];
+    lanes<DYV, V> dy[parameter_rows_batch];
+    S mean[parameter_rows_batch], rstd[parameter_rows_batch];
+    FUSOR_UNROLL
+    for (int u = 0; u < parameter_rows_batch; ++u) {
+      const index_t r = r0 + u < end ? r0 + u : end - 1;  // past the end: the last row again, not used
+      const X* xr = b.x.row(r);
+      const DY* gr = b.dy.row(r);
+      if (b.x.vector_row(xr) && b.dy.vector_row(gr)) {
+        x[u] = load_columns<true, V>(xr, c, n, 1);
+        dy[u] = load_columns<true, V>(gr, c, n, 1);
+      } else {
+        x[u] = load_columns<false, V>(xr, c, n, b.x.column_stride);
+        dy[u] = load_columns<false, V>(gr, c, n, b.dy.column_stride);
+      }
+      mean[u] = Centered ? convert<S>(b.mean[r]) : S(0);
+      rstd[u] = convert<S>(b.rstd[r]);
+    }
+    FUSOR_UNROLL
+    for (int u = 0; u < parameter_rows_batch; ++u) {
+      if (r0 + u >= end) break;
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j) {
+        const S g = convert<S>(dy[u][j]);
+        dweight[j] += g * ((convert<S>(x[u][j]) - mean[u]) * rstd[u]);
+        if constexpr (Centered) dbias[j] += g;
+      }
+    }
+  }
+  S* const partial = partials + index_t(blockIdx.y) * width;
+  const int valid = valid_columns(c, n, V);
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j)
+    if (j < valid) {
+      partial[c + j] = dweight[j];
+      if constexpr (Centered) partial[index_t(n) + c + j] = dbias[j];
+    }
+}
+
+// dweight (and dbias) from `blocks` partial rows, summed in order.
 template <bool Centered, class DW, class DB, class S>
 __global__ void norm_parameter_sums_kernel(const S* partials, int blocks, index_t n, per_column<DW> dweight,
                                            per_column<DB> dbias) {
@@ -301,36 +382,60 @@ __global__ void norm_parameter_sums_kernel(const S* partials, int blocks, index_
   }
 }
 
+// Blocks of Kernel that fit the GPU at once, at most `wanted`.
+template <auto Kernel>
+int resident_blocks(index_t wanted, int block_threads, std::size_t dynamic_shared) {
+  int per_sm = 0;
+  FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, block_threads, dynamic_shared));
+  const index_t resident = index_t(gpu::multiprocessor_count()) * std::max(per_sm, 1);
+  return int(std::clamp<index_t>(std::min(wanted, resident), 1, max_row_blocks));
+}
+
 template <class Group, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
 void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, const cuda_executor& ex) {
   using S = statistic_t<X>;
-  constexpr auto kernel = norm_backward_kernel<Group::threads, Centered, DX, DW, DB, DY, X, W, M, R>;
+  constexpr int V = vector_lanes<DX, DY, X, W>;
+  constexpr auto accumulating = norm_backward_kernel<Group::threads, Centered, true, DX, DW, DB, DY, X, W, M, R>;
+  constexpr auto rows_only = norm_backward_kernel<Group::threads, Centered, false, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
   const index_t width = Centered ? 2 * n : n;
+  const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
 
-  int device = 0, shared_limit = 0, per_sm = 0;
+  int device = 0, shared_limit = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attributes{};
-  FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, accumulating));
   const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(width) * sizeof(S);
-  const bool in_shared = shared_bytes + attributes.sharedSizeBytes <= std::size_t(shared_limit);
-  const std::size_t dynamic_shared = in_shared ? shared_bytes : 0;
-  if (in_shared && dynamic_shared > 48 * 1024)
-    FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_shared)));
-  FUSOR_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Group::block_threads, dynamic_shared));
-  const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
-  const int grid = int(std::clamp<index_t>(std::min<index_t>(wanted, index_t(gpu::multiprocessor_count()) * std::max(per_sm, 1)),
-                                           1, max_row_blocks));
-
-  buffer<device_space> partials(std::size_t(grid) * std::size_t(width) * sizeof(S), ex.stream);
-  buffer<device_space> accumulators(in_shared ? 0 : shared_bytes * std::size_t(grid), ex.stream);
-  launch_kernel<kernel>(grid, Group::block_threads, dynamic_shared, ex.stream, b, accumulators.as<S>(),
-                        partials.as<S>());
+  int partial_rows = 0;
+  buffer<device_space> partials;
+  if (shared_bytes + attributes.sharedSizeBytes <= std::size_t(shared_limit)) {
+    if (shared_bytes > 48 * 1024)
+      FUSOR_CUDA_CHECK(
+          cudaFuncSetAttribute(accumulating, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+    partial_rows = resident_blocks<accumulating>(wanted, Group::block_threads, shared_bytes);
+    partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
+    launch_kernel<accumulating>(partial_rows, Group::block_threads, shared_bytes, ex.stream, b, partials.as<S>());
+  } else {
+    launch_kernel<rows_only>(resident_blocks<rows_only>(wanted, Group::block_threads, 0), Group::block_threads, 0,
+                             ex.stream, b, static_cast<S*>(nullptr));
+    // Chunks of rows enough for four blocks a multiprocessor, each of at least parameter_rows_batch rows.
+    const index_t column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
+    const index_t wanted_blocks = 4 * index_t(gpu::multiprocessor_count());
+    const index_t chunks_wanted = std::clamp<index_t>((wanted_blocks + column_blocks - 1) / column_blocks, 1,
+                                                      (b.x.rows + parameter_rows_batch - 1) / parameter_rows_batch);
+    const index_t rows_per_chunk = (b.x.rows + chunks_wanted - 1) / chunks_wanted;
+    partial_rows = int((b.x.rows + rows_per_chunk - 1) / rows_per_chunk);
+    partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
+    const dim3 grid{unsigned(column_blocks), unsigned(partial_rows)};
+    norm_parameter_partials_kernel<Centered><<<grid, parameter_threads, 0, ex.stream>>>(b, rows_per_chunk,
+                                                                                       partials.as<S>());
+    FUSOR_CUDA_CHECK(cudaGetLastError());
+    gpu::launch_counter().fetch_add(1);
+  }
   const int column_grid = int(std::clamp<index_t>((n + 255) / 256, 1, max_row_blocks));
   launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, S>>(column_grid, 256, 0, ex.stream, partials.as<S>(),
-                                                                 grid, n, b.dweight, b.dbias);
+                                                                 partial_rows, n, b.dweight, b.dbias);
 }
 
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
@@ -343,10 +448,8 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
         static_cast<const statistic_t<X>*>(nullptr), 0, b.x.length, b.dweight, b.dbias);
     return;
   }
-  if (b.x.length <= row_group<32>::capacity<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>)
-    norm_backward_launch<row_group<32>, Centered>(b, ex);
-  else
-    norm_backward_launch<row_group<block_row_threads>, Centered>(b, ex);
+  with_row_group<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(
+      b.x.length, [&](auto group) { norm_backward_launch<decltype(group), Centered>(b, ex); });
 }
 
 }  // namespace fusor::detail

@@ -36,15 +36,23 @@
 namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
-// row each, or a 512-thread block takes one row. Each thread caches 32
-// elements of its row in registers (a warp: rows up to 1024 elements, a
-// block: 16384), counted as if they were 4 bytes wide: 16-bit storage is kept
-// as it is, but every element becomes an fp32 value when used, and more
+// row each, or a block of 128, 256 or 512 threads takes one row: the smallest
+// group whose registers hold the row (with_row_group). Each thread caches 32
+// elements of its row in registers (a warp: rows up to 1024 elements, blocks:
+// 4096, 8192, 16384), counted as if they were 4 bytes wide: 16-bit storage is
+// kept as it is, but every element becomes an fp32 value when used, and more
 // elements would cost occupancy. A pass caching two rows (y and dy, x and dy)
-// keeps 16 elements of each (a warp: 512, a block: 8192). Kernels are capped
-// at 64 registers a thread (32 resident warps a multiprocessor).
+// keeps 16 elements of each (a warp: 512, blocks: 2048, 4096, 8192). Kernels
+// are capped at 64 registers a thread (32 resident warps a multiprocessor).
+// Small groups keep many rows in flight on a multiprocessor: one 512-thread
+// block per 4096-element row kept 16 KB in flight per block, two blocks a
+// multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
 inline constexpr int warp_rows_block_threads = 256;
 inline constexpr int block_row_threads = 512;
+// Bytes of loads a thread issues before using them when a row is read in a
+// loop, so that several 16-byte loads are in flight per thread (8 registers;
+// more spill under the 64-register cap).
+inline constexpr int looped_batch_bytes = 32;
 inline constexpr int cached_row_bytes = 128;
 inline constexpr int max_row_blocks = 1 << 16;
 
@@ -57,7 +65,8 @@ inline constexpr int cached_items = cached_row_bytes / (V * ElementBytes) > 0 ? 
 
 template <int Threads>
 struct row_group {
-  static_assert(Threads == 32 || Threads == block_row_threads, "fusor: a row is handled by a warp or a block");
+  static_assert(Threads == 32 || Threads == 128 || Threads == 256 || Threads == block_row_threads,
+                "fusor: a row is handled by a warp or a block of 128, 256 or 512 threads");
   static constexpr int threads = Threads;
   static constexpr bool is_warp = Threads == 32;
   static constexpr int block_threads = is_warp ? warp_rows_block_threads : Threads;
@@ -224,7 +233,44 @@ __device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, inde
     if (c + j < length) row[Contiguous ? index_t(c + j) : index_t(c + j) * stride] = raw[j];
 }
 
+// Calls use(c, load(c)) for each item of V columns this thread owns in a row
+// of n, loading up to looped_batch_bytes of items before using them: a row
+// read in a loop would otherwise keep one load in flight per thread. Loads
+// past the end read zeros and are not used. Each thread uses only the columns
+// it loaded, so an output may be its input (in place).
+template <class Group, int V, class Load, class Use>
+__device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load, const Use& use) {
+  constexpr int step = Group::threads * V;
+  using item = decltype(load(0));
+  constexpr int batch = sizeof(item) >= looped_batch_bytes ? 1 : int(looped_batch_bytes / sizeof(item));
+  // c < max_row_length + batch * step: no int overflow (rows.hpp).
+  for (int c0 = Group::template column<V>(0); c0 < n; c0 += batch * step) {
+    item items[batch];
+    FUSOR_UNROLL
+    for (int u = 0; u < batch; ++u) items[u] = load(c0 + u * step);
+    FUSOR_UNROLL
+    for (int u = 0; u < batch; ++u)
+      if (c0 + u * step < n) use(c0 + u * step, items[u]);
+  }
+}
+
 // ---- launches ---------------------------------------------------------------------------
+// launch(Group{}) with the row group for rows of `length` whose items are V
+// columns, each counting ElementBytes of a thread's cache: a warp or the
+// smallest block whose registers hold the row, else a 512-thread block that
+// reads it in a loop.
+template <int V, int ElementBytes, class Launch>
+void with_row_group(index_t length, const Launch& launch) {
+  if (length <= row_group<32>::template capacity<V, ElementBytes>)
+    launch(row_group<32>{});
+  else if (length <= row_group<128>::template capacity<V, ElementBytes>)
+    launch(row_group<128>{});
+  else if (length <= row_group<256>::template capacity<V, ElementBytes>)
+    launch(row_group<256>{});
+  else
+    launch(row_group<block_row_threads>{});
+}
+
 template <class Group>
 int row_blocks(index_t rows) {
   const index_t blocks = (rows + Group::per_block - 1) / Group::per_block;

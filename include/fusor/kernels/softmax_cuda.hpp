@@ -1,11 +1,12 @@
 // fusor/kernels/softmax_cuda.hpp — the CUDA kernels of softmax and
 // log-softmax (softmax.hpp), forward and backward.
 //
-// A warp or a 512-thread block per row (row_reduce.hpp). A contiguous row that
-// fits in registers is read once: max, then the sum of exp(x - max), both over
-// the cached values, then the outputs. Any other row (longer, strided,
-// unaligned, or an expression) is read twice: an online max and sum in one
-// pass, then the outputs. One launch per call.
+// A warp or a block of 128 to 512 threads per row, the smallest whose
+// registers hold the row (row_reduce.hpp). A contiguous row that fits in
+// registers is read once: max, then the sum of exp(x - max), both over the
+// cached values, then the outputs. Any other row (longer, strided, unaligned,
+// or an expression) is read twice, several items a thread at a time: an online
+// max and sum in one pass, then the outputs. One launch per call.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -69,14 +70,12 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
   using X = row_value_t<In>;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
-  constexpr int step = Group::threads * V;
+  auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
   max_and_sum<S> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
-  for (int c = Group::template column<V>(0); c < n; c += step)
-    stats.add(load_columns<Contiguous, V>(in, c, n, in_stride), valid_columns(c, n, V));
+  for_each_item_batched<Group, V>(n, load, [&](int c, const lanes<X, V>& v) { stats.add(v, valid_columns(c, n, V)); });
   stats = Group::all_reduce(stats, combine_max_and_sum{});
   const S m = stats.max, log_s = ::cuda::std::log(stats.sum), inverse = S(1) / stats.sum;
-  for (int c = Group::template column<V>(0); c < n; c += step) {
-    const lanes<X, V> v = load_columns<Contiguous, V>(in, c, n, in_stride);
+  for_each_item_batched<Group, V>(n, load, [&](int c, const lanes<X, V>& v) {
     lanes<S, V> result;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
@@ -84,7 +83,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
       result[j] = Log ? e - m - log_s : ::cuda::std::exp(e - m) * inverse;
     }
     store_columns<Contiguous, V>(out, c, n, out_stride, result);
-  }
+  });
 }
 
 // Contiguous rows that fit are cached; any other row is read twice.
@@ -125,7 +124,6 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
   using S = statistic_t<Y>;
   constexpr int V = vector_lanes<DX, Y, DY>;
   constexpr int items = cached_items<V, cached_bytes<Y, DY>>;
-  constexpr int step = Group::threads * V;
   auto load_y = [&](int c) { return load_columns<Contiguous, V>(yr, c, n, y.column_stride); };
   auto load_dy = [&](int c) { return load_columns<Contiguous, V>(dyr, c, n, dy.column_stride); };
   auto sum_term = [](const lanes<Y, V>& yv, const lanes<DY, V>& g, int valid) {
@@ -162,11 +160,16 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
       if (c < n) write(c, ycache[k], gcache[k], sum);
     }
   } else {
+    struct item {
+      lanes<Y, V> y;
+      lanes<DY, V> dy;
+    };
+    auto load = [&](int c) { return item{load_y(c), load_dy(c)}; };
     S sum = 0;
-    for (int c = Group::template column<V>(0); c < n; c += step)
-      sum += sum_term(load_y(c), load_dy(c), valid_columns(c, n, V));
+    for_each_item_batched<Group, V>(n, load,
+                                    [&](int c, const item& t) { sum += sum_term(t.y, t.dy, valid_columns(c, n, V)); });
     sum = Group::all_reduce(sum, sum_op{});
-    for (int c = Group::template column<V>(0); c < n; c += step) write(c, load_y(c), load_dy(c), sum);
+    for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) { write(c, t.y, t.dy, sum); });
   }
 }
 
@@ -190,13 +193,10 @@ template <bool Log, class Y, class X>
 void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (x.rows == 0 || x.length == 0) return;
-  using warp = row_group<32>;
-  using block = row_group<block_row_threads>;
-  if (x.length <= warp::capacity<vector_lanes<X, Y>, cached_bytes<X>>)
-    launch_kernel<softmax_kernel<32, Log, Y, X>>(row_blocks<warp>(x.rows), warp::block_threads, 0, ex.stream, y, x);
-  else
-    launch_kernel<softmax_kernel<block_row_threads, Log, Y, X>>(row_blocks<block>(x.rows), block::block_threads, 0,
-                                                               ex.stream, y, x);
+  with_row_group<vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group) {
+    using G = decltype(group);
+    launch_kernel<softmax_kernel<G::threads, Log, Y, X>>(row_blocks<G>(x.rows), G::block_threads, 0, ex.stream, y, x);
+  });
 }
 
 template <bool Log, class Y, class E, std::size_t Rank>
@@ -218,14 +218,11 @@ void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& 
                            const cuda_executor& ex) {
   gpu::require("softmax_backward on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  using warp = row_group<32>;
-  using block = row_group<block_row_threads>;
-  if (y.length <= warp::capacity<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>)
-    launch_kernel<softmax_backward_kernel<32, Log, DX, Y, DY>>(row_blocks<warp>(y.rows), warp::block_threads, 0,
-                                                              ex.stream, dx, y, dy);
-  else
-    launch_kernel<softmax_backward_kernel<block_row_threads, Log, DX, Y, DY>>(
-        row_blocks<block>(y.rows), block::block_threads, 0, ex.stream, dx, y, dy);
+  with_row_group<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group) {
+    using G = decltype(group);
+    launch_kernel<softmax_backward_kernel<G::threads, Log, DX, Y, DY>>(row_blocks<G>(y.rows), G::block_threads, 0,
+                                                                      ex.stream, dx, y, dy);
+  });
 }
 
 }  // namespace fusor::detail
