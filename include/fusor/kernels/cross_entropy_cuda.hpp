@@ -31,18 +31,22 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
   // Read before the reductions: with dlogits = logits another thread may
   // overwrite this element with its gradient once they are done.
   const S target_logit = Group::lane() == 0 && valid_target ? convert<S>(in[target * in_stride]) : S(0);
-  lanes<X, V> cache[items];
+  // Cached: the row as fp32 values, then exp(x - max) once the max is known
+  // (the gradient reuses it: each element's exp is computed once).
+  lanes<S, V> cache[items];
   S m, s;
   if constexpr (Cached) {
     m = -::cuda::std::numeric_limits<S>::infinity();
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      cache[k] = load(c);
+      const lanes<X, V> v = load(c);
       const int valid = valid_columns(c, n, V);
       FUSOR_UNROLL
-      for (int j = 0; j < V; ++j)
-        if (j < valid) m = ::cuda::std::fmax(m, convert<S>(cache[k][j]));
+      for (int j = 0; j < V; ++j) {
+        cache[k][j] = convert<S>(v[j]);
+        if (j < valid) m = ::cuda::std::fmax(m, cache[k][j]);
+      }
     }
     m = Group::all_reduce(m, max_op{});
     s = 0;
@@ -50,8 +54,10 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
     for (int k = 0; k < items; ++k) {
       const int valid = valid_columns(Group::template column<V>(k), n, V);
       FUSOR_UNROLL
-      for (int j = 0; j < V; ++j)
-        if (j < valid) s += ::cuda::std::exp(convert<S>(cache[k][j]) - m);
+      for (int j = 0; j < V; ++j) {
+        cache[k][j] = ::cuda::std::exp(cache[k][j] - m);
+        if (j < valid) s += cache[k][j];
+      }
     }
     s = Group::all_reduce(s, sum_op{});
   } else {
@@ -77,7 +83,11 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
       FUSOR_UNROLL
       for (int k = 0; k < items; ++k) {
         const int c = Group::template column<V>(k);
-        if (c < n) write(c, cache[k]);
+        if (c >= n) continue;
+        lanes<S, V> result;
+        FUSOR_UNROLL
+        for (int j = 0; j < V; ++j) result[j] = cache[k][j] * factor - (c + j == target ? scale : S(0));
+        store_columns<Contiguous, V>(grad, c, n, grad_stride, result);
       }
     } else {
       for_each_item_batched<Group, V>(n, load, write);

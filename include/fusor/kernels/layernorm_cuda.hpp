@@ -1,9 +1,9 @@
 // fusor/kernels/layernorm_cuda.hpp — the CUDA kernels of layernorm and rmsnorm
 // (layernorm.hpp), forward and backward.
 //
-// Forward: a warp (rows up to 1024 elements) or a block of 128 to 512 threads
+// Forward: a warp (rows up to 1024 elements) or a block of 128 to 1024 threads
 // per row, the smallest whose registers hold the row (row_reduce.hpp). A
-// contiguous row that fits in registers (up to 16384 elements) is read once
+// contiguous row that fits in registers (up to 32768 elements) is read once
 // and its variance is two-pass from registers; a longer or strided row is read
 // twice, with Welford's running mean and M2 combined over the group. One launch.
 //

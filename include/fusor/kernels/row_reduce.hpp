@@ -36,14 +36,15 @@
 namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
-// row each, or a block of 128, 256 or 512 threads takes one row: the smallest
-// group whose registers hold the row (with_row_group). Each thread caches 32
-// elements of its row in registers (a warp: rows up to 1024 elements, blocks:
-// 4096, 8192, 16384), counted as if they were 4 bytes wide: 16-bit storage is
-// kept as it is, but every element becomes an fp32 value when used, and more
-// elements would cost occupancy. A pass caching two rows (y and dy, x and dy)
-// keeps 16 elements of each (a warp: 512, blocks: 2048, 4096, 8192). Kernels
-// are capped at 64 registers a thread (32 resident warps a multiprocessor).
+// row each, or a block of 128 to 1024 threads takes one row: the smallest
+// group whose registers hold the row (with_row_group); longer rows go to
+// 512-thread blocks that read them twice. Each thread caches 32 elements of
+// its row in registers (a warp: rows up to 1024 elements, blocks: 4096 to
+// 32768), counted as 4 bytes wide: every element becomes an fp32 value when
+// used, and more elements would cost occupancy. A pass caching two rows (y
+// and dy, x and dy) keeps 16 elements of each (a warp: 512, blocks: 2048 to
+// 16384). Kernels are capped at 64 registers a thread (32 resident warps a
+// multiprocessor).
 // Small groups keep many rows in flight on a multiprocessor: one 512-thread
 // block per 4096-element row kept 16 KB in flight per block, two blocks a
 // multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
@@ -65,8 +66,8 @@ inline constexpr int cached_items = cached_row_bytes / (V * ElementBytes) > 0 ? 
 
 template <int Threads>
 struct row_group {
-  static_assert(Threads == 32 || Threads == 128 || Threads == 256 || Threads == block_row_threads,
-                "fusor: a row is handled by a warp or a block of 128, 256 or 512 threads");
+  static_assert(Threads == 32 || Threads == 128 || Threads == 256 || Threads == 512 || Threads == 1024,
+                "fusor: a row is handled by a warp or a block of 128, 256, 512 or 1024 threads");
   static constexpr int threads = Threads;
   static constexpr bool is_warp = Threads == 32;
   static constexpr int block_threads = is_warp ? warp_rows_block_threads : Threads;
@@ -257,8 +258,8 @@ __device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load
 // ---- launches ---------------------------------------------------------------------------
 // launch(Group{}) with the row group for rows of `length` whose items are V
 // columns, each counting ElementBytes of a thread's cache: a warp or the
-// smallest block whose registers hold the row, else a 512-thread block that
-// reads it in a loop.
+// smallest block whose registers hold the row, else a 512-thread block (more
+// rows in flight than 1024) that reads it in a loop.
 template <int V, int ElementBytes, class Launch>
 void with_row_group(index_t length, const Launch& launch) {
   if (length <= row_group<32>::template capacity<V, ElementBytes>)
@@ -267,6 +268,10 @@ void with_row_group(index_t length, const Launch& launch) {
     launch(row_group<128>{});
   else if (length <= row_group<256>::template capacity<V, ElementBytes>)
     launch(row_group<256>{});
+  else if (length <= row_group<512>::template capacity<V, ElementBytes>)
+    launch(row_group<512>{});
+  else if (length <= row_group<1024>::template capacity<V, ElementBytes>)
+    launch(row_group<1024>{});
   else
     launch(row_group<block_row_threads>{});
 }

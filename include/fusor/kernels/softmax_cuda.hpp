@@ -1,7 +1,7 @@
 // fusor/kernels/softmax_cuda.hpp — the CUDA kernels of softmax and
 // log-softmax (softmax.hpp), forward and backward.
 //
-// A warp or a block of 128 to 512 threads per row, the smallest whose
+// A warp or a block of 128 to 1024 threads per row, the smallest whose
 // registers hold the row (row_reduce.hpp). A contiguous row that fits in
 // registers is read once: max, then the sum of exp(x - max), both over the
 // cached values, then the outputs. Any other row (longer, strided, unaligned,
@@ -20,23 +20,27 @@
 
 namespace fusor::detail {
 
-// One row, read once into registers (at most Group::capacity elements).
+// One row, read once into registers (at most Group::capacity elements) as
+// fp32 values; softmax keeps exp(x - max) there after the sum, so each
+// element's exp is computed once (bf16 rows were bound by computing it twice).
 template <class Group, bool Contiguous, bool Log, class Y, class X>
 __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
                                                       index_t in_stride) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
   constexpr int items = cached_items<V, cached_bytes<X>>;
-  lanes<X, V> cache[items];
+  lanes<S, V> cache[items];
   S m = -::cuda::std::numeric_limits<S>::infinity();
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
     const int c = Group::template column<V>(k);
-    cache[k] = load_columns<Contiguous, V>(in, c, n, in_stride);
+    const lanes<X, V> v = load_columns<Contiguous, V>(in, c, n, in_stride);
     const int valid = valid_columns(c, n, V);
     FUSOR_UNROLL
-    for (int j = 0; j < V; ++j)
-      if (j < valid) m = ::cuda::std::fmax(m, convert<S>(cache[k][j]));
+    for (int j = 0; j < V; ++j) {
+      cache[k][j] = convert<S>(v[j]);
+      if (j < valid) m = ::cuda::std::fmax(m, cache[k][j]);
+    }
   }
   m = Group::all_reduce(m, max_op{});
   S s = 0;
@@ -44,8 +48,11 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n
   for (int k = 0; k < items; ++k) {
     const int valid = valid_columns(Group::template column<V>(k), n, V);
     FUSOR_UNROLL
-    for (int j = 0; j < V; ++j)
-      if (j < valid) s += ::cuda::std::exp(convert<S>(cache[k][j]) - m);
+    for (int j = 0; j < V; ++j) {
+      const S e = ::cuda::std::exp(cache[k][j] - m);
+      if constexpr (!Log) cache[k][j] = e;
+      if (j < valid) s += e;
+    }
   }
   s = Group::all_reduce(s, sum_op{});
   const S log_s = ::cuda::std::log(s), inverse = S(1) / s;
@@ -55,10 +62,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n
     if (c >= n) continue;
     lanes<S, V> result;
     FUSOR_UNROLL
-    for (int j = 0; j < V; ++j) {
-      const S v = convert<S>(cache[k][j]);
-      result[j] = Log ? v - m - log_s : ::cuda::std::exp(v - m) * inverse;
-    }
+    for (int j = 0; j < V; ++j) result[j] = Log ? cache[k][j] - m - log_s : cache[k][j] * inverse;
     store_columns<Contiguous, V>(out, c, n, out_stride, result);
   }
 }
