@@ -178,9 +178,32 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
 }
 
 // ---- backward ------------------------------------------------------------------------------
+// A group's accumulator row holds dweight's terms in slots [0, padded) and
+// dbias's in [padded, 2 padded), padded = n rounded up to Threads * V. Slots
+// are item-major: column (k Threads + lane) V + j is slot (k V + j) Threads +
+// lane, so the threads of a warp add into consecutive words (by column, 16-bit
+// rows had 8-way shared-memory bank conflicts), and each thread's slots are
+// those congruent to its lane.
+template <class Group, int V>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n) {
+  constexpr index_t step = index_t(Group::threads) * V;
+  return (n + step - 1) / step * step;
+}
+// The slot of column c + j, c being a column this thread owns (a multiple of V).
+template <class Group, int V>
+__device__ FUSOR_FORCE_INLINE index_t accumulator_slot(int c, int j) {
+  const int item = c / V;  // k Threads + lane
+  return (index_t(item / Group::threads) * V + j) * Group::threads + item % Group::threads;
+}
+// The column of slot s in [0, padded).
+template <class Group, int V>
+__device__ FUSOR_FORCE_INLINE index_t accumulator_column(index_t s) {
+  const index_t k = s / (index_t(Group::threads) * V), rest = s % (index_t(Group::threads) * V);
+  return (k * Group::threads + rest % Group::threads) * V + rest / Group::threads;
+}
+
 // dx of one row; with Accumulate, its terms are added into the group's
-// accumulator row `acc` (dweight in [0, n), dbias in [n, 2n)) at the columns
-// this thread owns.
+// accumulator row `acc` at the slots of the columns this thread owns.
 template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S>
 __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc) {
   using DX = std::remove_pointer_t<decltype(b.dx.data)>;
@@ -240,8 +263,9 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
       result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
       if constexpr (Accumulate) {
         if (j < valid) {
-          acc[c + j] += g * xhat;
-          if constexpr (Centered) acc[index_t(n) + c + j] += g;
+          const index_t slot = accumulator_slot<Group, V>(c, j);
+          acc[slot] += g * xhat;
+          if constexpr (Centered) acc[accumulator_padded<Group, V>(n) + slot] += g;
         }
       }
     }
@@ -271,15 +295,12 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
   constexpr int V = vector_lanes<DX, DY, X, W>;
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
-  const index_t width = Centered ? 2 * index_t(n) : index_t(n);
+  const index_t padded = accumulator_padded<group, V>(n);
+  const index_t width = Centered ? 2 * padded : padded;  // one group's accumulator row
   S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
   S* const acc = Accumulate ? block_accumulators + group::index() * width : nullptr;
-  if constexpr (Accumulate) {
-    for (int c = group::template column<V>(0); c < n; c += group::threads * V)
-      for (int j = 0; j < valid_columns(c, n, V); ++j) {
-        acc[c + j] = S(0);
-        if constexpr (Centered) acc[index_t(n) + c + j] = S(0);
-      }
+  if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
+    for (index_t slot = group::lane(); slot < width; slot += group::threads) acc[slot] = S(0);
   }
 
   const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>;
@@ -293,12 +314,16 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
     else
       norm_backward_row<group, Centered, false, false, Accumulate>(b, r, acc);
   }
-  if constexpr (Accumulate) {
+  if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
     __syncthreads();
-    for (index_t c = threadIdx.x; c < width; c += blockDim.x) {
+    const index_t partial_width = Centered ? 2 * index_t(n) : index_t(n);
+    for (index_t slot = threadIdx.x; slot < width; slot += blockDim.x) {
+      const bool bias = slot >= padded;
+      const index_t c = accumulator_column<group, V>(bias ? slot - padded : slot);
+      if (c >= n) continue;
       S total = 0;
-      for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + c];
-      partials[index_t(blockIdx.x) * width + c] = total;
+      for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + slot];
+      partials[index_t(blockIdx.x) * partial_width + (bias ? index_t(n) : 0) + c] = total;
     }
   }
 }
@@ -398,7 +423,8 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   constexpr auto accumulating = norm_backward_kernel<Group::threads, Centered, true, DX, DW, DB, DY, X, W, M, R>;
   constexpr auto rows_only = norm_backward_kernel<Group::threads, Centered, false, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
-  const index_t width = Centered ? 2 * n : n;
+  const index_t width = Centered ? 2 * n : n;  // a partial row
+  const index_t padded = accumulator_padded<Group, V>(n);
   const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
 
   int device = 0, shared_limit = 0;
@@ -406,11 +432,14 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attributes{};
   FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, accumulating));
-  const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(width) * sizeof(S);
+  const std::size_t shared_bytes =
+      std::size_t(Group::per_block) * std::size_t(Centered ? 2 * padded : padded) * sizeof(S);
   int partial_rows = 0;
   buffer<device_space> partials;
   if (shared_bytes + attributes.sharedSizeBytes <= std::size_t(shared_limit)) {
-    if (shared_bytes > 48 * 1024)
+    // Past 48 KB of shared memory in all (static included) a kernel must ask for it: 49,152 bytes of
+    // accumulators beside the reductions' static storage failed to launch (rows of 4097 fp32, H200).
+    if (shared_bytes + attributes.sharedSizeBytes > 48 * 1024)
       FUSOR_CUDA_CHECK(
           cudaFuncSetAttribute(accumulating, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
     partial_rows = resident_blocks<accumulating>(wanted, Group::block_threads, shared_bytes);
