@@ -456,11 +456,9 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
     const index_t rows_per_chunk = (b.x.rows + chunks_wanted - 1) / chunks_wanted;
     partial_rows = int((b.x.rows + rows_per_chunk - 1) / rows_per_chunk);
     partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
-    const dim3 grid{unsigned(column_blocks), unsigned(partial_rows)};
-    norm_parameter_partials_kernel<Centered><<<grid, parameter_threads, 0, ex.stream>>>(b, rows_per_chunk,
-                                                                                       partials.as<S>());
-    FUSOR_CUDA_CHECK(cudaGetLastError());
-    gpu::launch_counter().fetch_add(1);
+    launch_kernel<norm_parameter_partials_kernel<Centered, DX, DW, DB, DY, X, W, M, R>>(
+        dim3{unsigned(column_blocks), unsigned(partial_rows)}, parameter_threads, 0, ex.stream, b, rows_per_chunk,
+        partials.as<S>());
   }
   const int column_grid = int(std::clamp<index_t>((n + 255) / 256, 1, max_row_blocks));
   launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, S>>(column_grid, 256, 0, ex.stream, partials.as<S>(),

@@ -284,7 +284,7 @@ int row_blocks(index_t rows) {
 
 // One launch of Kernel, checked and counted.
 template <auto Kernel, class... Args>
-void launch_kernel(int grid, int block, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
+void launch_kernel(dim3 grid, int block, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
   Kernel<<<grid, block, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   gpu::launch_counter().fetch_add(1);
