@@ -6,6 +6,9 @@
 //    heuristics and a workspace (cudaMalloc, the same size limit) made once
 //    outside the timed loop; fusor looks up its cached plan and its stream's
 //    cached workspace on every call (kernels/matmul_workspace.hpp).
+//    Then bf16 256^3 issued 200 times back to back (GPU time per call with the
+//    queue full, and host enqueue time per call), and the host cost of each
+//    CUDA runtime call fusor adds per matmul: where a small product's time goes.
 // 2. A transformer MLP block, y = gelu_tanh(x w1^T + b1) w2^T + b2, forward and
 //    backward in bf16 (tokens x width x hidden; 4096x1024x1024 is the issue's
 //    case). Fused: six cuBLASLt calls whose epilogues do all the elementwise and
@@ -15,15 +18,17 @@
 //    the gelu gradient) and a two-kernel column sum for each bias gradient.
 //    Target: fused at least 1.2x faster at 4096x1024x1024.
 //
-// A plain program printing Markdown tables; each variant is timed with CUDA
-// events around single runs after warm-up (median of 50). Both MLP variants
+// A plain program printing Markdown tables; unless said otherwise, each variant is
+// timed with CUDA events around single runs after warm-up (median of 50). Both MLP variants
 // are checked against a float64 reference (exit 1 when one is off) and
 // compared with each other. Exits 77 without a GPU.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -150,6 +155,72 @@ void gemm_row(const char* precision, int m, int n, int k, cudaStream_t stream) {
               tflops, direct_ms / fusor_ms, differ ? "results differ" : "identical");
   goals.observe("fusor::matmul vs cuBLASLt called directly", 0.97, direct_ms / fusor_ms,
                 std::string(precision) + " " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k));
+}
+
+// ---- 1b. Where a small matmul's time goes -----------------------------------------
+// Single calls between events (table 1) count the host work before the launch.
+// Here: the same product issued back to back (GPU ms per call with the queue
+// kept full, and the host's enqueue time per call), then the CUDA runtime calls
+// fusor makes per matmul, each timed alone on the host.
+constexpr int burst_calls = 200;
+
+template <class Work>
+std::pair<double, double> burst(cudaStream_t stream, Work&& work) {
+  cudaEvent_t start, stop;
+  FUSOR_CUDA_CHECK(cudaEventCreate(&start));
+  FUSOR_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int r = 0; r < warmup_runs; ++r) work();
+  FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FUSOR_CUDA_CHECK(cudaEventRecord(start, stream));
+  const auto host_start = std::chrono::steady_clock::now();
+  for (int r = 0; r < burst_calls; ++r) work();
+  const double host_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_start).count() / burst_calls;
+  FUSOR_CUDA_CHECK(cudaEventRecord(stop, stream));
+  FUSOR_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  FUSOR_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  FUSOR_CUDA_CHECK(cudaEventDestroy(start));
+  FUSOR_CUDA_CHECK(cudaEventDestroy(stop));
+  return {double(ms) * 1e3 / burst_calls, host_us};
+}
+
+// Host nanoseconds per call of `call`, over many calls.
+template <class Call>
+double host_ns(Call&& call) {
+  constexpr int calls = 20000;
+  for (int r = 0; r < 100; ++r) call();
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < calls; ++r) call();
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / calls;
+}
+
+void small_matmul_costs(cudaStream_t stream) {
+  constexpr int m = 256, n = 256, k = 256;
+  device_matrix<fusor::bf16> x(m, k), w(n, k), y(m, n);
+  fill(x, 1), fill(w, 2);
+  const fusor::cuda_executor executor{stream};
+  const direct_cublaslt<fusor::bf16> direct(m, n, k);
+  const auto [fusor_gpu_us, fusor_host_us] =
+      burst(stream, [&] { fusor::matmul(y, x, fusor::transpose(w.view()), executor); });
+  const auto [direct_gpu_us, direct_host_us] = burst(stream, [&] { direct.run(x.data(), w.data(), y.data(), stream); });
+  std::printf("| bf16 256^3, %d calls back to back | %.2f | %.2f | %.3f | %.2f | %.2f |\n", burst_calls, fusor_gpu_us,
+              direct_gpu_us, direct_gpu_us / fusor_gpu_us, fusor_host_us, direct_host_us);
+
+  cudaEvent_t event;
+  FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  int device = 0;
+  cudaStreamCaptureStatus capture{};
+  unsigned long long id = 0;
+  std::printf("\nCUDA runtime calls fusor makes per matmul, host ns per call (idle stream):\n\n");
+  std::printf("| cudaGetDevice | cudaStreamIsCapturing | cudaStreamGetId | cudaEventRecord |\n|---:|---:|---:|---:|\n");
+  const double get_device = host_ns([&] { FUSOR_CUDA_CHECK(cudaGetDevice(&device)); });
+  const double is_capturing = host_ns([&] { FUSOR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture)); });
+  const double get_id = host_ns([&] { FUSOR_CUDA_CHECK(cudaStreamGetId(stream, &id)); });
+  const double record = host_ns([&] { FUSOR_CUDA_CHECK(cudaEventRecord(event, stream)); });
+  FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FUSOR_CUDA_CHECK(cudaEventDestroy(event));
+  std::printf("| %.0f | %.0f | %.0f | %.0f |\n", get_device, is_capturing, get_id, record);
 }
 
 // ---- 2. MLP block: fused epilogues vs separate kernels -----------------------------
@@ -411,6 +482,11 @@ int main() {
   gemm_row<fusor::tf32>("tf32", 4096, 1024, 1024, stream);
   gemm_row<fusor::tf32>("tf32", 4096, 4096, 4096, stream);
   gemm_row<fusor::fp32>("fp32", 4096, 1024, 1024, stream);
+
+  std::printf("\nA small matmul issued back to back (GPU us per call with the queue full; host us to enqueue one)\n\n");
+  std::printf("| case | fusor GPU us | direct GPU us | direct / fusor | fusor host us | direct host us |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  small_matmul_costs(stream);
 
   std::printf("\nMLP block forward + backward, bf16: fused epilogues vs separate kernels (median ms, launches)\n\n");
   std::printf("| tokens x width x hidden | fused ms (launches) | separate ms (launches) | separate / fused | fused TFLOP/s | check |\n");

@@ -31,11 +31,6 @@ void expect_assignment_works(const cuda_executor& ex, std::uint32_t seed) {
   CHECK(wrong == 0);
 }
 
-struct created_stream {
-  cudaStream_t stream{};
-  created_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~created_stream() { cudaStreamDestroy(stream); }
-};
 }  // namespace
 
 FUSOR_TEST_CASE("a failed CUDA call is not blamed on the next kernel launch") {

@@ -26,12 +26,6 @@ __global__ void stall(std::uint64_t nanoseconds) {
   for (std::uint64_t waited = 0; waited < nanoseconds; waited += 1000) __nanosleep(1000);
 }
 
-struct created_stream {
-  cudaStream_t stream{};
-  created_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~created_stream() { cudaStreamDestroy(stream); }
-};
-
 using vector_extents = dextents<index_t, 1>;
 constexpr index_t n = 1 << 16;
 

@@ -22,9 +22,8 @@ namespace {
 // orders it after the loader's copies except the loader's events.
 struct compute_stream {
 #if defined(FUSOR_TEST_CUDA)
-  compute_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  ~compute_stream() { (void)cudaStreamDestroy(stream); }
-  cudaStream_t stream{};
+  created_stream created;
+  cudaStream_t stream = created.stream;
   executor make_executor() const { return executor{stream}; }
 #else
   fusor::stream_t stream{};

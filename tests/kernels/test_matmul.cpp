@@ -5,7 +5,8 @@
 // one call, or attention's permuted heads), views that are not 16-byte aligned,
 // and one launch per matmul on the GPU. On the GPU also: the plan cache, the
 // workspace kept per stream (repeated matmuls allocate nothing), two host
-// threads on two streams at once, and a matmul captured into a CUDA graph.
+// threads on two streams at once (with and without the plan's lock), and a
+// matmul captured into a CUDA graph.
 #include "kernels/test_matmul_support.hpp"
 
 #if defined(FUSOR_TEST_CUDA)
@@ -269,17 +270,6 @@ FUSOR_TEST_CASE("cuBLASLt plans are cached per configuration") {
 }
 
 namespace {
-struct test_stream {
-  cudaStream_t stream{};
-  test_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
-  test_stream(const test_stream&) = delete;
-  test_stream& operator=(const test_stream&) = delete;
-  ~test_stream() {
-    (void)cudaStreamSynchronize(stream);
-    (void)cudaStreamDestroy(stream);
-  }
-};
-
 // A weight-gradient product dw = dy^T x with db = column sums of dy, and its references.
 struct weight_gradient_case {
   index_t rows, n, k;
@@ -316,7 +306,7 @@ FUSOR_TEST_CASE("cuBLASLt workspaces: one per stream, kept, so that repeated mat
   const weight_gradient_case wg(2500, 20, 29, 111);
   space_tensor<float, matrix> dw1(20, 29), dw2(20, 29);
   space_tensor<float, vector> db1(20), db2(20);
-  test_stream s1, s2, unused;
+  created_stream s1, s2, unused;
   const cuda_executor ex1{s1.stream}, ex2{s2.stream};
   // Summed apart, the bias gradient keeps its partial sums in the workspace: none is empty.
   const detail::scoped_separate_bias_gradient hook;
@@ -355,7 +345,7 @@ FUSOR_TEST_CASE("matmuls from two host threads on two streams at once: one plan,
   std::exception_ptr failure[2];
   const auto work = [&](int t) {
     try {
-      test_stream s;
+      created_stream s;
       const cuda_executor ex{s.stream};
       for (int i = 0; i < 50; ++i) cases[t].run(dw[t], db[t], ex);
       ex.synchronize();
@@ -373,6 +363,48 @@ FUSOR_TEST_CASE("matmuls from two host threads on two streams at once: one plan,
   }
 }
 
+FUSOR_TEST_CASE("plain matmuls from two host threads, two shapes in turn: shared plans without a lock, right results") {
+  // A plan without bias or aux pointers is called without its lock, and each
+  // thread remembers its last plan and workspace: alternating shapes on two
+  // threads at once switches both memories on every call.
+  const sizes shapes[2] = {{64, 48, 40}, {33, 24, 72}};
+  const host_tensor<float, matrix> a_host[2] = {random_host<float>(matrix(64, 40), 161),
+                                                random_host<float>(matrix(33, 72), 163)};
+  const host_tensor<float, matrix> b_host[2] = {random_host<float>(matrix(40, 48), 162),
+                                                random_host<float>(matrix(72, 24), 164)};
+  std::vector<product> want;
+  for (int s = 0; s < 2; ++s)
+    want.push_back(reference_product(a_host[s], b_host[s], 1, shapes[s].m, shapes[s].n, shapes[s].k));
+  const space_tensor<float, matrix> a[2] = {to_space(a_host[0]), to_space(a_host[1])};
+  const space_tensor<float, matrix> b[2] = {to_space(b_host[0]), to_space(b_host[1])};
+  space_tensor<float, matrix> c[2][2] = {
+      {space_tensor<float, matrix>(64, 48), space_tensor<float, matrix>(33, 24)},
+      {space_tensor<float, matrix>(64, 48), space_tensor<float, matrix>(33, 24)}};
+  for (auto& per_thread : c)
+    for (auto& t : per_thread) poison(t);
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  std::exception_ptr failure[2];
+  const auto work = [&](int t) {
+    try {
+      created_stream s;
+      const cuda_executor ex{s.stream};
+      for (int i = 0; i < 100; ++i) matmul(c[t][i % 2], a[i % 2], b[i % 2], ex);
+      ex.synchronize();
+    } catch (...) {
+      failure[t] = std::current_exception();
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  for (int t = 0; t < 2; ++t)
+    for (int s = 0; s < 2; ++s) {
+      INFO("thread ", t, ", shape ", s);
+      if (failure[t]) CHECK_NOTHROW(std::rethrow_exception(failure[t]));
+      expect_product(to_host(c[t][s]), want[std::size_t(s)], matmul_tolerance<float, float>());
+    }
+}
+
 FUSOR_TEST_CASE("a matmul captured into a CUDA graph replays right, fused and with the bias gradient summed apart") {
   const weight_gradient_case wg(300, 24, 40, 141);
   space_tensor<float, matrix> dw(24, 40);
@@ -380,7 +412,7 @@ FUSOR_TEST_CASE("a matmul captured into a CUDA graph replays right, fused and wi
   for (bool separate : {false, true}) {
     INFO("summed apart ", separate);
     const detail::scoped_separate_bias_gradient hook(separate);
-    test_stream s;
+    created_stream s;
     const cuda_executor ex{s.stream};
     FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
     wg.run(dw, db, ex);  // the plan and the stream's workspace, outside the capture

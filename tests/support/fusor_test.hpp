@@ -71,6 +71,18 @@ inline void finish([[maybe_unused]] const executor& ex) {
 #endif
 }
 
+#if defined(FUSOR_TEST_CUDA)
+// A non-blocking stream of the test's own, destroyed at the end of its scope
+// (the runtime finishes work still queued on it).
+struct created_stream {
+  cudaStream_t stream{};
+  created_stream() { FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  created_stream(const created_stream&) = delete;
+  created_stream& operator=(const created_stream&) = delete;
+  ~created_stream() { (void)cudaStreamDestroy(stream); }
+};
+#endif
+
 // A copy of a host tensor in the tested space.
 template <class P, class E, class L>
 space_tensor<P, E, L> to_space(const host_tensor<P, E, L>& h) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -63,16 +64,12 @@ std::string figures_of(const std::string& line) {
 struct fit_stream {
 #if defined(FUSOR_TEST_CUDA)
   explicit fit_stream(bool default_stream) {
-    if (!default_stream) FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&ex.stream, cudaStreamNonBlocking));
+    if (!default_stream) ex.stream = created.emplace().stream;
   }
-  ~fit_stream() {
-    if (ex.stream) (void)cudaStreamDestroy(ex.stream);
-  }
+  std::optional<created_stream> created;
 #else
   explicit fit_stream(bool) {}
 #endif
-  fit_stream(const fit_stream&) = delete;
-  fit_stream& operator=(const fit_stream&) = delete;
   executor ex{};
 };
 

@@ -204,8 +204,8 @@ FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which
 
 #if defined(FUSOR_TEST_CUDA)
 FUSOR_TEST_CASE("trainer: a step captured as a CUDA graph and replayed equals the eager steps") {
-  cudaStream_t stream{};
-  FUSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const created_stream created;
+  const cudaStream_t stream = created.stream;
   const cuda_executor ex{stream};
   const data::loader_options lo{.batch_size = 128, .seed = 7, .drop_last = true};
   auto run = [&](bool graph) {
@@ -241,6 +241,5 @@ FUSOR_TEST_CASE("trainer: a step captured as a CUDA graph and replayed equals th
   const auto [replayed, replayed_loss] = run(true);
   CHECK(replayed_loss == eager_loss);
   for (index_t i = 0; i < eager.size(); ++i) REQUIRE(replayed.data()[i] == eager.data()[i]);
-  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 #endif

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -100,12 +101,14 @@ inline void require_element_aligned(const char* what, const void* p, std::size_t
 }
 
 // One cublasLtMatmul on `stream` with this call's pointers. The plan's
-// descriptor is shared by every thread: its pointers are set and read under
-// the plan's lock.
+// descriptor is shared by every thread: a plan with bias or aux pointers sets
+// them and calls under the plan's lock; one without only reads the descriptor,
+// so it needs no lock.
 inline void cublaslt_enqueue(const cublaslt_context& context, const void* one, const void* zero, const gemm_problem& p,
                              const void* bias, const void* aux, void* workspace, cudaStream_t stream) {
   cublaslt_plan& plan = *context.plan;
-  std::lock_guard lock(plan.mutex);
+  std::unique_lock lock(plan.mutex, std::defer_lock);
+  if (plan.uses_bias_pointer || plan.uses_aux_pointer) lock.lock();
   if (plan.uses_bias_pointer) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (plan.uses_aux_pointer) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   FUSOR_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan.desc, one, p.a.data, plan.a, p.b.data, plan.b, zero, p.d.data,

@@ -98,13 +98,7 @@ class stream_workspaces {
 
     unsigned long long id = 0;
     FUSOR_CUDA_CHECK(cudaStreamGetId(stream, &id));
-    entry* e = nullptr;
-    {
-      std::lock_guard map_lock(mutex_);
-      std::unique_ptr<entry>& slot = entries_[{device, stream}];
-      if (!slot) slot = std::make_unique<entry>();
-      e = slot.get();
-    }
+    entry* const e = entry_for(device, stream);
     std::unique_lock lock(e->mutex);
     if (!e->last_use) FUSOR_CUDA_CHECK(cudaEventCreateWithFlags(&e->last_use, cudaEventDisableTiming));
     if (e->used && e->stream_id != id) FUSOR_CUDA_CHECK(cudaStreamWaitEvent(stream, e->last_use, 0));
@@ -134,6 +128,29 @@ class stream_workspaces {
   }
 
  private:
+  // The entry of (device, stream), made on first use. Each thread remembers the
+  // last one it looked up, so that a thread issuing matmuls on one stream skips
+  // the map and its lock (entries live as long as their owner: the one owner,
+  // matmul_workspaces(), lives until exit).
+  entry* entry_for(int device, cudaStream_t stream) {
+    thread_local struct {
+      const stream_workspaces* owner = nullptr;
+      int device = -1;
+      cudaStream_t stream = nullptr;
+      entry* found = nullptr;
+    } last;
+    if (last.owner == this && last.device == device && last.stream == stream) return last.found;
+    entry* e = nullptr;
+    {
+      std::lock_guard map_lock(mutex_);
+      std::unique_ptr<entry>& slot = entries_[{device, stream}];
+      if (!slot) slot = std::make_unique<entry>();
+      e = slot.get();
+    }
+    last = {this, device, stream, e};
+    return e;
+  }
+
   std::mutex mutex_;  // guards the map; each entry has its own lock
   std::map<std::pair<int, cudaStream_t>, std::unique_ptr<entry>> entries_;
 };

@@ -180,6 +180,11 @@ FUSOR_CUDA_DECL std::size_t cublaslt_cached_plans() {
 
 FUSOR_CUDA_DECL cublaslt_context cublaslt_context_for(const cublaslt_key& key, cublasComputeType_t compute,
                                              cudaDataType_t scale_type, const void* bias, const void* aux) {
+  // A thread's matmuls repeat: the last key it asked for answers without the
+  // lock and the map (plans and handles are never freed).
+  thread_local cublaslt_key last_key;
+  thread_local cublaslt_context last_context;
+  if (last_context.plan && key == last_key) return last_context;
   cublaslt_state& state = cublaslt();
   std::lock_guard lock(state.mutex);
   auto handle_at = state.handles.find(key.device);
@@ -195,7 +200,9 @@ FUSOR_CUDA_DECL cublaslt_context cublaslt_context_for(const cublaslt_key& key, c
   auto plan_at = state.plans.find(key);
   if (plan_at == state.plans.end())
     plan_at = state.plans.emplace(key, make_plan(handle_at->second, key, compute, scale_type, bias, aux, limit)).first;
-  return {handle_at->second, plan_at->second.get(), limit};
+  last_key = key;
+  last_context = {handle_at->second, plan_at->second.get(), limit};
+  return last_context;
 }
 
 }  // namespace fusor::detail
