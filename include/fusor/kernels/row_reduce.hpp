@@ -122,18 +122,41 @@ struct max_op {
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T operator()(const T& a, const T& b) const { return ::cuda::std::fmax(a, b); }
 };
 
+// exp(x) in a row kernel. Fast: for results stored in 16 bits only, the
+// multi-function unit's ex2.approx.ftz of x log2(e): two instructions where
+// the accurate expf takes ten, which bound bf16 softmax rows by arithmetic.
+// Its relative error, about 2^-22 plus |x| 2^-24 (x <= 0 here, a shift by
+// the row's max), stays far below a bf16 or fp16 store's rounding (2^-9,
+// 2^-12); results under 2^-126 become 0 (also beneath what 16 bits keep
+// apart from 0 in the sums). Results stored in fp32 or fp64 keep the accurate exp.
+template <bool Fast, class S>
+__device__ FUSOR_FORCE_INLINE S row_exp(S x) {
+  if constexpr (Fast && std::is_same_v<S, float>) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+  } else {
+    return ::cuda::std::exp(x);
+  }
+}
+
+// Whether every type is 16 bits wide (bf16, fp16): results a fast exp serves.
+template <class... T>
+inline constexpr bool all_16_bit = ((sizeof(T) == 2) && ...);
+
 // Running max and sum of exp(x - max): softmax statistics in one read of a row.
 // A NaN element makes the sum NaN; an all -inf row gives sum NaN (exp(-inf - -inf)),
 // as the two-pass formula does.
-template <class S>
+// FastExp: row_exp's fast form (results stored in 16 bits).
+template <class S, bool FastExp = false>
 struct max_and_sum {
   S max;
   S sum;
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE static S rescale(S from, S to) {
-    return from == to ? S(1) : ::cuda::std::exp(from - to);  // == also covers -inf -> -inf
+  __device__ FUSOR_FORCE_INLINE static S rescale(S from, S to) {
+    return from == to ? S(1) : row_exp<FastExp>(from - to);  // == also covers -inf -> -inf
   }
   template <int V, class T>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
+  __device__ FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
     S m = max;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j)
@@ -141,17 +164,18 @@ struct max_and_sum {
     S s = sum * rescale(max, m);
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j)
-      if (j < valid) s += ::cuda::std::exp(convert<S>(v[j]) - m);
+      if (j < valid) s += row_exp<FastExp>(convert<S>(v[j]) - m);
     max = m;
     sum = s;
   }
 };
 struct combine_max_and_sum {
-  template <class S>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE max_and_sum<S> operator()(const max_and_sum<S>& a,
-                                                                 const max_and_sum<S>& b) const {
+  template <class S, bool FastExp>
+  __device__ FUSOR_FORCE_INLINE max_and_sum<S, FastExp> operator()(const max_and_sum<S, FastExp>& a,
+                                                                   const max_and_sum<S, FastExp>& b) const {
+    using stats = max_and_sum<S, FastExp>;
     const S m = ::cuda::std::fmax(a.max, b.max);
-    return {m, a.sum * max_and_sum<S>::rescale(a.max, m) + b.sum * max_and_sum<S>::rescale(b.max, m)};
+    return {m, a.sum * stats::rescale(a.max, m) + b.sum * stats::rescale(b.max, m)};
   }
 };
 

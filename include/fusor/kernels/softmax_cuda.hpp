@@ -6,7 +6,9 @@
 // registers is read once: max, then the sum of exp(x - max), both over the
 // cached values, then the outputs. Any other row (longer, strided, unaligned,
 // or an expression) is read twice, several items a thread at a time: an online
-// max and sum in one pass, then the outputs. One launch per call.
+// max and sum in one pass, then the outputs. Softmax stored in bf16 or fp16
+// takes exp's fast form (row_exp in row_reduce.hpp); fp32 and log-softmax the
+// accurate one. One launch per call.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -29,6 +31,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
   constexpr int items = cached_items<V, cached_bytes<X>>;
+  constexpr bool fast_exp = !Log && all_16_bit<Y>;
   lanes<S, V> cache[items];
   S m = -::cuda::std::numeric_limits<S>::infinity();
   FUSOR_UNROLL
@@ -49,7 +52,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n
     const int valid = valid_columns(Group::template column<V>(k), n, V);
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
-      const S e = ::cuda::std::exp(cache[k][j] - m);
+      const S e = row_exp<fast_exp>(cache[k][j] - m);
       if constexpr (!Log) cache[k][j] = e;
       if (j < valid) s += e;
     }
@@ -74,8 +77,9 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
   using X = row_value_t<In>;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
+  constexpr bool fast_exp = !Log && all_16_bit<Y>;
   auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
-  max_and_sum<S> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
+  max_and_sum<S, fast_exp> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
   for_each_item_batched<Group, V>(n, load, [&](int c, const lanes<X, V>& v) { stats.add(v, valid_columns(c, n, V)); });
   stats = Group::all_reduce(stats, combine_max_and_sum{});
   const S m = stats.max, log_s = ::cuda::std::log(stats.sum), inverse = S(1) / stats.sum;
@@ -84,7 +88,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S e = convert<S>(v[j]);
-      result[j] = Log ? e - m - log_s : ::cuda::std::exp(e - m) * inverse;
+      result[j] = Log ? e - m - log_s : row_exp<fast_exp>(e - m) * inverse;
     }
     store_columns<Contiguous, V>(out, c, n, out_stride, result);
   });
