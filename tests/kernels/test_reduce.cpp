@@ -253,6 +253,32 @@ FUSOR_TEST_CASE("reductions of a whole 1-D tensor: every kind, fp32/bf16/fp16, o
   }
 }
 
+FUSOR_TEST_CASE("whole-tensor reductions: a view one element in, and an expression of two precisions alike laid out") {
+  // On the GPU a contiguous input is read 16 bytes at a time when every pointer
+  // is 16-byte aligned: a view starting one element in is not (elements one by
+  // one), and x * y + 1 over bf16 x and fp32 y reads 8 elements a load (16
+  // bytes of x, 32 of y). Sizes leave a tail past the last full vector.
+  std::uint32_t seed = 350;
+  for (index_t n : {index_t(13), index_t(1029), index_t((1 << 20) + 5)}) {
+    INFO("n = ", n);
+    const auto h16 = random_tensor<bfloat16, 1>(dims({n + 1}), seed++);
+    const auto h32 = random_tensor<float, 1>(dims({n + 1}), seed++);
+    const auto x16 = to_space(h16);
+    const auto x32 = to_space(h32);
+    const auto inner16 = slice<0>(x16.view(), 1, n + 1);
+    check_every_kind<float, 1>(inner16, logical_values(slice<0>(h16.view(), 1, n + 1)), dims({n}), "bf16, one in");
+    const auto x = slice<0>(x16.view(), 0, n);
+    const auto y = slice<0>(x32.view(), 0, n);
+    const auto vx = logical_values(slice<0>(h16.view(), 0, n)), vy = logical_values(slice<0>(h32.view(), 0, n));
+    std::vector<double> fused(vx.size()), fused_error(vx.size());
+    for (std::size_t i = 0; i < vx.size(); ++i) {
+      fused[i] = vx[i] * vy[i] + 1.0;
+      fused_error[i] = 0x1p-23 * (std::fabs(vx[i] * vy[i]) + 1.0);  // one or two fp32 roundings
+    }
+    check_every_kind<float, 1>(x * y + 1, fused, dims({n}), "bf16 x * fp32 y + 1", fused_error);
+  }
+}
+
 FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, long and short axes") {
   std::uint32_t seed = 400;
   for (const auto& shape : {dims({1, 1}), dims({3, 1023}), dims({1023, 3}), dims({1, 1023}), dims({1023, 1}),

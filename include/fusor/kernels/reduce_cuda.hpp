@@ -4,8 +4,9 @@
 //
 // Whole tensor, one or two kernels: blocks of 256 threads each reduce a
 // contiguous range of memory positions (the value at position i is a linear
-// load when every leaf is laid out alike, else the expression at the
-// multi-index of i) with cub::BlockReduce; a second single-block kernel
+// load when every leaf is laid out alike, 16 bytes at a time when every
+// pointer is 16-byte aligned, else the expression at the multi-index of i)
+// with cub::BlockReduce; a second single-block kernel
 // combines the block results in block order and finishes (mean, norm,
 // argmax's index) into the destination or a value for the host.
 //
@@ -75,12 +76,16 @@ struct value_sink {
 template <class Red, class In, class Sink>
 struct whole_job {
   using accumulator_type = typename Red::accumulator;
+  // Elements per vector load: 16 bytes of the narrowest operand (an indexed
+  // reduction, argmax, reads one at a time).
+  static constexpr int lanes = Red::indexed ? 1 : int(16 / In::expression_type::narrowest_element);
   Red red;
   In in;
   Sink sink;
   index_t chunk;              // positions per block, a multiple of the block size
   index_t blocks;             // blocks of the first kernel
   accumulator_type* partial;  // one per block of the first kernel, when there are several
+  bool vectorized = false;    // linear, every pointer 16-byte aligned, lanes > 1
 
   FUSOR_DEVICE accumulator_type value_at(index_t p) const {
     if constexpr (Red::indexed) {
@@ -90,6 +95,23 @@ struct whole_job {
       if (in.linear) return red.lift(in.at_position(p), p);
       return red.lift(in.at(in.order.index_of(p)), p);
     }
+  }
+
+  // A block's positions [begin, end) `lanes` at a time (16-byte loads: begin is
+  // a multiple of the block size, so of lanes), the last (end - begin) % lanes
+  // one by one; added to `acc`.
+  FUSOR_DEVICE accumulator_type add_vectors(index_t begin, index_t end, accumulator_type acc) const {
+    if constexpr (lanes > 1) {
+      constexpr index_t step = index_t(reduction_block_threads) * lanes;
+      const index_t vector_end = begin + (end - begin) / lanes * lanes;
+      for (index_t p = begin + index_t(threadIdx.x) * lanes; p < vector_end; p += step) {
+        const auto v = in.expression.template load<lanes, true>(p);
+        FUSOR_UNROLL
+        for (int j = 0; j < lanes; ++j) acc = red(acc, red.lift(v[j], p + j));
+      }
+      for (index_t p = vector_end + threadIdx.x; p < end; p += reduction_block_threads) acc = red(acc, value_at(p));
+    }
+    return acc;
   }
 };
 
@@ -102,7 +124,10 @@ __global__ void __launch_bounds__(reduction_block_threads) reduce_whole_kernel(c
   const index_t begin = index_t(blockIdx.x) * job.chunk;
   const index_t end = ::cuda::std::min(job.in.size, begin + job.chunk);
   accumulator acc = job.red.identity();
-  for (index_t p = begin + threadIdx.x; p < end; p += reduction_block_threads) acc = job.red(acc, job.value_at(p));
+  if (job.vectorized)
+    acc = job.add_vectors(begin, end, acc);
+  else
+    for (index_t p = begin + threadIdx.x; p < end; p += reduction_block_threads) acc = job.red(acc, job.value_at(p));
   acc = block_reduce(temp).Reduce(acc, job.red);
   if (threadIdx.x == 0) {
     if (job.blocks == 1) job.sink(job.red.finish(acc, job.in.size));
@@ -134,6 +159,7 @@ void cuda_reduce_whole(const Red& red, const In& in, const Sink& sink, cudaStrea
   const index_t chunk = std::max<index_t>(threads, (per_block + threads - 1) / threads * threads);
   blocks = std::max<index_t>(1, (in.size + chunk - 1) / chunk);
   job_type job{red, in, sink, chunk, blocks, nullptr};
+  job.vectorized = job_type::lanes > 1 && in.linear && in.expression.aligned16();
   buffer<device_space> partial;
   if (blocks > 1) {
     partial = buffer<device_space>(std::size_t(blocks) * sizeof(typename Red::accumulator), stream);

@@ -257,6 +257,7 @@ walk<R> make_walk(const reference_layout<R>& ref, int skip) {
 template <class E, std::size_t R>
 struct reduction_input {
   static constexpr std::size_t rank = R;
+  using expression_type = E;
   E expression;
   walk<R> order;
   ::cuda::std::array<index_t, R> row_major_stride{};  // logical linear index (argmax over everything)
