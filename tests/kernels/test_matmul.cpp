@@ -300,6 +300,31 @@ struct weight_gradient_case {
     MATMUL_CHECK_ALL(check);
   }
 };
+
+// Runs body(t, ex) on two host threads at once (t = 0, 1), each with a stream
+// of its own; a failure on either thread is reported once both have joined.
+template <class Body>
+void on_two_threads(const Body& body) {
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  std::exception_ptr failure[2];
+  const auto work = [&](int t) {
+    try {
+      created_stream s;
+      const cuda_executor ex{s.stream};
+      body(t, ex);
+      ex.synchronize();
+    } catch (...) {
+      failure[t] = std::current_exception();
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  for (int t = 0; t < 2; ++t) {
+    INFO("thread ", t);
+    if (failure[t]) CHECK_NOTHROW(std::rethrow_exception(failure[t]));
+  }
+}
 }  // namespace
 
 FUSOR_TEST_CASE("cuBLASLt workspaces: one per stream, kept, so that repeated matmuls allocate nothing") {
@@ -341,24 +366,11 @@ FUSOR_TEST_CASE("matmuls from two host threads on two streams at once: one plan,
   const weight_gradient_case cases[2] = {{700, 48, 40, 121}, {700, 48, 40, 131}};
   space_tensor<float, matrix> dw[2] = {space_tensor<float, matrix>(48, 40), space_tensor<float, matrix>(48, 40)};
   space_tensor<float, vector> db[2] = {space_tensor<float, vector>(48), space_tensor<float, vector>(48)};
-  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
-  std::exception_ptr failure[2];
-  const auto work = [&](int t) {
-    try {
-      created_stream s;
-      const cuda_executor ex{s.stream};
-      for (int i = 0; i < 50; ++i) cases[t].run(dw[t], db[t], ex);
-      ex.synchronize();
-    } catch (...) {
-      failure[t] = std::current_exception();
-    }
-  };
-  std::thread first(work, 0), second(work, 1);
-  first.join();
-  second.join();
+  on_two_threads([&](int t, const cuda_executor& ex) {
+    for (int i = 0; i < 50; ++i) cases[t].run(dw[t], db[t], ex);
+  });
   for (int t = 0; t < 2; ++t) {
     INFO("thread ", t);
-    if (failure[t]) CHECK_NOTHROW(std::rethrow_exception(failure[t]));
     cases[t].expect(dw[t], db[t]);
   }
 }
@@ -382,25 +394,12 @@ FUSOR_TEST_CASE("plain matmuls from two host threads, two shapes in turn: shared
       {space_tensor<float, matrix>(64, 48), space_tensor<float, matrix>(33, 24)}};
   for (auto& per_thread : c)
     for (auto& t : per_thread) poison(t);
-  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
-  std::exception_ptr failure[2];
-  const auto work = [&](int t) {
-    try {
-      created_stream s;
-      const cuda_executor ex{s.stream};
-      for (int i = 0; i < 100; ++i) matmul(c[t][i % 2], a[i % 2], b[i % 2], ex);
-      ex.synchronize();
-    } catch (...) {
-      failure[t] = std::current_exception();
-    }
-  };
-  std::thread first(work, 0), second(work, 1);
-  first.join();
-  second.join();
+  on_two_threads([&](int t, const cuda_executor& ex) {
+    for (int i = 0; i < 100; ++i) matmul(c[t][i % 2], a[i % 2], b[i % 2], ex);
+  });
   for (int t = 0; t < 2; ++t)
     for (int s = 0; s < 2; ++s) {
       INFO("thread ", t, ", shape ", s);
-      if (failure[t]) CHECK_NOTHROW(std::rethrow_exception(failure[t]));
       expect_product(to_host(c[t][s]), want[std::size_t(s)], matmul_tolerance<float, float>());
     }
 }

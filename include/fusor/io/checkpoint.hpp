@@ -141,6 +141,22 @@ void check_device_view([[maybe_unused]] const View& v, const std::string& name) 
   }
 }
 
+#if FUSOR_HAS_CUDA
+// Device memory to the host and back, after the work queued on every stream (a
+// checkpoint is not stream-ordered); a write has landed before any stream reads it.
+inline void read_device(void* host, const void* device, std::size_t bytes) {
+  if (bytes == 0) return;
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  FUSOR_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+}
+inline void write_device(void* device, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the destination may still be in use on another stream
+  FUSOR_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+#endif
+
 // The view's elements, host side, in row-major logical order.
 template <class View>
 std::vector<std::byte> row_major_bytes(const View& v, const std::string& name) {
@@ -153,8 +169,7 @@ std::vector<std::byte> row_major_bytes(const View& v, const std::string& name) {
   } else {
 #if FUSOR_HAS_CUDA
     const std::unique_ptr<E[]> staging(new E[static_cast<std::size_t>(v.size())]);  // the view's memory order
-    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
-    FUSOR_CUDA_CHECK(cudaMemcpy(staging.get(), v.data(), out.size(), cudaMemcpyDeviceToHost));
+    read_device(staging.get(), v.data(), out.size());
     gather(v, staging.get(), out.data());
 #endif
   }
@@ -180,16 +195,11 @@ inline void store_host_block(void* data, const std::vector<std::byte>& bytes) {
 #if FUSOR_HAS_CUDA
 inline std::vector<std::byte> device_block_bytes(const void* data, std::size_t bytes) {
   std::vector<std::byte> out(bytes);
-  if (bytes == 0) return out;
-  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
-  FUSOR_CUDA_CHECK(cudaMemcpy(out.data(), data, bytes, cudaMemcpyDeviceToHost));
+  read_device(out.data(), data, bytes);
   return out;
 }
 inline void store_device_block(void* data, const std::vector<std::byte>& bytes) {
-  if (bytes.empty()) return;
-  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the destination may still be in use on another stream
-  FUSOR_CUDA_CHECK(cudaMemcpy(data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
-  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the copy has landed before any stream reads it
+  write_device(data, bytes.data(), bytes.size());
 }
 #endif
 
@@ -233,9 +243,7 @@ void store_row_major(const View& v, const std::vector<std::byte>& bytes, const s
     using E = typename View::element_type;
     const std::unique_ptr<E[]> staging(new E[static_cast<std::size_t>(v.size())]);
     scatter(v, staging.get(), bytes.data());
-    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the destination may still be in use on another stream
-    FUSOR_CUDA_CHECK(cudaMemcpy(v.data(), staging.get(), bytes.size(), cudaMemcpyHostToDevice));
-    FUSOR_CUDA_CHECK(cudaDeviceSynchronize());  // the copy has landed before any stream reads it
+    write_device(v.data(), staging.get(), bytes.size());
 #endif
   }
 }
