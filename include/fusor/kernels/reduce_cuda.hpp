@@ -12,7 +12,9 @@
 //
 // Along an axis, in a fixed tree order as well:
 // - the axis innermost in memory and at least 32 long: a warp per output reads
-//   the axis contiguously and combines with cub::WarpReduce;
+//   the axis contiguously (16 bytes a lane where the input is linear and
+//   aligned and the row starts on a 16-byte boundary) and combines with
+//   cub::WarpReduce;
 // - otherwise: a thread per output (neighbouring threads read neighbouring
 //   outputs: coalesced), with up to 8 threads of a block sharing one output's
 //   axis and combining through shared memory;
@@ -55,6 +57,11 @@ void launch_reduce(const Job& job, dim3 grid, dim3 block, cudaStream_t stream) {
   gpu::launch_counter().fetch_add(1);
 }
 
+// Elements per vector load of a linear, 16-byte aligned input: 16 bytes of its
+// narrowest operand (argmax and argmin read one at a time).
+template <class Red, class In>
+inline constexpr int reduction_lanes = Red::indexed ? 1 : int(16 / In::expression_type::narrowest_element);
+
 // ---- whole tensor -----------------------------------------------------------------
 // Where a whole-tensor result goes: the one element of a destination view...
 template <class Dst>
@@ -76,9 +83,7 @@ struct value_sink {
 template <class Red, class In, class Sink>
 struct whole_job {
   using accumulator_type = typename Red::accumulator;
-  // Elements per vector load: 16 bytes of the narrowest operand (an indexed
-  // reduction, argmax, reads one at a time).
-  static constexpr int lanes = Red::indexed ? 1 : int(16 / In::expression_type::narrowest_element);
+  static constexpr int lanes = reduction_lanes<Red, In>;
   Red red;
   In in;
   Sink sink;
@@ -174,12 +179,32 @@ template <class Red, class In, class Dst>
 struct axis_job {
   using accumulator_type = typename Red::accumulator;
   using input_type = In;
+  static constexpr int lanes = reduction_lanes<Red, In>;
   Red red;
   In in;
   Dst dst;
   index_t splits;  // pieces each output's axis is cut into
   index_t chunk;   // elements per piece
   typename Red::accumulator* partial;  // [outputs][splits] when splits > 1
+  bool vectorized = false;  // rows: linear, aligned, the axis of unit stride, lanes > 1
+
+  // A warp's piece [begin, end) of the axis whose element `begin` sits at
+  // memory position `first` (a multiple of lanes), `lanes` at a time, the last
+  // (end - begin) % lanes one by one; added to `acc`.
+  FUSOR_DEVICE accumulator_type add_row_vectors(index_t first, index_t begin, index_t end, int lane,
+                                                accumulator_type acc) const {
+    if constexpr (lanes > 1) {
+      const index_t vectors = (end - begin) / lanes;
+      for (index_t v = lane; v < vectors; v += 32) {
+        const auto x = in.expression.template load<lanes, true>(first + v * lanes);
+        FUSOR_UNROLL
+        for (int j = 0; j < lanes; ++j) acc = red(acc, red.lift(x[j], begin + v * lanes + j));
+      }
+      for (index_t r = begin + vectors * lanes + lane; r < end; r += 32)
+        acc = red(acc, red.lift(in.at_position(first + (r - begin)), r));
+    }
+    return acc;
+  }
 
   FUSOR_HOST_DEVICE void finish(const ::cuda::std::array<index_t, In::rank>& idx, index_t m, index_t split,
                                 const typename Red::accumulator& acc) const {
@@ -207,9 +232,15 @@ __global__ void __launch_bounds__(axis_block_threads) reduce_rows_kernel(const _
     auto idx = job.in.order.index_of(m);
     const index_t begin = split * job.chunk, end = ::cuda::std::min(job.in.length, begin + job.chunk);
     accumulator acc = job.red.identity();
-    for (index_t r = begin + lane; r < end; r += 32) {
-      idx[job.in.axis] = r;
-      acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+    idx[job.in.axis] = begin;
+    const index_t first = job.vectorized ? job.in.memory_position(idx) : 0;
+    if (job.vectorized && first % Job::lanes == 0) {
+      acc = job.add_row_vectors(first, begin, end, lane, acc);
+    } else {
+      for (index_t r = begin + lane; r < end; r += 32) {
+        idx[job.in.axis] = r;
+        acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+      }
     }
     acc = warp_reduce(temp[warp]).Reduce(acc, job.red);
     if (lane == 0) job.finish(idx, m, split, acc);
@@ -287,6 +318,7 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
   if (rows) {
     job.splits = choose_splits(outputs, sms * 64, length, 32 * 16, index_t(1) << 20);
     block = dim3(axis_block_threads);
+    job.vectorized = job_type::lanes > 1 && in.linear && in.memory_stride[in.axis] == 1 && in.expression.aligned16();
   } else {
     const int height = length >= 64 ? 8 : 1, width = axis_block_threads / height;
     const index_t blocks_x = (outputs + width - 1) / width;
