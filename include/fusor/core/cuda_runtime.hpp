@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -46,6 +47,21 @@ inline int multiprocessor_count() {
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+/// Bytes of shared memory `kernel` declares statically.
+template <class Kernel>
+std::size_t static_shared_bytes(Kernel* kernel) {
+  cudaFuncAttributes attributes{};
+  FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.sharedSizeBytes;
+}
+/// Lets `kernel` launch with `dynamic_bytes` of dynamic shared memory beside its
+/// `static_bytes`: past 48 KB in all a kernel must ask for its dynamic part.
+template <class Kernel>
+void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t static_bytes) {
+  if (dynamic_bytes + static_bytes > 48 * 1024)
+    FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
 }
 
 /// Whether a CUDA GPU can be used (asked once); always false in a unit not compiled by nvcc.

@@ -311,8 +311,7 @@ void launch_attention_kernel(const char* what, index_t x, index_t y, int threads
     throw error(
         std::string("fusor: ") + what + ": " + std::to_string(x) + " x " + std::to_string(y) +
         " blocks are more than a CUDA grid holds (batch x heads up to 2^31 - 1, blocks of positions up to 65535)");
-  if (shared_bytes > 48 * 1024)
-    FUSOR_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  gpu::allow_dynamic_shared(Kernel, shared_bytes, 0);  // the attention kernels declare no static shared memory
   Kernel<<<dim3(unsigned(x), unsigned(y)), threads, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   gpu::launch_counter().fetch_add(1);

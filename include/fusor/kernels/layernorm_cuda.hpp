@@ -430,18 +430,15 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   int device = 0, shared_limit = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attributes{};
-  FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, accumulating));
+  const std::size_t static_bytes = gpu::static_shared_bytes(accumulating);
   const std::size_t shared_bytes =
       std::size_t(Group::per_block) * std::size_t(Centered ? 2 * padded : padded) * sizeof(S);
   int partial_rows = 0;
   buffer<device_space> partials;
-  if (shared_bytes + attributes.sharedSizeBytes <= std::size_t(shared_limit)) {
-    // Past 48 KB of shared memory in all (static included) a kernel must ask for it: 49,152 bytes of
-    // accumulators beside the reductions' static storage failed to launch (rows of 4097 fp32, H200).
-    if (shared_bytes + attributes.sharedSizeBytes > 48 * 1024)
-      FUSOR_CUDA_CHECK(
-          cudaFuncSetAttribute(accumulating, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  if (shared_bytes + static_bytes <= std::size_t(shared_limit)) {
+    // The static part counts: 49,152 bytes of accumulators beside the reductions' static storage
+    // failed to launch when only the accumulators were weighed (rows of 4097 fp32, H200).
+    gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);
     partial_rows = resident_blocks<accumulating>(wanted, Group::block_threads, shared_bytes);
     partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
     launch_kernel<accumulating>(partial_rows, Group::block_threads, shared_bytes, ex.stream, b, partials.as<S>());
