@@ -15,8 +15,9 @@
 // 0.04x of the copy bandwidth on an H200) get dx alone from the row kernel,
 // then a column kernel sums dy * xhat (and dy) over chunks of rows into one
 // partial row per chunk, reading x and dy once more. A last kernel sums the
-// partial rows in order: dweight and dbias are deterministic for a given
-// device and shape. Two or three launches.
+// partial rows in a fixed order, 32 columns and eight slices of rows a block:
+// dweight and dbias are deterministic for a given device and shape. Two or
+// three launches.
 //
 // Rows and element offsets are index_t (tensors past 2^31 elements); columns
 // within a row are int, rows being at most detail::max_row_length (rows.hpp,
@@ -391,20 +392,45 @@ __global__ void __launch_bounds__(parameter_threads, 2)
     }
 }
 
-// dweight (and dbias) from `blocks` partial rows, summed in order.
+// dweight (and dbias) from `rows` partial rows. Block x takes columns
+// [32 x, 32 x + 32), a warp-wide slice each of its warps: warp w sums partial
+// rows w, w + sums_slices, ... of its 32 columns, then the slices are added in
+// order. The order depends only on `rows`: deterministic. One thread per
+// column summing every partial row in turn left the GPU idle (16 blocks of
+// 256 threads for 4096 columns, each reading ~900 rows one after another).
+inline constexpr int sums_slices = 8;
 template <bool Centered, class DW, class DB, class S>
-__global__ void norm_parameter_sums_kernel(const S* partials, int blocks, index_t n, per_column<DW> dweight,
-                                           per_column<DB> dbias) {
+__global__ void __launch_bounds__(32 * sums_slices)
+    norm_parameter_sums_kernel(const S* partials, int rows, index_t n, per_column<DW> dweight, per_column<DB> dbias) {
+  __shared__ two_sums<S> slices[sums_slices][32];
+  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
   const index_t width = Centered ? 2 * n : n;
-  for (index_t c = index_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n; c += index_t(gridDim.x) * blockDim.x) {
-    S dw = 0, db = 0;
-    for (int block = 0; block < blocks; ++block) {
-      dw += partials[block * width + c];
-      if constexpr (Centered) db += partials[block * width + n + c];
+  for (index_t c0 = index_t(blockIdx.x) * 32; c0 < n; c0 += index_t(gridDim.x) * 32) {
+    const index_t c = c0 + lane;
+    two_sums<S> sums{0, 0};
+    if (c < n) {
+      for (int row = slice; row < rows; row += sums_slices) {
+        sums.first += partials[row * width + c];
+        if constexpr (Centered) sums.second += partials[row * width + n + c];
+      }
     }
-    dweight[c] = convert<DW>(dw);
-    if constexpr (Centered) dbias[c] = convert<DB>(db);
+    slices[slice][lane] = sums;
+    __syncthreads();
+    if (slice == 0 && c < n) {
+      for (int w = 1; w < sums_slices; ++w) sums = add_two_sums{}(sums, slices[w][lane]);
+      dweight[c] = convert<DW>(sums.first);
+      if constexpr (Centered) dbias[c] = convert<DB>(sums.second);
+    }
+    __syncthreads();  // slices is reused by the next columns
   }
+}
+// Launches norm_parameter_sums_kernel over n columns.
+template <bool Centered, class DW, class DB, class S>
+void launch_parameter_sums(const S* partials, int rows, index_t n, const per_column<DW>& dweight,
+                           const per_column<DB>& dbias, cudaStream_t stream) {
+  const int grid = int(std::clamp<index_t>((n + 31) / 32, 1, max_row_blocks));
+  launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, S>>(grid, 32 * sums_slices, 0, stream, partials, rows,
+                                                                 n, dweight, dbias);
 }
 
 // Blocks of Kernel that fit the GPU at once, at most `wanted`.
@@ -457,9 +483,7 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
         dim3{unsigned(column_blocks), unsigned(partial_rows)}, parameter_threads, 0, ex.stream, b, rows_per_chunk,
         partials.as<S>());
   }
-  const int column_grid = int(std::clamp<index_t>((n + 255) / 256, 1, max_row_blocks));
-  launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, S>>(column_grid, 256, 0, ex.stream, partials.as<S>(),
-                                                                 partial_rows, n, b.dweight, b.dbias);
+  launch_parameter_sums<Centered>(partials.as<S>(), partial_rows, n, b.dweight, b.dbias, ex.stream);
 }
 
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
@@ -467,9 +491,8 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
   gpu::require(Centered ? "layernorm_backward on the cuda executor" : "rmsnorm_backward on the cuda executor");
   if (b.x.length == 0) return;
   if (b.x.rows == 0) {  // no rows: the parameter gradients are zero
-    launch_kernel<norm_parameter_sums_kernel<Centered, DW, DB, statistic_t<X>>>(
-        int(std::clamp<index_t>((b.x.length + 255) / 256, 1, max_row_blocks)), 256, 0, ex.stream,
-        static_cast<const statistic_t<X>*>(nullptr), 0, b.x.length, b.dweight, b.dbias);
+    launch_parameter_sums<Centered>(static_cast<const statistic_t<X>*>(nullptr), 0, b.x.length, b.dweight, b.dbias,
+                                    ex.stream);
     return;
   }
   with_row_group<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(
