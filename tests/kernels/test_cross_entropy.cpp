@@ -231,7 +231,7 @@ FUSOR_TEST_CASE("cross_entropy: NaN, inf, out-of-range targets and ignored rows"
 // [B, T] targets, rows one element off alignment; the forward-only loss; the
 // sum reduction.
 FUSOR_TEST_CASE("cross_entropy: in-place, strided, rank-3 and unaligned operands; loss only; reduce") {
-  for (const index_t n : {index_t(5), index_t(1000), index_t(20000)}) {
+  for (const index_t n : {index_t(5), index_t(1000), index_t(20000), index_t(50304)}) {
     const index_t rows = 6;
     INFO("length ", n);
     const auto hx = random_matrix<float>(rows, n, std::uint32_t(80 + n), -6.0, 6.0);

@@ -234,7 +234,7 @@ FUSOR_TEST_CASE("softmax: NaN and inf rows") {
 // = rows), a view starting one element into its memory (no row is 16-byte
 // aligned), a rank-3 input, in place, and bf16 in / fp32 out.
 FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precision operands") {
-  for (const index_t n : {index_t(5), index_t(1000), index_t(20000)}) {
+  for (const index_t n : {index_t(5), index_t(1000), index_t(20000), index_t(50304)}) {
     const index_t rows = 6;
     INFO("length ", n);
     executor ex{};

@@ -64,6 +64,29 @@ void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t
     FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
 }
 
+/// Whether `Kernel`'s code for the current device was compiled for sm_90 or
+/// newer (from sm_90 PTX, not JIT-compiled from older PTX), so that it can run
+/// in thread-block clusters. Asked once per device.
+template <auto Kernel>
+bool runs_in_clusters() {
+  constexpr int remembered_devices = 64;
+  static std::atomic<signed char> known[remembered_devices] = {};  // 0: not asked yet, 1: yes, -1: no
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  auto ask = [] {
+    cudaFuncAttributes attributes{};
+    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
+    return attributes.binaryVersion >= 90 && attributes.ptxVersion >= 90;
+  };
+  if (device < 0 || device >= remembered_devices) return ask();
+  signed char answer = known[device].load(std::memory_order_relaxed);
+  if (answer == 0) {
+    answer = ask() ? 1 : -1;
+    known[device].store(answer, std::memory_order_relaxed);
+  }
+  return answer > 0;
+}
+
 /// Whether a CUDA GPU can be used (asked once); always false in a unit not compiled by nvcc.
 inline bool available() {
   static const bool has_device = [] {

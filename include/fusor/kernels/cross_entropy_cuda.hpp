@@ -100,16 +100,16 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
 }
 
 // `count`: rows not ignored, for the mean's scale; null for a plain grad_scale.
-template <int Threads, bool WithGradient, class G, class L, class X, class T>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+template <class Group, bool WithGradient, class G, class L, class X, class T>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
                          const per_row<T> targets, const index_t ignore_index, const index_t* count,
                          const float grad_scale) {
-  using group = row_group<Threads>;
+  using group = Group;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   const int n = int(logits.length);
-  const bool fits = n <= group::template capacity<V, cached_bytes<X>>;
+  const bool fits = n <= group::template capacity<V, cached_bytes<X>>();
   const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
   for (index_t r = group::first_row(); r < logits.rows; r += group::row_step()) {
     const index_t target = index_t(targets[r]);
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
       if constexpr (WithGradient) {
         const bool contiguous = dlogits.vector_row(grad);
         const lanes<S, V> zeros{};
-        for (int c = group::template column<V>(0); c < n; c += group::threads * V) {
+        for (int c = group::template column<V>(0); c < n; c += group::threads() * V) {
           if (contiguous)
             store_columns<true, V>(grad, c, n, 1, zeros);
           else
@@ -184,11 +184,10 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
   if (mean)
     launch_kernel<count_targets_kernel<T>>(1, reduce_block_threads, 0, ex.stream, targets, logits.rows, ignore_index,
                                            count.as<index_t>());
-  with_row_group<vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group) {
-    using R = decltype(group);
-    launch_kernel<cross_entropy_kernel<R::threads, WithGradient, G, L, X, T>>(
-        row_blocks<R>(logits.rows), R::block_threads, 0, ex.stream, dlogits, losses, logits, targets, ignore_index,
-        count.as<const index_t>(), grad_scale);
+  with_row_group<vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group, row_launch shape) {
+    launch_rows<cross_entropy_kernel<decltype(group), WithGradient, G, L, X, T>>(
+        shape, logits.rows, 0, ex.stream, dlogits, losses, logits, targets, ignore_index, count.as<const index_t>(),
+        grad_scale);
   });
 }
 

@@ -1,14 +1,15 @@
 // fusor/kernels/layernorm_cuda.hpp — the CUDA kernels of layernorm and rmsnorm
 // (layernorm.hpp), forward and backward.
 //
-// Forward: a warp (rows up to 1024 elements) or a block of 128 to 1024 threads
-// per row, the smallest whose registers hold the row (row_reduce.hpp). A
-// contiguous row that fits in registers (up to 32768 elements) is read once
-// and its variance is two-pass from registers; a longer or strided row is read
-// twice, with Welford's running mean and M2 combined over the group. One launch.
+// Forward: a warp (rows up to 1024 elements), a block of 128 to 1024 threads
+// or on sm_90 a cluster of up to eight 512-thread blocks per row, the smallest
+// whose registers hold the row (row_reduce.hpp). A contiguous row that fits in
+// registers (up to 32768 elements, clusters 131072) is read once and its
+// variance is two-pass from registers; a longer or strided row is read twice,
+// with Welford's running mean and M2 combined over the group. One launch.
 //
 // Backward: where the accumulator rows fit in shared memory, each group (warp
-// or block) owns an accumulator row for dweight (and dbias) into which each
+// or block, never a cluster) owns an accumulator row for dweight (and dbias) into which each
 // thread adds only the columns it owns, so no atomics are needed; at the end
 // each block sums its groups in order into one partial row. Longer rows (their
 // accumulators would live in global memory, read and written for every row:
@@ -150,11 +151,11 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
   }
 }
 
-template <int Threads, bool Centered, class Y, class M, class R, class X, class W, class B>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+template <class Group, bool Centered, class Y, class M, class R, class X, class W, class B>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
-  using group = row_group<Threads>;
-  const bool fits = f.x.length <= group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>;
+  using group = Group;
+  const bool fits = f.x.length <= group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>();
   const bool parameters_contiguous = f.weight.vector_ok() && (!Centered || f.bias.vector_ok());
   for (index_t r = group::first_row(); r < f.x.rows; r += group::row_step()) {
     const bool contiguous = parameters_contiguous && f.x.vector_row(f.x.row(r)) && f.y.vector_row(f.y.row(r));
@@ -171,36 +172,39 @@ template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, const cuda_executor& ex) {
   gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
   if (f.x.rows == 0 || f.x.length == 0) return;
-  with_row_group<vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group) {
-    using G = decltype(group);
-    launch_kernel<norm_forward_kernel<G::threads, Centered, Y, M, R, X, W, B>>(
-        row_blocks<G>(f.x.rows), G::block_threads, 0, ex.stream, f, epsilon);
+  with_row_group<vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group, row_launch shape) {
+    launch_rows<norm_forward_kernel<decltype(group), Centered, Y, M, R, X, W, B>>(shape, f.x.rows, 0, ex.stream, f,
+                                                                                  epsilon);
   });
 }
 
 // ---- backward ------------------------------------------------------------------------------
 // A group's accumulator row holds dweight's terms in slots [0, padded) and
-// dbias's in [padded, 2 padded), padded = n rounded up to Threads * V. Slots
-// are item-major: column (k Threads + lane) V + j is slot (k V + j) Threads +
-// lane, so the threads of a warp add into consecutive words (by column, 16-bit
-// rows had 8-way shared-memory bank conflicts), and each thread's slots are
-// those congruent to its lane.
-template <class Group, int V>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n) {
-  constexpr index_t step = index_t(Group::threads) * V;
+// dbias's in [padded, 2 padded), padded = n rounded up to threads * V (the
+// group's threads). Slots are item-major: column (k threads + lane) V + j is
+// slot (k V + j) threads + lane, so the threads of a warp add into
+// consecutive words (by column, 16-bit rows had 8-way shared-memory bank
+// conflicts), and each thread's slots are those congruent to its lane. Groups
+// that accumulate are one block at most (never a cluster).
+template <int V>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n, int threads) {
+  const index_t step = index_t(threads) * V;
   return (n + step - 1) / step * step;
 }
-// The slot of column c + j, c being a column this thread owns (a multiple of V).
-template <class Group, int V>
-__device__ FUSOR_FORCE_INLINE index_t accumulator_slot(int c, int j) {
-  const int item = c / V;  // k Threads + lane
-  return (index_t(item / Group::threads) * V + j) * Group::threads + item % Group::threads;
+// The slot of column c + j, c being a column that thread `lane` owns (a
+// multiple of V): with item c / V = k threads + lane, (k V + j) threads + lane
+// without a division by the run-time group size.
+template <int V>
+__device__ FUSOR_FORCE_INLINE index_t accumulator_slot(int c, int j, int threads, int lane) {
+  return index_t(c / V - lane) * V + index_t(j) * threads + lane;
 }
-// The column of slot s in [0, padded).
-template <class Group, int V>
-__device__ FUSOR_FORCE_INLINE index_t accumulator_column(index_t s) {
-  const index_t k = s / (index_t(Group::threads) * V), rest = s % (index_t(Group::threads) * V);
-  return (k * Group::threads + rest % Group::threads) * V + rest / Group::threads;
+// The column of slot s in [0, padded): accumulators fit shared memory, so
+// slots are int; `threads` is a power of two (32 to 1024), divided by shifts.
+template <int V>
+__device__ FUSOR_FORCE_INLINE int accumulator_column(int s, int threads) {
+  const int shift = __ffs(threads) - 1;
+  const int k = (s >> shift) / V, rest = s - k * threads * V;
+  return ((k << shift) + (rest & (threads - 1))) * V + (rest >> shift);
 }
 
 // dx of one row; with Accumulate, its terms are added into the group's
@@ -264,9 +268,9 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
       result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
       if constexpr (Accumulate) {
         if (j < valid) {
-          const index_t slot = accumulator_slot<Group, V>(c, j);
+          const index_t slot = accumulator_slot<V>(c, j, Group::threads(), Group::lane());
           acc[slot] += g * xhat;
-          if constexpr (Centered) acc[accumulator_padded<Group, V>(n) + slot] += g;
+          if constexpr (Centered) acc[accumulator_padded<V>(n, Group::threads()) + slot] += g;
         }
       }
     }
@@ -287,24 +291,24 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
 // dynamic shared memory and the block writes the sum of its groups' rows to
 // `partials` (one row per block); without, dweight and dbias are left to
 // norm_parameter_partials_kernel.
-template <int Threads, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
+template <class Group, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
           class M, class R>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
   using S = statistic_t<X>;
-  using group = row_group<Threads>;
+  using group = Group;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
-  const index_t padded = accumulator_padded<group, V>(n);
+  const index_t padded = accumulator_padded<V>(n, group::threads());
   const index_t width = Centered ? 2 * padded : padded;  // one group's accumulator row
   S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
   S* const acc = Accumulate ? block_accumulators + group::index() * width : nullptr;
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
-    for (index_t slot = group::lane(); slot < width; slot += group::threads) acc[slot] = S(0);
+    for (index_t slot = group::lane(); slot < width; slot += group::threads()) acc[slot] = S(0);
   }
 
-  const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>;
+  const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>();
   for (index_t r = group::first_row(); r < b.x.rows; r += group::row_step()) {
     const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
                             b.dx.vector_row(b.dx.row(r));
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
     const index_t partial_width = Centered ? 2 * index_t(n) : index_t(n);
     for (index_t slot = threadIdx.x; slot < width; slot += blockDim.x) {
       const bool bias = slot >= padded;
-      const index_t c = accumulator_column<group, V>(bias ? slot - padded : slot);
+      const index_t c = accumulator_column<V>(int(bias ? slot - padded : slot), group::threads());
       if (c >= n) continue;
       S total = 0;
       for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + slot];
@@ -443,14 +447,15 @@ int resident_blocks(index_t wanted, int block_threads, std::size_t dynamic_share
 }
 
 template <class Group, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
-void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, const cuda_executor& ex) {
+void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, const row_launch& shape,
+                          const cuda_executor& ex) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
-  constexpr auto accumulating = norm_backward_kernel<Group::threads, Centered, true, DX, DW, DB, DY, X, W, M, R>;
-  constexpr auto rows_only = norm_backward_kernel<Group::threads, Centered, false, DX, DW, DB, DY, X, W, M, R>;
+  constexpr auto accumulating = norm_backward_kernel<Group, Centered, true, DX, DW, DB, DY, X, W, M, R>;
+  constexpr auto rows_only = norm_backward_kernel<Group, Centered, false, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
   const index_t width = Centered ? 2 * n : n;  // a partial row
-  const index_t padded = accumulator_padded<Group, V>(n);
+  const index_t padded = accumulator_padded<V>(n, shape.group_threads());
   const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
 
   int device = 0, shared_limit = 0;
@@ -461,16 +466,15 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
       std::size_t(Group::per_block) * std::size_t(Centered ? 2 * padded : padded) * sizeof(S);
   int partial_rows = 0;
   buffer<device_space> partials;
-  if (shared_bytes + static_bytes <= std::size_t(shared_limit)) {
+  if (shape.cluster_blocks == 1 && shared_bytes + static_bytes <= std::size_t(shared_limit)) {
     // The static part counts: 49,152 bytes of accumulators beside the reductions' static storage
     // failed to launch when only the accumulators were weighed (rows of 4097 fp32, H200).
     gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);
-    partial_rows = resident_blocks<accumulating>(wanted, Group::block_threads, shared_bytes);
+    partial_rows = resident_blocks<accumulating>(wanted, shape.block_threads, shared_bytes);
     partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
-    launch_kernel<accumulating>(partial_rows, Group::block_threads, shared_bytes, ex.stream, b, partials.as<S>());
+    launch_kernel<accumulating>(partial_rows, shape.block_threads, shared_bytes, ex.stream, b, partials.as<S>());
   } else {
-    launch_kernel<rows_only>(resident_blocks<rows_only>(wanted, Group::block_threads, 0), Group::block_threads, 0,
-                             ex.stream, b, static_cast<S*>(nullptr));
+    launch_rows<rows_only>(shape, b.x.rows, 0, ex.stream, b, static_cast<S*>(nullptr));
     // Chunks of rows enough for four blocks a multiprocessor, each of at least parameter_rows_batch rows.
     const index_t column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
     const index_t wanted_blocks = 4 * index_t(gpu::multiprocessor_count());
@@ -495,8 +499,9 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
                                     ex.stream);
     return;
   }
-  with_row_group<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(
-      b.x.length, [&](auto group) { norm_backward_launch<decltype(group), Centered>(b, ex); });
+  with_row_group<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(b.x.length, [&](auto group, row_launch shape) {
+    norm_backward_launch<decltype(group), Centered>(b, shape, ex);
+  });
 }
 
 }  // namespace fusor::detail

@@ -1,12 +1,12 @@
 // fusor/kernels/row_reduce.hpp — the CUDA building blocks of the row-wise
-// kernels: a row handled by one warp (short rows) or one block (long rows),
-// reductions over that group with CUB (cub::WarpReduce, cub::BlockReduce) whose
-// result every thread of the group receives, a row cached in registers, and
-// reads and writes of V consecutive columns that are 16-byte vector accesses
-// where the row allows.
+// kernels: a row handled by a warp (short rows), a block, or on sm_90 a
+// cluster of blocks (long rows); reductions over that group (cub::WarpReduce,
+// then across warps and the cluster's blocks) whose result every thread of
+// the group receives; a row cached in registers; and reads and writes of V
+// consecutive columns that are 16-byte vector accesses where the row allows.
 //
-// Thread `lane` of a group owns columns (k * Threads + lane) * V + [0, V) for
-// k = 0, 1, ...; a row of at most Threads * cached_row_elements elements is
+// Thread `lane` of a group owns columns (k * threads + lane) * V + [0, V) for
+// k = 0, 1, ...; a row of at most threads * cached_row_elements elements is
 // read once into registers and written from there (one pass over memory),
 // longer rows are read twice (statistics, then outputs). Column ownership is
 // the same in both cases, which the parameter-gradient accumulators of the
@@ -37,19 +37,23 @@ namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
 // row each, or a block of 128 to 1024 threads takes one row: the smallest
-// group whose registers hold the row (with_row_group); longer rows go to
-// 512-thread blocks that read them twice. Each thread caches 32 elements of
-// its row in registers (a warp: rows up to 1024 elements, blocks: 4096 to
-// 32768), counted as 4 bytes wide: every element becomes an fp32 value when
-// used, and more elements would cost occupancy. A pass caching two rows (y
-// and dy, x and dy) keeps 16 elements of each (a warp: 512, blocks: 2048 to
-// 16384). Kernels are capped at 64 registers a thread (32 resident warps a
-// multiprocessor).
+// group whose registers hold the row (with_row_group). On sm_90 a row too long
+// for one block is held by a cluster of two to eight 512-thread blocks
+// (block_rows spans the cluster; reductions go through distributed shared
+// memory) and still read once; longer rows, and GPUs or binaries without
+// clusters, go to 512-thread blocks that read them twice. Each thread caches
+// 32 elements of its row in registers (a warp: rows up to 1024 elements,
+// blocks: 4096 to 32768, clusters: up to 131072), counted as 4 bytes wide:
+// every element becomes an fp32 value when used, and more elements would cost
+// occupancy. A pass caching two rows (y and dy, x and dy) keeps 16 elements of
+// each (a warp: 512, blocks: 2048 to 16384). Kernels are capped at 64
+// registers a thread (32 resident warps a multiprocessor).
 // Small groups keep many rows in flight on a multiprocessor: one 512-thread
 // block per 4096-element row kept 16 KB in flight per block, two blocks a
 // multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
 inline constexpr int warp_rows_block_threads = 256;
 inline constexpr int block_row_threads = 512;
+inline constexpr int max_cluster_blocks = 8;  // the portable cluster size
 // Bytes of loads a thread issues before using them when a row is read in a
 // loop, so that several 16-byte loads are in flight per thread (8 registers;
 // more spill under the 64-register cap).
@@ -63,51 +67,121 @@ inline constexpr int cached_bytes = ((sizeof(Cached) > 4 ? int(sizeof(Cached)) :
 // Items of V columns a thread caches, each column counting `ElementBytes`.
 template <int V, int ElementBytes>
 inline constexpr int cached_items = cached_row_bytes / (V * ElementBytes) > 0 ? cached_row_bytes / (V * ElementBytes) : 1;
+// The longest row a group of `threads` keeps in registers, at V columns per item.
+template <int V, int ElementBytes>
+FUSOR_HOST_DEVICE constexpr index_t group_capacity(int threads) {
+  return index_t(threads) * V * cached_items<V, ElementBytes>;
+}
 
-template <int Threads>
-struct row_group {
-  static_assert(Threads == 32 || Threads == 128 || Threads == 256 || Threads == 512 || Threads == 1024,
-                "fusor: a row is handled by a warp or a block of 128, 256, 512 or 1024 threads");
-  static constexpr int threads = Threads;
-  static constexpr bool is_warp = Threads == 32;
-  static constexpr int block_threads = is_warp ? warp_rows_block_threads : Threads;
-  static constexpr int per_block = block_threads / Threads;
-  // Resident blocks asked of the compiler: 64 registers a thread at most, so
-  // 32 warps fit on a multiprocessor.
+// ---- groups ------------------------------------------------------------------------------
+// A group of threads handles one row at a time. Thread lane() of threads()
+// owns columns (k threads() + lane()) V + [0, V) for k = 0, 1, ...; the
+// same columns on every row, which the normalisation backward passes'
+// parameter-gradient accumulators rely on. all_reduce's tree is fixed for a
+// given group size: results are deterministic run to run.
+
+// A warp per row, eight rows a block.
+struct warp_rows {
+  static constexpr bool is_warp = true;
+  static constexpr int block_threads = warp_rows_block_threads;
+  static constexpr int per_block = block_threads / 32;
+  // Launch bounds: 64 registers a thread at most, so 32 warps fit on a multiprocessor.
+  static constexpr int max_block_threads = block_threads;
   static constexpr int min_blocks = 1024 / block_threads;
-  // The longest row a group keeps in registers, at V columns per step.
-  template <int V, int ElementBytes>
-  static constexpr int capacity = Threads * V * cached_items<V, ElementBytes>;
 
-  __device__ static int lane() { return int(threadIdx.x) % Threads; }
-  __device__ static int index() { return int(threadIdx.x) / Threads; }
+  __device__ static constexpr int threads() { return 32; }
+  __device__ static int lane() { return int(threadIdx.x) % 32; }
+  __device__ static int index() { return int(threadIdx.x) / 32; }
   __device__ static index_t first_row() { return index_t(blockIdx.x) * per_block + index(); }
   __device__ static index_t row_step() { return index_t(gridDim.x) * per_block; }
-  // Column of item k of this thread, V columns per item.
   template <int V>
-  __device__ static int column(int k) { return (k * Threads + lane()) * V; }
+  __device__ static int column(int k) { return (k * 32 + lane()) * V; }
+  template <int V, int ElementBytes>
+  __device__ static constexpr index_t capacity() { return group_capacity<V, ElementBytes>(32); }
 
-  // The reduction of `value` over the group, in every thread of the group.
-  // Every thread of the group must call it (block groups: the whole block).
+  // The reduction of `value` over the warp, in every thread of it.
   template <class T, class Op>
   __device__ static T all_reduce(const T& value, Op op) {
-    if constexpr (is_warp) {
-      using warp_reduce = cub::WarpReduce<T>;
-      __shared__ typename warp_reduce::TempStorage temp[per_block];
-      const T result = warp_reduce(temp[index()]).Reduce(value, op);
-      __syncwarp();
-      return cub::ShuffleIndex<32>(result, 0, 0xffffffffu);
-    } else {
-      using block_reduce = cub::BlockReduce<T, Threads>;
-      __shared__ typename block_reduce::TempStorage temp;
-      __shared__ cub::Uninitialized<T> shared_result;
-      const T result = block_reduce(temp).Reduce(value, op);
-      if (threadIdx.x == 0) shared_result.Alias() = result;
-      __syncthreads();
-      const T out = shared_result.Alias();
-      __syncthreads();  // temp and shared_result may be reused by the next reduction
-      return out;
+    using warp_reduce = cub::WarpReduce<T>;
+    __shared__ typename warp_reduce::TempStorage temp[per_block];
+    const T result = warp_reduce(temp[index()]).Reduce(value, op);
+    __syncwarp();
+    return cub::ShuffleIndex<32>(result, 0, 0xffffffffu);
+  }
+};
+
+// A block per row, or on sm_90 a cluster of blocks per row: its size is read
+// at run time (blockDim.x, the cluster's block count), so one kernel serves
+// every block size (each size a template once cost nvcc a kernel apiece).
+struct block_rows {
+  static constexpr bool is_warp = false;
+  static constexpr int per_block = 1;
+  static constexpr int max_block_threads = 1024;
+  static constexpr int min_blocks = 1;  // with 1024 threads: 64 registers a thread
+
+  // Blocks of this row's cluster (1 without one) and this block's rank in it.
+  __device__ static int cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(__clusterSizeInBlocks());
+#else
+    return 1;  // clusters are launched only for sm_90 code (launch_rows)
+#endif
+  }
+  __device__ static int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(__clusterRelativeBlockRank());
+#else
+    return 0;
+#endif
+  }
+  __device__ static int threads() { return int(blockDim.x) * cluster_blocks(); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A barrier of every thread of the cluster; its writes to shared memory are
+  // visible to the others' reads after it (release, then acquire).
+  __device__ static void cluster_sync() {
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+  }
+#endif
+  __device__ static int lane() { return cluster_rank() * int(blockDim.x) + int(threadIdx.x); }
+  __device__ static int index() { return 0; }
+  __device__ static index_t first_row() { return index_t(blockIdx.x) / cluster_blocks(); }
+  __device__ static index_t row_step() { return index_t(gridDim.x) / cluster_blocks(); }
+  template <int V>
+  __device__ static int column(int k) { return (k * threads() + lane()) * V; }
+  template <int V, int ElementBytes>
+  __device__ static index_t capacity() { return group_capacity<V, ElementBytes>(threads()); }
+
+  // The reduction of `value` over the block (the cluster), in every thread of
+  // it. Every thread of the block (the cluster) must call it. Each warp
+  // reduces, then every warp reduces the warps' results alike (no broadcast
+  // needed), then every block the cluster's blocks' results.
+  template <class T, class Op>
+  __device__ static T all_reduce(const T& value, Op op) {
+    using warp_reduce = cub::WarpReduce<T>;
+    __shared__ typename warp_reduce::TempStorage temp[max_block_threads / 32];
+    __shared__ cub::Uninitialized<T> warp_results[max_block_threads / 32];
+    const int warp = int(threadIdx.x) / 32, lane_in_warp = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
+    const T mine = warp_reduce(temp[warp]).Reduce(value, op);
+    if (lane_in_warp == 0) warp_results[warp].Alias() = mine;
+    __syncthreads();
+    const T block_result =
+        warp_reduce(temp[warp]).Reduce(warp_results[lane_in_warp < warps ? lane_in_warp : 0].Alias(), op, warps);
+    const T out = cub::ShuffleIndex<32>(block_result, 0, 0xffffffffu);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (const int blocks = cluster_blocks(); blocks > 1) {
+      __shared__ cub::Uninitialized<T> cluster_slot;
+      if (threadIdx.x == 0) cluster_slot.Alias() = out;
+      cluster_sync();  // every block's result written (and warp_results read)
+      const unsigned rank = lane_in_warp < blocks ? unsigned(lane_in_warp) : 0u;
+      const T theirs = *static_cast<const T*>(__cluster_map_shared_rank(&cluster_slot.Alias(), rank));
+      const T total = cub::ShuffleIndex<32>(warp_reduce(temp[warp]).Reduce(theirs, op, blocks), 0, 0xffffffffu);
+      cluster_sync();  // every block has read the slots: they may be written again, or the block exit
+      return total;
     }
+#endif
+    __syncthreads();  // warp_results may be written by the next reduction
+    return out;
   }
 };
 
@@ -265,7 +339,7 @@ __device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, inde
 // it loaded, so an output may be its input (in place).
 template <class Group, int V, class Load, class Use>
 __device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load, const Use& use) {
-  constexpr int step = Group::threads * V;
+  const int step = Group::threads() * V;
   using item = decltype(load(0));
   constexpr int batch = sizeof(item) >= looped_batch_bytes ? 1 : int(looped_batch_bytes / sizeof(item));
   // c < max_row_length + batch * step: no int overflow (rows.hpp).
@@ -280,30 +354,44 @@ __device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load
 }
 
 // ---- launches ---------------------------------------------------------------------------
-// launch(Group{}) with the row group for rows of `length` whose items are V
-// columns, each counting ElementBytes of a thread's cache: a warp or the
-// smallest block whose registers hold the row, else a 512-thread block (more
-// rows in flight than 1024) that reads it in a loop.
+// How a row kernel is launched: `rows_per_block` rows a block (warps), or one
+// row a block of `block_threads`, or one row a cluster of `cluster_blocks`.
+struct row_launch {
+  int block_threads;
+  int cluster_blocks;
+  int rows_per_block;
+  // Threads of one row's group.
+  int group_threads() const {
+    return rows_per_block > 1 ? block_threads / rows_per_block : block_threads * cluster_blocks;
+  }
+};
+
+// launch(Group{}, row_launch) for rows of `length` whose items are V columns,
+// each counting ElementBytes of a thread's cache: a warp, the smallest block
+// whose registers hold the row, the smallest cluster of 512-thread blocks
+// that does (launch_rows falls back to one block where clusters cannot run),
+// else a 512-thread block (more rows in flight than 1024) that reads the row
+// twice.
 template <int V, int ElementBytes, class Launch>
 void with_row_group(index_t length, const Launch& launch) {
-  if (length <= row_group<32>::template capacity<V, ElementBytes>)
-    launch(row_group<32>{});
-  else if (length <= row_group<128>::template capacity<V, ElementBytes>)
-    launch(row_group<128>{});
-  else if (length <= row_group<256>::template capacity<V, ElementBytes>)
-    launch(row_group<256>{});
-  else if (length <= row_group<512>::template capacity<V, ElementBytes>)
-    launch(row_group<512>{});
-  else if (length <= row_group<1024>::template capacity<V, ElementBytes>)
-    launch(row_group<1024>{});
-  else
-    launch(row_group<block_row_threads>{});
+  if (length <= group_capacity<V, ElementBytes>(32)) {
+    launch(warp_rows{}, row_launch{warp_rows::block_threads, 1, warp_rows::per_block});
+    return;
+  }
+  for (int threads = 128; threads <= 1024; threads *= 2)
+    if (length <= group_capacity<V, ElementBytes>(threads)) {
+      launch(block_rows{}, row_launch{threads, 1, 1});
+      return;
+    }
+  const index_t per_block = group_capacity<V, ElementBytes>(block_row_threads);
+  const index_t blocks = (length + per_block - 1) / per_block;
+  launch(block_rows{}, row_launch{block_row_threads, blocks <= max_cluster_blocks ? int(blocks) : 1, 1});
 }
 
-template <class Group>
-int row_blocks(index_t rows) {
-  const index_t blocks = (rows + Group::per_block - 1) / Group::per_block;
-  return int(std::clamp<index_t>(blocks, 1, max_row_blocks));
+// Blocks of a launch over `rows`: a multiple of the cluster size, at most max_row_blocks.
+inline int row_grid(const row_launch& shape, index_t rows) {
+  const index_t groups = (rows + shape.rows_per_block - 1) / shape.rows_per_block;
+  return int(std::clamp<index_t>(groups, 1, max_row_blocks / shape.cluster_blocks) * shape.cluster_blocks);
 }
 
 // One launch of Kernel, checked and counted.
@@ -311,6 +399,41 @@ template <auto Kernel, class... Args>
 void launch_kernel(dim3 grid, int block, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
   Kernel<<<grid, block, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
+  gpu::launch_counter().fetch_add(1);
+}
+
+// Kernel over `rows` in the shape with_row_group chose; in clusters where the
+// shape asks for them, Kernel's code for this GPU is sm_90 or newer and the
+// GPU can hold the cluster, else in 512-thread blocks (the kernel then reads
+// long rows twice).
+template <auto Kernel, class... Args>
+void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaStream_t stream,
+                 const Args&... args) {
+  if (shape.cluster_blocks > 1 && !gpu::runs_in_clusters<Kernel>()) shape = {block_row_threads, 1, 1};
+  if (shape.cluster_blocks == 1) {
+    launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
+    return;
+  }
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(shape.cluster_blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(row_grid(shape, rows)));
+  config.blockDim = dim3(unsigned(shape.block_threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, Kernel, args...);
+  if (status == cudaErrorInvalidClusterSize) {  // more than this GPU (or its MIG slice) holds: blocks instead
+    gpu::forget_reported_error();
+    launch_kernel<Kernel>(row_grid({block_row_threads, 1, 1}, rows), block_row_threads, shared_bytes, stream,
+                          args...);
+    return;
+  }
+  FUSOR_CUDA_CHECK(status);
   gpu::launch_counter().fetch_add(1);
 }
 

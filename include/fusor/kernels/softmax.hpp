@@ -22,10 +22,11 @@
 // The host runs rows over OpenMP threads with vectorised loops (three passes
 // over a row, which is in cache by the second). The GPU (softmax_cuda.hpp)
 // takes a row per warp up to 1024 elements and per block above that,
-// the smallest of 128 to 1024 threads whose registers hold the row; a
-// contiguous row of up to 32768 elements is read once, into registers
-// (backward: 16384 of each of y and dy), a longer, strided or expression
-// row twice. A row with unit column stride and a 16-byte-aligned start moves
+// the smallest of 128 to 1024 threads whose registers hold the row, and on
+// sm_90 per cluster of up to eight 512-thread blocks; a contiguous row of up
+// to 32768 elements (clusters: 131072) is read once, into registers
+// (backward: 16384 of each of y and dy; clusters: 65536), a longer, strided
+// or expression row twice. A row with unit column stride and a 16-byte-aligned start moves
 // in 16-byte vectors; other layouts take element accesses: correct, slower.
 // One launch per call.
 #pragma once

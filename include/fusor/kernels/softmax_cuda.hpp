@@ -1,8 +1,8 @@
 // fusor/kernels/softmax_cuda.hpp — the CUDA kernels of softmax and
 // log-softmax (softmax.hpp), forward and backward.
 //
-// A warp or a block of 128 to 1024 threads per row, the smallest whose
-// registers hold the row (row_reduce.hpp). A contiguous row that fits in
+// A warp, a block of 128 to 1024 threads or (sm_90) a cluster of blocks per
+// row, the smallest whose registers hold the row (row_reduce.hpp). A contiguous row that fits in
 // registers is read once: max, then the sum of exp(x - max), both over the
 // cached values, then the outputs. Any other row (longer, strided, unaligned,
 // or an expression) is read twice, several items a thread at a time: an online
@@ -95,12 +95,12 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
 }
 
 // Contiguous rows that fit are cached; any other row is read twice.
-template <int Threads, bool Log, class Y, class X>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+template <class Group, bool Log, class Y, class X>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
-  using group = row_group<Threads>;
+  using group = Group;
   const int n = int(x.length);
-  const bool fits = n <= group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>;
+  const bool fits = n <= group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>();
   for (index_t r = group::first_row(); r < x.rows; r += group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
@@ -115,10 +115,10 @@ __global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<T
 }
 
 // softmax of an expression: every row read twice, element by element.
-template <int Threads, bool Log, class Y, class E, std::size_t Rank>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+template <class Group, bool Log, class Y, class E, std::size_t Rank>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
-  using group = row_group<Threads>;
+  using group = Group;
   const int n = int(y.length);
   for (index_t r = group::first_row(); r < y.rows; r += group::row_step())
     softmax_row_looped<group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
@@ -150,7 +150,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
     }
     store_columns<Contiguous, V>(dxr, c, n, dx.column_stride, result);
   };
-  if (Contiguous && n <= Group::template capacity<V, cached_bytes<Y, DY>>) {
+  if (Contiguous && n <= Group::template capacity<V, cached_bytes<Y, DY>>()) {
     lanes<Y, V> ycache[items];
     lanes<DY, V> gcache[items];
     S sum = 0;
@@ -181,10 +181,10 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
   }
 }
 
-template <int Threads, bool Log, class DX, class Y, class DY>
-__global__ void __launch_bounds__(row_group<Threads>::block_threads, row_group<Threads>::min_blocks)
+template <class Group, bool Log, class DX, class Y, class DY>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
-  using group = row_group<Threads>;
+  using group = Group;
   const int n = int(y.length);
   for (index_t r = group::first_row(); r < y.rows; r += group::row_step()) {
     const Y* yr = y.row(r);
@@ -201,9 +201,8 @@ template <bool Log, class Y, class X>
 void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (x.rows == 0 || x.length == 0) return;
-  with_row_group<vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group) {
-    using G = decltype(group);
-    launch_kernel<softmax_kernel<G::threads, Log, Y, X>>(row_blocks<G>(x.rows), G::block_threads, 0, ex.stream, y, x);
+  with_row_group<vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group, row_launch shape) {
+    launch_rows<softmax_kernel<decltype(group), Log, Y, X>>(shape, x.rows, 0, ex.stream, y, x);
   });
 }
 
@@ -211,14 +210,12 @@ template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  using warp = row_group<32>;
-  using block = row_group<block_row_threads>;
   if (y.length <= 1024)
-    launch_kernel<softmax_expression_kernel<32, Log, Y, E, Rank>>(row_blocks<warp>(y.rows), warp::block_threads, 0,
-                                                                 ex.stream, y, x);
+    launch_rows<softmax_expression_kernel<warp_rows, Log, Y, E, Rank>>(
+        row_launch{warp_rows::block_threads, 1, warp_rows::per_block}, y.rows, 0, ex.stream, y, x);
   else
-    launch_kernel<softmax_expression_kernel<block_row_threads, Log, Y, E, Rank>>(
-        row_blocks<block>(y.rows), block::block_threads, 0, ex.stream, y, x);
+    launch_rows<softmax_expression_kernel<block_rows, Log, Y, E, Rank>>(row_launch{block_row_threads, 1, 1}, y.rows,
+                                                                        0, ex.stream, y, x);
 }
 
 template <bool Log, class DX, class Y, class DY>
@@ -226,10 +223,8 @@ void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& 
                            const cuda_executor& ex) {
   gpu::require("softmax_backward on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  with_row_group<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group) {
-    using G = decltype(group);
-    launch_kernel<softmax_backward_kernel<G::threads, Log, DX, Y, DY>>(row_blocks<G>(y.rows), G::block_threads, 0,
-                                                                      ex.stream, dx, y, dy);
+  with_row_group<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group, row_launch shape) {
+    launch_rows<softmax_backward_kernel<decltype(group), Log, DX, Y, DY>>(shape, y.rows, 0, ex.stream, dx, y, dy);
   });
 }
 
