@@ -36,18 +36,20 @@
 namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
-// row each, or a block of 128 to 1024 threads takes one row: the smallest
+// row each, or a block of 64 to 1024 threads takes one row: the smallest
 // group whose registers hold the row (with_row_group). On sm_90 a row too long
 // for one block is held by a cluster of two to eight 512-thread blocks
 // (block_rows spans the cluster; reductions go through distributed shared
 // memory) and still read once; longer rows, and GPUs or binaries without
 // clusters, go to 512-thread blocks that read them twice. Each thread caches
 // 32 elements of its row in registers (a warp: rows up to 1024 elements,
-// blocks: 4096 to 32768, clusters: up to 131072), counted as 4 bytes wide:
+// blocks: 2048 to 32768, clusters: up to 131072), counted as 4 bytes wide:
 // every element becomes an fp32 value when used, and more elements would cost
-// occupancy. A pass caching two rows (y and dy, x and dy) keeps 16 elements of
-// each (a warp: 512, blocks: 2048 to 16384). Kernels are capped at 64
-// registers a thread (32 resident warps a multiprocessor).
+// occupancy (bf16 rows kept as read, 64 elements a thread, spilled in every
+// bf16 kernel: 44 to 151 spill stores in the SASS, 2026-11-27). A pass
+// caching two rows (y and dy, x and dy) keeps 16 elements of each (a warp:
+// 512, blocks: 1024 to 16384). Kernels are capped at 64 registers a thread
+// (32 resident warps a multiprocessor).
 // Small groups keep many rows in flight on a multiprocessor: one 512-thread
 // block per 4096-element row kept 16 KB in flight per block, two blocks a
 // multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
@@ -378,7 +380,7 @@ void with_row_group(index_t length, const Launch& launch) {
     launch(warp_rows{}, row_launch{warp_rows::block_threads, 1, warp_rows::per_block});
     return;
   }
-  for (int threads = 128; threads <= 1024; threads *= 2)
+  for (int threads = 64; threads <= 1024; threads *= 2)
     if (length <= group_capacity<V, ElementBytes>(threads)) {
       launch(block_rows{}, row_launch{threads, 1, 1});
       return;
