@@ -406,37 +406,32 @@ void launch_kernel(dim3 grid, int block, std::size_t shared_bytes, cudaStream_t 
 
 // Kernel over `rows` in the shape with_row_group chose; in clusters where the
 // shape asks for them, Kernel's code for this GPU is sm_90 or newer and the
-// GPU can hold the cluster, else in 512-thread blocks (the kernel then reads
-// long rows twice).
+// GPU holds such a cluster (gpu::runs_in_clusters), else in 512-thread blocks
+// (the kernel then reads long rows twice).
 template <auto Kernel, class... Args>
 void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaStream_t stream,
                  const Args&... args) {
-  if (shape.cluster_blocks > 1 && !gpu::runs_in_clusters<Kernel>()) shape = {block_row_threads, 1, 1};
-  if (shape.cluster_blocks == 1) {
-    launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
-    return;
+  if (shape.cluster_blocks > 1) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = unsigned(shape.cluster_blocks);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(row_grid(shape, rows)));
+    config.blockDim = dim3(unsigned(shape.block_threads));
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (gpu::runs_in_clusters<Kernel>(config, cluster.val.clusterDim.x)) {
+      FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
+      gpu::launch_counter().fetch_add(1);
+      return;
+    }
+    shape = {block_row_threads, 1, 1};
   }
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(shape.cluster_blocks);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(row_grid(shape, rows)));
-  config.blockDim = dim3(unsigned(shape.block_threads));
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  const cudaError_t status = cudaLaunchKernelEx(&config, Kernel, args...);
-  if (status == cudaErrorInvalidClusterSize) {  // more than this GPU (or its MIG slice) holds: blocks instead
-    gpu::forget_reported_error();
-    launch_kernel<Kernel>(row_grid({block_row_threads, 1, 1}, rows), block_row_threads, shared_bytes, stream,
-                          args...);
-    return;
-  }
-  FUSOR_CUDA_CHECK(status);
-  gpu::launch_counter().fetch_add(1);
+  launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
 }
 
 }  // namespace fusor::detail
