@@ -1,7 +1,7 @@
 // fusor/kernels/layernorm_cuda.hpp — the CUDA kernels of layernorm and rmsnorm
 // (layernorm.hpp), forward and backward.
 //
-// Forward: a warp (rows up to 1024 elements), a block of 128 to 1024 threads
+// Forward: a warp (rows up to 1024 elements), a block of 64 to 1024 threads
 // or on sm_90 a cluster of up to eight 512-thread blocks per row, the smallest
 // whose registers hold the row (row_reduce.hpp). A contiguous row that fits in
 // registers (up to 32768 elements, clusters 131072) is read once and its
@@ -9,13 +9,14 @@
 // with Welford's running mean and M2 combined over the group. One launch.
 //
 // Backward: where the accumulator rows fit in shared memory, each group (warp
-// or block, never a cluster) owns an accumulator row for dweight (and dbias) into which each
-// thread adds only the columns it owns, so no atomics are needed; at the end
-// each block sums its groups in order into one partial row. Longer rows (their
-// accumulators would live in global memory, read and written for every row:
-// 0.04x of the copy bandwidth on an H200) get dx alone from the row kernel,
-// then a column kernel sums dy * xhat (and dy) over chunks of rows into one
-// partial row per chunk, reading x and dy once more. A last kernel sums the
+// or block, never a cluster) owns an accumulator row for dweight (and dbias)
+// into which each thread adds only the columns it owns, so no atomics are
+// needed; at the end each block sums its groups in order into one partial
+// row. Longer rows (their accumulators would live in global memory, read and
+// written for every row: 0.04x of the copy bandwidth on an H200) get dx alone
+// from the row kernel (a cluster's on sm_90), then a column kernel sums dy *
+// xhat (and dy) over chunks of rows into one partial row per chunk, reading x
+// and dy once more. A last kernel sums the
 // partial rows in a fixed order, 32 columns and eight slices of rows a block:
 // dweight and dbias are deterministic for a given device and shape. Two or
 // three launches.

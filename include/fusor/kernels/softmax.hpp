@@ -22,7 +22,7 @@
 // The host runs rows over OpenMP threads with vectorised loops (three passes
 // over a row, which is in cache by the second). The GPU (softmax_cuda.hpp)
 // takes a row per warp up to 1024 elements and per block above that,
-// the smallest of 128 to 1024 threads whose registers hold the row, and on
+// the smallest of 64 to 1024 threads whose registers hold the row, and on
 // sm_90 per cluster of up to eight 512-thread blocks; a contiguous row of up
 // to 32768 elements (clusters: 131072) is read once, into registers
 // (backward: 16384 of each of y and dy; clusters: 65536), a longer, strided

@@ -1,12 +1,12 @@
 // fusor/kernels/softmax_cuda.hpp — the CUDA kernels of softmax and
 // log-softmax (softmax.hpp), forward and backward.
 //
-// A warp, a block of 128 to 1024 threads or (sm_90) a cluster of blocks per
-// row, the smallest whose registers hold the row (row_reduce.hpp). A contiguous row that fits in
-// registers is read once: max, then the sum of exp(x - max), both over the
-// cached values, then the outputs. Any other row (longer, strided, unaligned,
-// or an expression) is read twice, several items a thread at a time: an online
-// max and sum in one pass, then the outputs. Softmax stored in bf16 or fp16
+// A warp, a block of 64 to 1024 threads or (sm_90) a cluster of blocks per
+// row, the smallest whose registers hold the row (row_reduce.hpp). A
+// contiguous row that fits in registers is read once: max, then the sum of
+// exp(x - max), both over the cached values, then the outputs. Any other row
+// (longer, strided, unaligned, or an expression) is read twice, several items
+// a thread at a time: an online max and sum in one pass, then the outputs. Softmax stored in bf16 or fp16
 // takes exp's fast form (row_exp in row_reduce.hpp); fp32 and log-softmax the
 // accurate one. One launch per call.
 #pragma once
