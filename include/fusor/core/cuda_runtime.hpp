@@ -128,4 +128,11 @@ inline std::atomic<std::uint64_t>& launch_counter() {
 /// The current value of launch_counter().
 inline std::uint64_t launch_count() { return launch_counter().load(); }
 
+/// Of those, launches in thread-block clusters (the row-wise kernels' long
+/// rows on sm_90): lets tests check that the cluster path ran, not its fallback.
+inline std::atomic<std::uint64_t>& cluster_launch_counter() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter;
+}
+
 }  // namespace fusor::gpu

@@ -427,6 +427,7 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
     if (gpu::runs_in_clusters<Kernel>(config, cluster.val.clusterDim.x)) {
       FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
       gpu::launch_counter().fetch_add(1);
+      gpu::cluster_launch_counter().fetch_add(1);
       return;
     }
     shape = {block_row_threads, 1, 1};
