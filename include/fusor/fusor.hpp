@@ -85,6 +85,7 @@
 #include "fusor/kernels/reduce_cuda.hpp"
 #include "fusor/kernels/reduce_host.hpp"
 #include "fusor/kernels/reduce_ops.hpp"
+#include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/row_reduce.hpp"
 #include "fusor/kernels/rows.hpp"
 #include "fusor/kernels/rows_host.hpp"

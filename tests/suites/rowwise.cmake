@@ -5,4 +5,6 @@ fusor_add_test_suite(rowwise
     kernels/test_softmax.cpp
     kernels/test_layernorm.cpp
     kernels/test_cross_entropy.cpp
+  HOST_TESTS
+    kernels/test_row_launch.cpp
 )

@@ -180,33 +180,8 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
 }
 
 // ---- backward ------------------------------------------------------------------------------
-// A group's accumulator row holds dweight's terms in slots [0, padded) and
-// dbias's in [padded, 2 padded), padded = n rounded up to threads * V (the
-// group's threads). Slots are item-major: column (k threads + lane) V + j is
-// slot (k V + j) threads + lane, so the threads of a warp add into
-// consecutive words (by column, 16-bit rows had 8-way shared-memory bank
-// conflicts), and each thread's slots are those congruent to its lane. Groups
-// that accumulate are one block at most (never a cluster).
-template <int V>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n, int threads) {
-  const index_t step = index_t(threads) * V;
-  return (n + step - 1) / step * step;
-}
-// The slot of column c + j, c being a column that thread `lane` owns (a
-// multiple of V): with item c / V = k threads + lane, (k V + j) threads + lane
-// without a division by the run-time group size.
-template <int V>
-__device__ FUSOR_FORCE_INLINE index_t accumulator_slot(int c, int j, int threads, int lane) {
-  return index_t(c / V - lane) * V + index_t(j) * threads + lane;
-}
-// The column of slot s in [0, padded): accumulators fit shared memory, so
-// slots are int; `threads` is a power of two (32 to 1024), divided by shifts.
-template <int V>
-__device__ FUSOR_FORCE_INLINE int accumulator_column(int s, int threads) {
-  const int shift = __ffs(threads) - 1;
-  const int k = (s >> shift) / V, rest = s - k * threads * V;
-  return ((k << shift) + (rest & (threads - 1))) * V + (rest >> shift);
-}
+// The accumulators' slots: accumulator_padded, accumulator_slot and
+// accumulator_column (row_launch.hpp).
 
 // dx of one row; with Accumulate, its terms are added into the group's
 // accumulator row `acc` at the slots of the columns this thread owns.

@@ -31,49 +31,15 @@
 
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/vector_access.hpp"
+#include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"
 
 namespace fusor::detail {
 
-// Launch shapes of every row-wise kernel: warps of a 256-thread block take one
-// row each, or a block of 64 to 1024 threads takes one row: the smallest
-// group whose registers hold the row (with_row_group). On sm_90 a row too long
-// for one block is held by a cluster of two to eight 512-thread blocks
-// (block_rows spans the cluster; reductions go through distributed shared
-// memory) and still read once; longer rows, and GPUs or binaries without
-// clusters, go to 512-thread blocks that read them twice. Each thread caches
-// 32 elements of its row in registers (a warp: rows up to 1024 elements,
-// blocks: 2048 to 32768, clusters: up to 131072), counted as 4 bytes wide:
-// every element becomes an fp32 value when used, and more elements would cost
-// occupancy (bf16 rows kept as read, 64 elements a thread, spilled in every
-// bf16 kernel: 44 to 151 spill stores in the SASS, 2026-11-27). A pass
-// caching two rows (y and dy, x and dy) keeps 16 elements of each (a warp:
-// 512, blocks: 1024 to 16384). Kernels are capped at 64 registers a thread
-// (32 resident warps a multiprocessor).
-// Small groups keep many rows in flight on a multiprocessor: one 512-thread
-// block per 4096-element row kept 16 KB in flight per block, two blocks a
-// multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
-inline constexpr int warp_rows_block_threads = 256;
-inline constexpr int block_row_threads = 512;
-inline constexpr int max_cluster_blocks = 8;  // the portable cluster size
 // Bytes of loads a thread issues before using them when a row is read in a
 // loop, so that several 16-byte loads are in flight per thread (8 registers;
 // more spill under the 64-register cap).
 inline constexpr int looped_batch_bytes = 32;
-inline constexpr int cached_row_bytes = 128;
-inline constexpr int max_row_blocks = 1 << 16;
-
-// Bytes a cached column counts for: each cached row's element, at least 4.
-template <class... Cached>
-inline constexpr int cached_bytes = ((sizeof(Cached) > 4 ? int(sizeof(Cached)) : 4) + ...);
-// Items of V columns a thread caches, each column counting `ElementBytes`.
-template <int V, int ElementBytes>
-inline constexpr int cached_items = cached_row_bytes / (V * ElementBytes) > 0 ? cached_row_bytes / (V * ElementBytes) : 1;
-// The longest row a group of `threads` keeps in registers, at V columns per item.
-template <int V, int ElementBytes>
-FUSOR_HOST_DEVICE constexpr index_t group_capacity(int threads) {
-  return index_t(threads) * V * cached_items<V, ElementBytes>;
-}
 
 // ---- groups ------------------------------------------------------------------------------
 // A group of threads handles one row at a time. Thread lane() of threads()
@@ -356,44 +322,16 @@ __device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load
 }
 
 // ---- launches ---------------------------------------------------------------------------
-// How a row kernel is launched: `rows_per_block` rows a block (warps), or one
-// row a block of `block_threads`, or one row a cluster of `cluster_blocks`.
-struct row_launch {
-  int block_threads;
-  int cluster_blocks;
-  int rows_per_block;
-  // Threads of one row's group.
-  int group_threads() const {
-    return rows_per_block > 1 ? block_threads / rows_per_block : block_threads * cluster_blocks;
-  }
-};
-
-// launch(Group{}, row_launch) for rows of `length` whose items are V columns,
-// each counting ElementBytes of a thread's cache: a warp, the smallest block
-// whose registers hold the row, the smallest cluster of 512-thread blocks
-// that does (launch_rows falls back to one block where clusters cannot run),
-// else a 512-thread block (more rows in flight than 1024) that reads the row
-// twice.
+// launch(Group{}, shape) with the group and launch shape row_launch_for
+// chooses for rows of `length` (row_launch.hpp): warp_rows, or block_rows for
+// a block or a cluster.
 template <int V, int ElementBytes, class Launch>
 void with_row_group(index_t length, const Launch& launch) {
-  if (length <= group_capacity<V, ElementBytes>(32)) {
-    launch(warp_rows{}, row_launch{warp_rows::block_threads, 1, warp_rows::per_block});
-    return;
-  }
-  for (int threads = 64; threads <= 1024; threads *= 2)
-    if (length <= group_capacity<V, ElementBytes>(threads)) {
-      launch(block_rows{}, row_launch{threads, 1, 1});
-      return;
-    }
-  const index_t per_block = group_capacity<V, ElementBytes>(block_row_threads);
-  const index_t blocks = (length + per_block - 1) / per_block;
-  launch(block_rows{}, row_launch{block_row_threads, blocks <= max_cluster_blocks ? int(blocks) : 1, 1});
-}
-
-// Blocks of a launch over `rows`: a multiple of the cluster size, at most max_row_blocks.
-inline int row_grid(const row_launch& shape, index_t rows) {
-  const index_t groups = (rows + shape.rows_per_block - 1) / shape.rows_per_block;
-  return int(std::clamp<index_t>(groups, 1, max_row_blocks / shape.cluster_blocks) * shape.cluster_blocks);
+  const row_launch shape = row_launch_for<V, ElementBytes>(length);
+  if (shape.rows_per_block > 1)
+    launch(warp_rows{}, shape);
+  else
+    launch(block_rows{}, shape);
 }
 
 // One launch of Kernel, checked and counted.

@@ -1,0 +1,127 @@
+// The CUDA row-wise kernels' shapes, checked on the host (row_launch.hpp):
+// the group chosen for each row length (the smallest that holds the row in
+// registers, clusters of 512-thread blocks up to eight, then a block that
+// reads twice), grids that are whole clusters within the grid limit, and
+// layernorm backward's accumulator slots: every column of a row has one slot
+// of its own thread, and the slot leads back to the column.
+#include <vector>
+
+#include <fusor/kernels/row_launch.hpp>
+
+#include "support/fusor_test.hpp"
+
+using namespace fusor;
+using detail::row_launch;
+
+namespace {
+
+// fp32 softmax: 4 columns an item, 4 bytes each (32 elements a thread).
+constexpr auto fp32_rows = &detail::row_launch_for<4, 4>;
+// bf16 softmax backward: 8 columns an item, y and dy counted 4 bytes each (16 elements a thread).
+constexpr auto two_cached_bf16_rows = &detail::row_launch_for<8, 8>;
+
+void check_shape(const row_launch& got, const row_launch& want, index_t length) {
+  INFO("length ", length);
+  CHECK(got.block_threads == want.block_threads);
+  CHECK(got.cluster_blocks == want.cluster_blocks);
+  CHECK(got.rows_per_block == want.rows_per_block);
+}
+
+}  // namespace
+
+FUSOR_TEST_CASE("row-wise launch: the smallest group that holds the row, then clusters, then a block reading twice") {
+  // Each length against the group just big enough: a warp holds 1024 fp32 elements, a block 32 a thread.
+  check_shape(fp32_rows(1), {256, 1, 8}, 1);
+  check_shape(fp32_rows(1024), {256, 1, 8}, 1024);
+  check_shape(fp32_rows(1025), {64, 1, 1}, 1025);
+  check_shape(fp32_rows(2048), {64, 1, 1}, 2048);
+  check_shape(fp32_rows(2049), {128, 1, 1}, 2049);
+  check_shape(fp32_rows(4096), {128, 1, 1}, 4096);
+  check_shape(fp32_rows(8192), {256, 1, 1}, 8192);
+  check_shape(fp32_rows(16384), {512, 1, 1}, 16384);
+  check_shape(fp32_rows(32768), {1024, 1, 1}, 32768);
+  check_shape(fp32_rows(32769), {512, 3, 1}, 32769);
+  check_shape(fp32_rows(50304), {512, 4, 1}, 50304);
+  check_shape(fp32_rows(131072), {512, 8, 1}, 131072);
+  check_shape(fp32_rows(131073), {512, 1, 1}, 131073);
+  check_shape(fp32_rows(200003), {512, 1, 1}, 200003);
+  // Two cached rows: half the elements a thread.
+  check_shape(two_cached_bf16_rows(512), {256, 1, 8}, 512);
+  check_shape(two_cached_bf16_rows(513), {64, 1, 1}, 513);
+  check_shape(two_cached_bf16_rows(16384), {1024, 1, 1}, 16384);
+  check_shape(two_cached_bf16_rows(16385), {512, 3, 1}, 16385);
+  check_shape(two_cached_bf16_rows(50304), {512, 7, 1}, 50304);
+  check_shape(two_cached_bf16_rows(65537), {512, 1, 1}, 65537);
+  // Every length: the group holds the row when it can, and no smaller group would.
+  auto held = [](int threads) { return detail::group_capacity<4, 4>(threads); };
+  for (index_t n = 1; n <= 140000; n += 97) {
+    const row_launch shape = fp32_rows(n);
+    INFO("length ", n);
+    if (shape.cluster_blocks == 1 && shape.block_threads == 512 && n > held(512)) {
+      CHECK(n > held(512 * detail::max_cluster_blocks));  // read twice: no cluster holds it
+      continue;
+    }
+    CHECK(n <= held(shape.group_threads()));
+    // The next smaller choice would not hold it: half the block, or a cluster of one block fewer.
+    if (shape.rows_per_block == 1)
+      CHECK(n > held(shape.cluster_blocks > 1 ? 512 * (shape.cluster_blocks - 1) : shape.block_threads / 2));
+  }
+}
+
+FUSOR_TEST_CASE("row-wise launch: grids of whole groups and clusters, within the grid limit") {
+  CHECK(detail::row_grid({256, 1, 8}, 17) == 3);  // eight rows a block
+  CHECK(detail::row_grid({128, 1, 1}, 16384) == 16384);
+  CHECK(detail::row_grid({512, 4, 1}, 1334) == 1334 * 4);
+  CHECK(detail::row_grid({512, 3, 1}, 1) == 3);
+  CHECK(detail::row_grid({128, 1, 1}, 0) == 1);
+  // Past the limit: the largest multiple of the cluster size within it.
+  CHECK(detail::row_grid({128, 1, 1}, index_t(1) << 40) == detail::max_row_blocks);
+  for (int blocks = 2; blocks <= detail::max_cluster_blocks; ++blocks) {
+    const int grid = detail::row_grid({512, blocks, 1}, index_t(1) << 40);
+    INFO("cluster of ", blocks);
+    CHECK(grid % blocks == 0);
+    CHECK(grid <= detail::max_row_blocks);
+    CHECK(grid > detail::max_row_blocks - blocks);
+  }
+  CHECK(row_launch{256, 1, 8}.group_threads() == 32);
+  CHECK(row_launch{512, 7, 1}.group_threads() == 3584);
+}
+
+namespace {
+
+// Every column [0, n) of a group of `threads`, V columns an item: owned by
+// lane (c / V) % threads, its slot below padded and its own (slots congruent
+// to the lane), no slot shared, and the slot's column is the column.
+template <int V>
+void check_slots(int threads, index_t n) {
+  const index_t padded = detail::accumulator_padded<V>(n, threads);
+  INFO("threads ", threads, ", V ", V, ", n ", n, ", padded ", padded);
+  CHECK(padded >= n);
+  CHECK(padded % (index_t(threads) * V) == 0);
+  CHECK(padded - n < index_t(threads) * V);
+  std::vector<int> column_of(std::size_t(padded), -1);
+  int wrong = 0;
+  for (int lane = 0; lane < threads; ++lane)
+    for (int c = lane * V; c < padded; c += threads * V)  // column (k threads + lane) V
+      for (int j = 0; j < V; ++j) {
+        const index_t slot = detail::accumulator_slot<V>(c, j, threads, lane);
+        const bool ok = slot >= 0 && slot < padded && slot % threads == lane && column_of[std::size_t(slot)] == -1 &&
+                        detail::accumulator_column<V>(int(slot), threads) == c + j;
+        if (!ok && wrong++ == 0) FAIL_CHECK("column " << c + j << " of lane " << lane << ": slot " << slot);
+        if (slot >= 0 && slot < padded) column_of[std::size_t(slot)] = c + j;
+      }
+  CHECK(wrong == 0);
+  for (index_t s = 0; s < padded; ++s) CHECK_MESSAGE(column_of[std::size_t(s)] >= 0, "slot ", s, " of no column");
+}
+
+}  // namespace
+
+FUSOR_TEST_CASE("layernorm backward's accumulator slots: one a column, its own thread's, leading back") {
+  for (int threads = 32; threads <= 1024; threads *= 2)
+    for (const index_t n : {index_t(1), index_t(31), index_t(768), index_t(4097)}) {
+      check_slots<1>(threads, n);
+      check_slots<2>(threads, n);
+      check_slots<4>(threads, n);
+      check_slots<8>(threads, n);
+    }
+}
