@@ -15,7 +15,7 @@ namespace fusor::detail {
 
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
 // row each, or a block of 64 to 1024 threads takes one row: the smallest
-// group whose registers hold the row (with_row_group). On sm_90 a row too long
+// group whose registers hold the row (row_launch_for). On sm_90 a row too long
 // for one block is held by a cluster of two to eight 512-thread blocks
 // (block_rows spans the cluster; reductions go through distributed shared
 // memory) and still read once; longer rows, and GPUs or binaries without

@@ -50,7 +50,6 @@ inline constexpr int looped_batch_bytes = 32;
 
 // A warp per row, eight rows a block.
 struct warp_rows {
-  static constexpr bool is_warp = true;
   static constexpr int block_threads = warp_rows_block_threads;
   static constexpr int per_block = block_threads / 32;
   // Launch bounds: 64 registers a thread at most, so 32 warps fit on a multiprocessor.
@@ -82,7 +81,6 @@ struct warp_rows {
 // at run time (blockDim.x, the cluster's block count), so one kernel serves
 // every block size (each size a template once cost nvcc a kernel apiece).
 struct block_rows {
-  static constexpr bool is_warp = false;
   static constexpr int per_block = 1;
   static constexpr int max_block_threads = 1024;
   static constexpr int min_blocks = 1;  // with 1024 threads: 64 registers a thread
