@@ -300,18 +300,20 @@ constexpr std::size_t attention_query_gradient_shared_bytes() {
 template <auto Kernel, class... Args>
 void launch_attention_kernel(const char* what, index_t x, index_t y, int threads, std::size_t shared_bytes,
                              cudaStream_t stream, const Args&... args) {
+  // A kernel's static shared memory is fixed when it is compiled: asked once.
+  static const std::size_t static_bytes = gpu::static_shared_bytes(Kernel);
   int device = 0, limit = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (shared_bytes > std::size_t(limit))
-    throw error(std::string("fusor: ") + what + " needs " + std::to_string(shared_bytes) +
+  if (shared_bytes + static_bytes > std::size_t(limit))
+    throw error(std::string("fusor: ") + what + " needs " + std::to_string(shared_bytes + static_bytes) +
                 " bytes of shared memory per block at this head size and type; this device allows " +
                 std::to_string(limit));
   if (x > 0x7fffffff || y > 65535)
     throw error(
         std::string("fusor: ") + what + ": " + std::to_string(x) + " x " + std::to_string(y) +
         " blocks are more than a CUDA grid holds (batch x heads up to 2^31 - 1, blocks of positions up to 65535)");
-  gpu::allow_dynamic_shared(Kernel, shared_bytes, 0);  // the attention kernels declare no static shared memory
+  gpu::allow_dynamic_shared(Kernel, shared_bytes, static_bytes);
   Kernel<<<dim3(unsigned(x), unsigned(y)), threads, shared_bytes, stream>>>(args...);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   gpu::launch_counter().fetch_add(1);
