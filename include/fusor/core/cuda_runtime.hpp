@@ -64,37 +64,6 @@ void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t
     FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
 }
 
-/// Whether `Kernel` can run on the current device in clusters of `config`'s
-/// cluster size, block size and dynamic shared memory: its code for this
-/// device is sm_90 or newer (from sm_90 PTX, not JIT-compiled from older PTX)
-/// and at least one such cluster fits the GPU (a MIG slice may hold fewer
-/// multiprocessors than the cluster needs). Asked once per device and cluster
-/// size (up to 8 blocks): callers keep the block size and shared memory of a
-/// kernel's clusters fixed.
-template <auto Kernel>
-bool runs_in_clusters(const cudaLaunchConfig_t& config, unsigned cluster_blocks) {
-  constexpr int remembered_devices = 64, remembered_sizes = 9;
-  static std::atomic<signed char> known[remembered_devices][remembered_sizes] = {};  // 0: not asked, 1: yes, -1: no
-  int device = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  auto ask = [&] {
-    cudaFuncAttributes attributes{};
-    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
-    if (attributes.binaryVersion < 90 || attributes.ptxVersion < 90) return false;
-    int clusters = 0;
-    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config));
-    return clusters > 0;
-  };
-  if (device < 0 || device >= remembered_devices || cluster_blocks >= unsigned(remembered_sizes)) return ask();
-  std::atomic<signed char>& slot = known[device][cluster_blocks];
-  signed char answer = slot.load(std::memory_order_relaxed);
-  if (answer == 0) {
-    answer = ask() ? 1 : -1;
-    slot.store(answer, std::memory_order_relaxed);
-  }
-  return answer > 0;
-}
-
 /// Whether a CUDA GPU can be used (asked once); always false in a unit not compiled by nvcc.
 inline bool available() {
   static const bool has_device = [] {

@@ -31,6 +31,7 @@
 
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/vector_access.hpp"
+#include "fusor/exec/launch_shape.hpp"
 #include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"
 
@@ -340,9 +341,31 @@ void launch_kernel(dim3 grid, int block, std::size_t shared_bytes, cudaStream_t 
   gpu::launch_counter().fetch_add(1);
 }
 
+// Whether Kernel can run on the current device in clusters of `config`'s
+// cluster size (`cluster_blocks`, up to max_cluster_blocks), block size and
+// dynamic shared memory: its code for this device is sm_90 or newer (from
+// sm_90 PTX, not JIT-compiled from older PTX) and at least one such cluster
+// fits the GPU (a MIG slice may hold fewer multiprocessors than the cluster
+// needs). Asked once per device and cluster size: launch_rows keeps the block
+// size and shared memory of a kernel's clusters fixed.
+template <auto Kernel>
+bool runs_in_clusters(const cudaLaunchConfig_t& config, int cluster_blocks) {
+  static per_device_cache<bool> known[max_cluster_blocks + 1];
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  return known[cluster_blocks].get(device, [&] {
+    cudaFuncAttributes attributes{};
+    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
+    if (attributes.binaryVersion < 90 || attributes.ptxVersion < 90) return false;
+    int clusters = 0;
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config));
+    return clusters > 0;
+  });
+}
+
 // Kernel over `rows` in the shape with_row_group chose; in clusters where the
 // shape asks for them, Kernel's code for this GPU is sm_90 or newer and the
-// GPU holds such a cluster (gpu::runs_in_clusters), else in 512-thread blocks
+// GPU holds such a cluster (runs_in_clusters), else in 512-thread blocks
 // (the kernel then reads long rows twice).
 template <auto Kernel, class... Args>
 void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaStream_t stream,
@@ -360,7 +383,7 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
     config.stream = stream;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    if (gpu::runs_in_clusters<Kernel>(config, cluster.val.clusterDim.x)) {
+    if (runs_in_clusters<Kernel>(config, shape.cluster_blocks)) {
       FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
       gpu::launch_counter().fetch_add(1);
       gpu::cluster_launch_counter().fetch_add(1);
