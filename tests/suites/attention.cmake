@@ -1,7 +1,8 @@
 # Causal self-attention (issue 13): the fused kernels forward and backward
 # against an fp64 softmax under every executor, rotary embeddings, and the
 # nn::causal_attention layer's gradients against central differences (fp64,
-# host; with the projections around it, so with OpenBLAS only).
+# host; with the projections around it, so with OpenBLAS only); the
+# tensor-core flash forward run on the host by the SIMT emulator.
 set(_attention_host_tests)
 set(_attention_libraries)
 if(FUSOR_BLAS_FOUND)
@@ -14,6 +15,7 @@ fusor_add_test_suite(attention
   EXECUTOR_TESTS
     kernels/test_attention.cpp
   HOST_TESTS
+    kernels/test_attention_flash_emulated.cpp
     ${_attention_host_tests}
   LIBRARIES ${_attention_libraries}
 )

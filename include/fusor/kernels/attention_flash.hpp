@@ -1,0 +1,265 @@
+// fusor/kernels/attention_flash.hpp — causal attention's forward pass with
+// its tiles in registers (FlashAttention-2's layout) for bf16 and fp16 data
+// on sm_80 and later: written once against a Simt policy (warp_mma.hpp), so
+// the same code runs on the GPU (device_simt) and, in the host tests, on the
+// CPU (emulated_simt, simt_emulator.hpp).
+//
+// A block of four warps takes 64 queries of one head; each warp keeps its 16
+// queries' output rows (16 x head_dim, fp32) and the running max and sum of
+// its rows in registers. For each tile of 64 keys up to the diagonal, the
+// block copies K and V into shared memory; each warp forms S = Q K^T (16 x
+// 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal mask on
+// the diagonal tile, updates its online softmax, rounds P to the data type
+// (as FlashAttention does) and adds P V into its output registers: P goes
+// from accumulator to operand registers without passing through memory. The
+// kernel it replaces (attention_cuda.hpp, for fp32/fp64 data and operands
+// this one does not take) kept its accumulators in shared memory.
+//
+// Operands taken (flash_forward_takes): head_dim a multiple of 8 up to 128
+// (padded to 16, 32, 64 or 128 with zero columns), qkv's rows and head
+// columns 16-byte aligned. The output's rounding matches the old kernel's
+// (P rounded to the data type before its product, fp32 sums).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+
+#include "fusor/config.hpp"
+#include "fusor/kernels/attention_operands.hpp"
+#include "fusor/kernels/warp_mma.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/exec/launch_shape.hpp"
+#endif
+
+namespace fusor::detail {
+
+// Shapes of a block for head_dim padded to D.
+template <int D>
+struct flash_tiles {
+  static constexpr int warps = 4;
+  static constexpr int threads = 32 * warps;
+  static constexpr int queries = 16 * warps;  // a block's queries
+  static constexpr int keys = 64;             // a tile of keys (and values)
+  // Elements a tile row takes in shared memory: 16 bytes past D, so the eight
+  // rows an ldmatrix reads start in different banks.
+  static constexpr int ld = D + 8;
+  template <class T>
+  static constexpr std::size_t shared_bytes() {
+    return std::size_t(queries + 2 * keys) * ld * sizeof(T);
+  }
+};
+
+// 16 bytes from `from` to `to` (both 16-byte aligned), or 16 zero bytes.
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void copy_16_bytes(void* to, const void* from) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<uint4*>(to) = *static_cast<const uint4*>(from);
+#else
+  std::memcpy(to, from, 16);
+#endif
+}
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void zero_16_bytes(void* to) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+#else
+  std::memset(to, 0, 16);
+#endif
+}
+
+// Rows t0 + [0, rows) of one head's D columns (from `column`) into a tile;
+// rows past `time` and columns past d (a multiple of 8) are zeros.
+template <class Simt, int D, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const attention_rows<const T>& qkv, index_t b,
+                                                     index_t t0, index_t time, index_t column, int d) {
+  constexpr int chunks = D / 8;  // 16-byte pieces of a row
+  for (int i = Simt::thread(); i < rows * chunks; i += flash_tiles<D>::threads) {
+    const int row = i / chunks, col = (i % chunks) * 8;
+    T* to = tile + row * flash_tiles<D>::ld + col;
+    const index_t t = t0 + row;
+    if (t < time && col < d)
+      copy_16_bytes(to, qkv.row(b, t) + column + col);
+    else
+      zero_16_bytes(to);
+  }
+}
+
+// One block of the forward pass: queries [q0, q0 + 64) of head block_x % H
+// of sample block_x / H, q0 from block_y (the longest blocks first).
+// `shared`: flash_tiles<D>::shared_bytes<T>() bytes, 16-byte aligned.
+template <class Simt, int D, class Y, class L, class T>
+FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsigned char* shared) {
+  static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, "fusor: flash attention takes bf16 or fp16");
+  static_assert(D % 16 == 0 && D <= 128, "fusor: flash attention pads heads to 16, 32, 64 or 128 columns");
+  using tiles = flash_tiles<D>;
+  constexpr int ld = tiles::ld, K = tiles::keys;
+  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
+  const attention_geometry& g = f.shape;
+  const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
+  const index_t bh = Simt::block_x(), b = bh / g.heads, h = bh % g.heads, kv = h / g.group();
+  const index_t q0 = (Simt::grid_y() - 1 - Simt::block_y()) * tiles::queries;
+  const int d = int(g.head_dim);
+
+  T* const q_tile = reinterpret_cast<T*>(shared);
+  T* const k_tile = q_tile + tiles::queries * ld;
+  T* const v_tile = k_tile + K * ld;
+  load_flash_tile<Simt, D>(q_tile, tiles::queries, f.qkv, b, q0, g.time, g.query_column(h), d);
+
+  // ldmatrix rows: lane i gives row i % 8 of matrix i / 8. Q's four matrices
+  // are an A fragment (rows +0/+8, columns +0/+8); K's two B fragments (keys
+  // +0/+8 of a pair of 8-key tiles, columns +0/+8); V's, transposed, two B
+  // fragments (keys +0/+8 of a 16-key step, value columns +0/+8).
+  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
+  const T* const q_rows = q_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
+  const T* const k_rows = k_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
+  const T* const v_rows = v_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+
+  // This lane's rows of the warp's 16 queries: group and group + 8 ([0], [1]).
+  const index_t first_query = q0 + warp * 16;
+  const index_t query[2] = {first_query + group, first_query + group + 8};
+  const float scale = 1.4426950408889634f / ::cuda::std::sqrt(float(d));  // 1 / sqrt(d) in log2 units
+  float o[D / 8][4];
+  FUSOR_UNROLL
+  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float row_max[2] = {minus_infinity, minus_infinity}, row_sum[2] = {0.0f, 0.0f};
+
+  const index_t block_end = q0 + tiles::queries < g.time ? q0 + tiles::queries : g.time;
+  for (index_t k0 = 0; k0 < block_end; k0 += K) {
+    Simt::sync_block();  // the previous tiles are used up
+    load_flash_tile<Simt, D>(k_tile, K, f.qkv, b, k0, g.time, g.key_column(kv), d);
+    load_flash_tile<Simt, D>(v_tile, K, f.qkv, b, k0, g.time, g.value_column(kv), d);
+    Simt::sync_block();
+    // k0 and first_query are multiples of 16: a warp either has every key of
+    // the tile after all its queries (nothing to add) or k0 <= first_query,
+    // so every row sees key k0 and its maximum is finite.
+    if (k0 > first_query) continue;
+
+    // S = Q K^T: 16 x 64, eight 8-key accumulators.
+    float s[K / 8][4];
+    FUSOR_UNROLL
+    for (int nt = 0; nt < K / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    FUSOR_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t a[4];
+      Simt::template ldmatrix_x4<false>(a, q_rows + kk * 16);
+      FUSOR_UNROLL
+      for (int nt = 0; nt < K / 8; nt += 2) {
+        std::uint32_t bk[4];
+        Simt::template ldmatrix_x4<false>(bk, k_rows + nt * 8 * ld + kk * 16);
+        Simt::template mma<T>(s[nt], a, bk[0], bk[1]);
+        Simt::template mma<T>(s[nt + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // The online softmax of each row (its 64 columns over the lane's quad).
+    const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
+    FUSOR_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float m = row_max[r];
+      FUSOR_UNROLL
+      for (int nt = 0; nt < K / 8; ++nt)
+        FUSOR_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][2 * r + e];
+          const index_t key = k0 + nt * 8 + quad * 2 + e;
+          x = diagonal && key > query[r] ? minus_infinity : x * scale;
+          m = ::cuda::std::fmax(m, x);
+        }
+      m = ::cuda::std::fmax(m, Simt::shfl_xor(m, 1));
+      m = ::cuda::std::fmax(m, Simt::shfl_xor(m, 2));
+      const float correction = Simt::exp2(row_max[r] - m);  // 0 on the first tile (from -inf)
+      row_max[r] = m;
+      float sum = 0.0f;
+      FUSOR_UNROLL
+      for (int nt = 0; nt < K / 8; ++nt)
+        FUSOR_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][2 * r + e];
+          x = Simt::exp2(x - m);
+          sum += x;
+        }
+      row_sum[r] = row_sum[r] * correction + sum;  // the quad's share; summed at the end
+      FUSOR_UNROLL
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][2 * r] *= correction;
+        o[dn][2 * r + 1] *= correction;
+      }
+    }
+
+    // O += P V: P's accumulators of two 8-key tiles are the A fragment of a 16-key step.
+    FUSOR_UNROLL
+    for (int ks = 0; ks < K / 16; ++ks) {
+      const std::uint32_t p[4] = {pack_pair<T>(s[2 * ks][0], s[2 * ks][1]), pack_pair<T>(s[2 * ks][2], s[2 * ks][3]),
+                                  pack_pair<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                  pack_pair<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      FUSOR_UNROLL
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        std::uint32_t bv[4];
+        Simt::template ldmatrix_x4<true>(bv, v_rows + ks * 16 * ld + dn * 8);
+        Simt::template mma<T>(o[dn], p, bv[0], bv[1]);
+        Simt::template mma<T>(o[dn + 1], p, bv[2], bv[3]);
+      }
+    }
+  }
+
+  FUSOR_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += Simt::shfl_xor(sum, 1);
+    sum += Simt::shfl_xor(sum, 2);
+    if (query[r] >= g.time) continue;
+    const float inverse = 1.0f / sum;
+    Y* const out = f.y.row(b, query[r]) + g.query_column(h);
+    FUSOR_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int col = dn * 8 + quad * 2;  // d is a multiple of 8: col + 1 < d too
+      if (col < d) {
+        out[col] = convert<Y>(o[dn][2 * r] * inverse);
+        out[col + 1] = convert<Y>(o[dn][2 * r + 1] * inverse);
+      }
+    }
+    if (quad == 0) f.lse.at(b, h, query[r]) = convert<L>(row_max[r] * 0.6931471805599453f + ::cuda::std::log(sum));
+  }
+}
+
+// Whether flash_forward_block takes these operands (the types aside): heads
+// of at most 128 columns, a multiple of 8, and every head's rows 16-byte
+// aligned in qkv.
+template <class Y, class L, class T>
+bool flash_forward_takes(const attention_forward<Y, L, T>& f) {
+  const attention_geometry& g = f.shape;
+  const auto address = reinterpret_cast<std::uintptr_t>(f.qkv.data);
+  return sizeof(T) == 2 && g.head_dim % 8 == 0 && g.head_dim <= 128 && address % 16 == 0 &&
+         f.qkv.batch_stride % 8 == 0 && f.qkv.time_stride % 8 == 0;
+}
+
+#if FUSOR_HAS_CUDA
+template <int D, class Y, class L, class T>
+__global__ void __launch_bounds__(flash_tiles<D>::threads, 2)
+    attention_flash_forward_kernel(const attention_forward<Y, L, T> f) {
+  extern __shared__ __align__(128) unsigned char flash_shared[];
+  flash_forward_block<device_simt, D>(f, flash_shared);
+}
+
+// Whether Kernel's code for the current device is sm_80 or newer (mma.sync
+// of bf16 and ldmatrix), not JIT-compiled from older PTX: asked once per device.
+template <auto Kernel>
+bool runs_tensor_core_mma() {
+  static per_device_cache<bool> known;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  return known.get(device, [] {
+    cudaFuncAttributes attributes{};
+    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
+    return attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
+  });
+}
+#endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

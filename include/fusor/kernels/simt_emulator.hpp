@@ -1,0 +1,325 @@
+// fusor/kernels/simt_emulator.hpp — runs a kernel written against a Simt
+// policy (warp_mma.hpp) on the CPU, so that tensor-core kernels are tested
+// where there is no GPU: every thread of a block is a fiber (POSIX ucontext)
+// of one host thread, switched at barriers and warp collectives, blocks one
+// after another. Slow (microseconds a collective) and meant for tests.
+//
+// It checks what a GPU would leave undefined: a barrier or warp collective
+// some threads never reach (an error naming the block, not a hang), a warp
+// collective after a lane of the warp has exited, an ldmatrix row address
+// outside the block's shared memory or not 16-byte aligned. Shared memory
+// starts filled with 0xff bytes (NaN as bf16, fp16 and fp32), so what a
+// kernel reads before writing shows. What it does not model: timing, memory
+// ordering between blocks, the GPU's rounding inside mma (it sums each
+// product in double and adds it to the fp32 accumulator once).
+//
+// Host translation units only (g++, clang++): under nvcc the kernels' Simt
+// code is device code, and this header declares nothing.
+#pragma once
+
+#include "fusor/config.hpp"
+
+#if !FUSOR_HAS_CUDA
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "fusor/core/error.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/precision.hpp"
+#include "fusor/kernels/warp_mma.hpp"
+
+namespace fusor::detail {
+
+// A grid of blocks, as a launch's gridDim (x, y).
+struct simt_grid {
+  index_t x = 1, y = 1;
+};
+
+namespace simt_emulation {
+
+inline constexpr std::size_t stack_bytes = std::size_t(256) << 10;
+
+enum class wait_kind { none, warp, block };
+
+struct fiber {
+  ucontext_t context{};
+  std::unique_ptr<char[]> stack;
+  bool done = false;
+  wait_kind waiting = wait_kind::none;
+  std::uint64_t generation = 0;  // of the barrier it waits at
+};
+
+// What the lanes of a warp hand each other at a collective.
+struct warp_exchange {
+  int live = 32, arrived = 0;
+  std::uint64_t generation = 0;
+  float values[32];
+  std::uint32_t words[32][6];
+  const void* addresses[32];
+};
+
+struct block_state {
+  index_t x = 0, y = 0;
+  simt_grid grid;
+  int threads = 0, live = 0, current = 0;
+  unsigned char* shared = nullptr;
+  std::size_t shared_bytes = 0;
+  std::vector<fiber> fibers;
+  std::vector<warp_exchange> warps;
+  int block_arrived = 0;
+  std::uint64_t block_generation = 0;
+  ucontext_t scheduler{};
+  const std::function<void(unsigned char*)>* body = nullptr;
+  std::exception_ptr error;
+
+  std::string where() const {
+    return "block (" + std::to_string(x) + ", " + std::to_string(y) + "), thread " + std::to_string(current);
+  }
+};
+
+inline thread_local block_state* current = nullptr;
+
+inline block_state& state() { return *current; }
+
+// Releases a barrier whose every live thread has arrived (after one exits).
+inline void release_complete_barriers(block_state& s, int warp) {
+  if (s.block_arrived > 0 && s.block_arrived == s.live) {
+    s.block_arrived = 0;
+    ++s.block_generation;
+  }
+  warp_exchange& w = s.warps[std::size_t(warp)];
+  if (w.arrived > 0 && w.arrived == w.live) {
+    w.arrived = 0;
+    ++w.generation;
+  }
+}
+
+inline void suspend(wait_kind kind, std::uint64_t generation) {
+  block_state& s = state();
+  fiber& f = s.fibers[std::size_t(s.current)];
+  f.waiting = kind;
+  f.generation = generation;
+  swapcontext(&f.context, &s.scheduler);
+}
+
+inline void wait_block() {
+  block_state& s = state();
+  if (++s.block_arrived == s.live) {
+    s.block_arrived = 0;
+    ++s.block_generation;
+    return;
+  }
+  suspend(wait_kind::block, s.block_generation);
+}
+
+inline warp_exchange& this_warp() { return state().warps[std::size_t(state().current / 32)]; }
+
+inline void wait_warp() {
+  block_state& s = state();
+  warp_exchange& w = this_warp();
+  if (w.live != 32)
+    throw error("fusor: simt emulator: a warp collective in " + s.where() + " after a lane of its warp exited");
+  if (++w.arrived == 32) {
+    w.arrived = 0;
+    ++w.generation;
+    return;
+  }
+  suspend(wait_kind::warp, w.generation);
+}
+
+inline void fiber_entry() {
+  block_state& s = state();
+  const int me = s.current;
+  try {
+    (*s.body)(s.shared);
+  } catch (...) {
+    if (!s.error) s.error = std::current_exception();
+  }
+  s.fibers[std::size_t(me)].done = true;
+  --s.live;
+  --s.warps[std::size_t(me / 32)].live;
+  release_complete_barriers(s, me / 32);
+}  // returns to s.scheduler (uc_link)
+
+inline bool runnable(const block_state& s, int i) {
+  const fiber& f = s.fibers[std::size_t(i)];
+  if (f.done) return false;
+  switch (f.waiting) {
+    case wait_kind::block: return f.generation != s.block_generation;
+    case wait_kind::warp: return f.generation != s.warps[std::size_t(i / 32)].generation;
+    default: return true;
+  }
+}
+
+// A fiber that starts in fiber_entry and returns to `scheduler`. Apart from
+// emulate_kernel: getcontext returns twice, which would leave its loop's
+// variables in doubt (-Wclobbered).
+[[gnu::noinline]] inline void start_fiber(fiber& f, ucontext_t& scheduler) {
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_size = stack_bytes;
+  f.context.uc_link = &scheduler;
+  makecontext(&f.context, fiber_entry, 0);
+}
+
+inline float from_bits(std::uint16_t bits, bfloat16*) {
+  const std::uint32_t word = std::uint32_t(bits) << 16;
+  float x;
+  std::memcpy(&x, &word, 4);
+  return x;
+}
+inline float from_bits(std::uint16_t bits, float16*) {
+  float16 h;
+  std::memcpy(static_cast<void*>(&h), &bits, 2);
+  return convert<float>(h);
+}
+template <class T>
+float half_of(std::uint32_t word, int half) {
+  return from_bits(std::uint16_t(word >> (16 * half)), static_cast<T*>(nullptr));
+}
+
+}  // namespace simt_emulation
+
+// The Simt policy of kernels run by emulate_kernel (see warp_mma.hpp).
+struct emulated_simt {
+  static int thread() { return simt_emulation::state().current; }
+  static index_t block_x() { return simt_emulation::state().x; }
+  static index_t block_y() { return simt_emulation::state().y; }
+  static index_t grid_y() { return simt_emulation::state().grid.y; }
+  static void sync_block() { simt_emulation::wait_block(); }
+  static float exp2(float x) { return std::exp2(x); }
+
+  static float shfl_xor(float v, int mask) {
+    simt_emulation::warp_exchange& w = simt_emulation::this_warp();
+    const int lane = thread() % 32;
+    w.values[lane] = v;
+    simt_emulation::wait_warp();
+    const float theirs = w.values[lane ^ (mask & 31)];
+    simt_emulation::wait_warp();  // every lane has read before the next collective writes
+    return theirs;
+  }
+
+  template <bool Trans>
+  static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const auto* p = static_cast<const unsigned char*>(row);
+    if (p < s.shared || p + 16 > s.shared + s.shared_bytes || (p - s.shared) % 16 != 0)
+      throw error("fusor: simt emulator: ldmatrix in " + s.where() +
+                  " reads a row outside shared memory or not 16-byte aligned");
+    simt_emulation::warp_exchange& w = simt_emulation::this_warp();
+    const int lane = thread() % 32;
+    w.addresses[lane] = row;
+    simt_emulation::wait_warp();
+    auto value = [&](int matrix, int r_, int c) {
+      std::uint16_t bits;
+      std::memcpy(&bits, static_cast<const unsigned char*>(w.addresses[matrix * 8 + r_]) + 2 * c, 2);
+      return std::uint32_t(bits);
+    };
+    for (int m = 0; m < 4; ++m) {
+      const int t4 = lane / 4, pair = 2 * (lane % 4);
+      r[m] = Trans ? value(m, pair, t4) | (value(m, pair + 1, t4) << 16)
+                   : value(m, t4, pair) | (value(m, t4, pair + 1) << 16);
+    }
+    simt_emulation::wait_warp();
+  }
+
+  template <class T>
+  static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, "fusor: mma takes bf16 or fp16");
+    simt_emulation::warp_exchange& w = simt_emulation::this_warp();
+    const int lane = thread() % 32;
+    for (int i = 0; i < 4; ++i) w.words[lane][i] = a[i];
+    w.words[lane][4] = b0;
+    w.words[lane][5] = b1;
+    simt_emulation::wait_warp();
+    auto A = [&](int m, int k) {
+      return simt_emulation::half_of<T>(w.words[(m % 8) * 4 + (k % 8) / 2][(m >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+    };
+    auto B = [&](int k, int n) {
+      return simt_emulation::half_of<T>(w.words[n * 4 + (k % 8) / 2][k >= 8 ? 5 : 4], k % 2);
+    };
+    const int g = lane / 4, q = lane % 4;
+    float out[4];
+    for (int i = 0; i < 4; ++i) {
+      const int m = g + (i >= 2 ? 8 : 0), n = 2 * q + (i & 1);
+      double sum = 0;
+      for (int k = 0; k < 16; ++k) sum += double(A(m, k)) * double(B(k, n));
+      out[i] = float(double(d[i]) + sum);
+    }
+    simt_emulation::wait_warp();
+    for (int i = 0; i < 4; ++i) d[i] = out[i];
+  }
+};
+
+// Runs body(shared) in every thread of every block of `grid`, `threads` (a
+// multiple of 32) threads a block with `shared_bytes` of shared memory, as a
+// launch would; rethrows the first error a thread raised, and throws one
+// where threads wait at a barrier the others never reach.
+inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes,
+                           const std::function<void(unsigned char*)>& body) {
+  if (threads <= 0 || threads % 32 != 0 || threads > 1024)
+    throw error("fusor: simt emulator: blocks of " + std::to_string(threads) +
+                " threads; it runs whole warps, up to 1024 threads");
+  namespace se = simt_emulation;
+  std::vector<unsigned char> shared_storage(shared_bytes + 128);
+  unsigned char* shared = shared_storage.data() + (128 - reinterpret_cast<std::uintptr_t>(shared_storage.data()) % 128);
+  se::block_state s;
+  s.grid = grid;
+  s.threads = threads;
+  s.shared = shared;
+  s.shared_bytes = shared_bytes;
+  s.body = &body;
+  s.fibers.resize(std::size_t(threads));
+  for (se::fiber& f : s.fibers) f.stack.reset(new char[se::stack_bytes]);
+  se::block_state* const outer = se::current;
+  se::current = &s;
+  struct restore {
+    se::block_state* outer;
+    ~restore() { se::current = outer; }
+  } restore_current{outer};
+
+  for (index_t y = 0; y < grid.y; ++y)
+    for (index_t x = 0; x < grid.x; ++x) {
+      s.x = x;
+      s.y = y;
+      s.live = threads;
+      s.block_arrived = 0;
+      s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
+      std::memset(shared, 0xff, shared_bytes);
+      for (int i = 0; i < threads; ++i) {
+        se::fiber& f = s.fibers[std::size_t(i)];
+        f.done = false;
+        f.waiting = se::wait_kind::none;
+        se::start_fiber(f, s.scheduler);
+      }
+      while (s.live > 0) {
+        bool ran = false;
+        for (int i = 0; i < threads; ++i) {
+          if (!se::runnable(s, i)) continue;
+          s.fibers[std::size_t(i)].waiting = se::wait_kind::none;
+          s.current = i;
+          ran = true;
+          swapcontext(&s.scheduler, &s.fibers[std::size_t(i)].context);
+        }
+        if (!ran && s.live > 0) {
+          if (s.error) std::rethrow_exception(s.error);
+          throw error("fusor: simt emulator: in block (" + std::to_string(x) + ", " + std::to_string(y) + "), " +
+                      std::to_string(s.live) + " threads wait at a barrier or warp collective the others never reach");
+        }
+      }
+      if (s.error) std::rethrow_exception(s.error);
+    }
+}
+
+}  // namespace fusor::detail
+
+#endif  // !FUSOR_HAS_CUDA

@@ -1,0 +1,107 @@
+// fusor/kernels/warp_mma.hpp — tensor-core products held in registers, and
+// the thread model that kernels built on them are written against.
+//
+// A kernel written against a `Simt` policy (the static functions below) runs
+// on the GPU with `device_simt` (threadIdx, __syncthreads, mma.sync and
+// ldmatrix in PTX) and on the CPU with `emulated_simt` (simt_emulator.hpp):
+// the same source, so the fragment arithmetic of a tensor-core kernel is
+// tested on a machine without a GPU. The policy:
+//
+//   int thread()                      this thread's index in its block (x only)
+//   index_t block_x(), block_y(), grid_y()
+//   void sync_block()                 __syncthreads
+//   float shfl_xor(float v, int mask) __shfl_xor_sync over the whole warp
+//   float exp2(float)                 2^x (the GPU's ex2.approx.ftz)
+//   ldmatrix_x4<Trans>(r, row)        four 8 x 8 matrices of 16-bit values
+//                                     from shared memory; lane i gives the
+//                                     address of row i % 8 of matrix i / 8
+//   mma<T>(d, a, b0, b1)              d (16 x 8, fp32) += a (16 x 16) b (16 x 8), T bf16 or fp16
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .row.col; g = lane / 4, q = lane % 4;
+// a register holds two 16-bit values, the lower column or row first):
+//   a[0]: A(g, 2q..2q+1)   a[1]: A(g+8, 2q..)   a[2]: A(g, 2q+8..)   a[3]: A(g+8, 2q+8..)
+//   b0:   B(2q..2q+1, g)   b1:   B(2q+8.., g)
+//   d[0], d[1]: D(g, 2q), D(g, 2q+1)            d[2], d[3]: D(g+8, 2q), D(g+8, 2q+1)
+// ldmatrix gives lane t of matrix m the values (t / 4, 2 (t % 4)..+1) in
+// register m; with Trans, ((2 (t % 4))..+1, t / 4), the transposed matrix's.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "fusor/config.hpp"
+#include "fusor/core/extents.hpp"
+#include "fusor/core/precision.hpp"
+
+namespace fusor::detail {
+
+// Two values rounded to T (16 bits) in one register, `low` in the lower half:
+// a row pair of an A fragment made from an fp32 accumulator.
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE std::uint32_t pack_pair(float low, float high) {
+  static_assert(sizeof(T) == 2, "fusor: pack_pair packs 16-bit values (bf16, fp16)");
+  const T lo = convert<T>(low), hi = convert<T>(high);
+  std::uint16_t lo_bits, hi_bits;
+  std::memcpy(&lo_bits, &lo, 2);
+  std::memcpy(&hi_bits, &hi, 2);
+  return std::uint32_t(lo_bits) | (std::uint32_t(hi_bits) << 16);
+}
+
+#if FUSOR_HAS_CUDA
+// The GPU's own threads. mma and ldmatrix need sm_80 (bf16 m16n8k16); the
+// host launches kernels using them only there (flash attention's launcher).
+struct device_simt {
+  __device__ static int thread() { return int(threadIdx.x); }
+  __device__ static index_t block_x() { return index_t(blockIdx.x); }
+  __device__ static index_t block_y() { return index_t(blockIdx.y); }
+  __device__ static index_t grid_y() { return index_t(gridDim.y); }
+  __device__ static void sync_block() { __syncthreads(); }
+  __device__ static float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+  __device__ static float exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  }
+  template <bool Trans>
+  __device__ static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned address = unsigned(__cvta_generic_to_shared(row));
+    if constexpr (Trans)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(address));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(address));
+#else
+    (void)row;
+    r[0] = r[1] = r[2] = r[3] = 0;
+    __trap();  // launched only on sm_80 and later
+#endif
+  }
+  template <class T>
+  __device__ static void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, bfloat16>)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a, (void)b0, (void)b1;
+    __trap();  // launched only on sm_80 and later
+#endif
+  }
+};
+#endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

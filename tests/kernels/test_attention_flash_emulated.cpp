@@ -1,0 +1,195 @@
+// The tensor-core flash attention forward (kernels/attention_flash.hpp) run on
+// the host by the SIMT emulator (kernels/simt_emulator.hpp): the same source
+// the GPU runs, so its fragment arithmetic is checked where there is no GPU.
+// First the emulator itself: mma fragments built by the PTX ISA's formula
+// against a plain product, ldmatrix (plain and transposed) feeding mma,
+// warp shuffles and block barriers, and the errors it raises for a barrier
+// some threads never reach and a misaligned ldmatrix row. Then the kernel
+// against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
+// grouped-query heads and head sizes 8 to 128 (padded with zero columns).
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fusor/kernels/attention.hpp>
+#include <fusor/kernels/attention_flash.hpp>
+#include <fusor/kernels/simt_emulator.hpp>
+
+#include "kernels/attention_reference.hpp"
+
+using namespace attention_test;
+using fusor::detail::emulate_kernel;
+using fusor::detail::emulated_simt;
+using fusor::detail::simt_grid;
+
+namespace {
+
+// A (16 x 16) and B (16 x 8) with small random values exact in T.
+template <class T>
+void random_matrix(std::vector<float>& m, std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  m.resize(n);
+  for (float& x : m) x = float(dist(rng)) / 4.0f;  // exact in bf16 and fp16
+}
+
+template <class T>
+void check_mma_against_product() {
+  std::vector<float> a, bm;
+  random_matrix<T>(a, 16 * 16, 1);
+  random_matrix<T>(bm, 16 * 8, 2);
+  std::vector<float> d(16 * 8, std::nanf("")), via_ldmatrix(16 * 8, std::nanf(""));
+  // Shared memory: A row-major (16 x 16), B stored as its transpose (8 rows of
+  // 16: the K tile's layout) and as itself (16 rows of 8: V's), 16-byte rows.
+  constexpr int a_ld = 24, bt_ld = 24, b_ld = 8;
+  const std::size_t bytes = (16 * a_ld + 8 * bt_ld + 16 * b_ld) * 2;
+  emulate_kernel(simt_grid{1, 1}, 32, bytes, [&](unsigned char* shared) {
+    const int lane = emulated_simt::thread(), g = lane / 4, q = lane % 4;
+    T* const as = reinterpret_cast<T*>(shared);
+    T* const bts = as + 16 * a_ld;
+    T* const bs = bts + 8 * bt_ld;
+    if (lane == 0) {
+      for (int m = 0; m < 16; ++m)
+        for (int k = 0; k < 16; ++k) as[m * a_ld + k] = convert<T>(a[std::size_t(m * 16 + k)]);
+      for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < 8; ++n) {
+          bts[n * bt_ld + k] = convert<T>(bm[std::size_t(k * 8 + n)]);
+          bs[k * b_ld + n] = convert<T>(bm[std::size_t(k * 8 + n)]);
+        }
+    }
+    emulated_simt::sync_block();
+    // Fragments by the PTX ISA's formula.
+    auto A = [&](int m, int k) { return a[std::size_t(m * 16 + k)]; };
+    auto B = [&](int k, int n) { return bm[std::size_t(k * 8 + n)]; };
+    const std::uint32_t fa[4] = {
+        fusor::detail::pack_pair<T>(A(g, 2 * q), A(g, 2 * q + 1)),
+        fusor::detail::pack_pair<T>(A(g + 8, 2 * q), A(g + 8, 2 * q + 1)),
+        fusor::detail::pack_pair<T>(A(g, 2 * q + 8), A(g, 2 * q + 9)),
+        fusor::detail::pack_pair<T>(A(g + 8, 2 * q + 8), A(g + 8, 2 * q + 9)),
+    };
+    const std::uint32_t fb0 = fusor::detail::pack_pair<T>(B(2 * q, g), B(2 * q + 1, g)),
+                        fb1 = fusor::detail::pack_pair<T>(B(2 * q + 8, g), B(2 * q + 9, g));
+    float acc[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    emulated_simt::mma<T>(acc, fa, fb0, fb1);
+    d[std::size_t(g * 8 + 2 * q)] = acc[0], d[std::size_t(g * 8 + 2 * q + 1)] = acc[1];
+    d[std::size_t((g + 8) * 8 + 2 * q)] = acc[2], d[std::size_t((g + 8) * 8 + 2 * q + 1)] = acc[3];
+
+    // The same product from shared memory: A and B^T by ldmatrix, B by ldmatrix.trans.
+    const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
+    std::uint32_t la[4], lbt[4], lb[4];
+    emulated_simt::ldmatrix_x4<false>(la, as + (row8 + bit3 * 8) * a_ld + bit4 * 8);
+    // Matrices 2 and 3 repeat 0 and 1: x4 loads with 8 rows of B^T.
+    emulated_simt::ldmatrix_x4<false>(lbt, bts + row8 * bt_ld + bit3 * 8);
+    emulated_simt::ldmatrix_x4<true>(lb, bs + (bit3 * 8 + row8) * b_ld);
+    CHECK(la[0] == fa[0]);
+    CHECK(la[1] == fa[1]);
+    CHECK(la[2] == fa[2]);
+    CHECK(la[3] == fa[3]);
+    CHECK(lbt[0] == fb0);
+    CHECK(lbt[1] == fb1);
+    CHECK(lb[0] == fb0);
+    CHECK(lb[1] == fb1);
+    float acc2[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    emulated_simt::mma<T>(acc2, la, lb[0], lb[1]);
+    via_ldmatrix[std::size_t(g * 8 + 2 * q)] = acc2[0], via_ldmatrix[std::size_t(g * 8 + 2 * q + 1)] = acc2[1];
+    via_ldmatrix[std::size_t((g + 8) * 8 + 2 * q)] = acc2[2];
+    via_ldmatrix[std::size_t((g + 8) * 8 + 2 * q + 1)] = acc2[3];
+  });
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      double want = 0.5;
+      for (int k = 0; k < 16; ++k) want += double(a[std::size_t(m * 16 + k)]) * double(bm[std::size_t(k * 8 + n)]);
+      INFO("D(", m, ", ", n, ")");
+      CHECK(double(d[std::size_t(m * 8 + n)]) == want);  // small integers / 16: exact
+      CHECK(double(via_ldmatrix[std::size_t(m * 8 + n)]) == want);
+    }
+}
+
+// y and lse of the flash forward, emulated, against the fp64 reference.
+template <class P>
+void check_flash_forward(const attention_case& c, std::uint32_t seed) {
+  const std::string what = std::string(precision_name<P>()) + " flash (emulated) " + c.name();
+  host_tensor<P, cube_extents> qkv(c.batch, c.time, c.width()), y(c.batch, c.time, c.heads * c.head_dim);
+  host_tensor<float, cube_extents> lse(c.batch, c.heads, c.time);
+  fill_random(qkv, seed, -1.5, 1.5);
+  poison(y), poison(lse);
+  const auto f = fusor::detail::attention_forward_operands(y.view(), lse.view(), qkv.view(), {c.heads, c.kv_heads});
+  REQUIRE(fusor::detail::flash_forward_takes(f));
+  const simt_grid grid{c.batch * c.heads, (c.time + 63) / 64};
+  auto run = [&](auto padded) {
+    constexpr int D = decltype(padded)::value;
+    using tiles = fusor::detail::flash_tiles<D>;
+    emulate_kernel(grid, tiles::threads, tiles::template shared_bytes<P>(), [&](unsigned char* shared) {
+      fusor::detail::flash_forward_block<emulated_simt, D>(f, shared);
+    });
+  };
+  if (c.head_dim <= 16)
+    run(std::integral_constant<int, 16>{});
+  else if (c.head_dim <= 32)
+    run(std::integral_constant<int, 32>{});
+  else if (c.head_dim <= 64)
+    run(std::integral_constant<int, 64>{});
+  else
+    run(std::integral_constant<int, 128>{});
+  const auto want = reference(as_doubles(qkv), {}, c);
+  compare(what + ", y", as_doubles(y), want.y, attention_tolerance<P>(), c.heads * c.head_dim);
+  compare(what + ", lse", as_doubles(lse), want.lse, 2e-3, c.time);
+}
+
+}  // namespace
+
+FUSOR_TEST_CASE("simt emulator: mma fragments by the PTX formula and through ldmatrix give the product") {
+  check_mma_against_product<bfloat16>();
+  check_mma_against_product<float16>();
+}
+
+FUSOR_TEST_CASE("simt emulator: warp shuffles and block barriers") {
+  std::vector<float> sums(64, -1.0f), neighbours(64, -1.0f);
+  emulate_kernel(simt_grid{2, 1}, 64, 64 * sizeof(float), [&](unsigned char* shared) {
+    const int t = emulated_simt::thread();
+    float* const slots = reinterpret_cast<float*>(shared);
+    slots[t] = float(t + 100 * emulated_simt::block_x());
+    emulated_simt::sync_block();
+    const float neighbour = slots[(t + 1) % 64];  // written by another warp's thread for t = 63
+    float v = float(t);
+    for (int mask = 16; mask > 0; mask /= 2) v += emulated_simt::shfl_xor(v, mask);
+    if (emulated_simt::block_x() == 1) {
+      sums[std::size_t(t)] = v;
+      neighbours[std::size_t(t)] = neighbour;
+    }
+  });
+  for (int t = 0; t < 64; ++t) {
+    const int warp = t / 32;
+    CHECK(sums[std::size_t(t)] == float(32 * 31 / 2 + 32 * 32 * warp));
+    CHECK(neighbours[std::size_t(t)] == float((t + 1) % 64 + 100));
+  }
+}
+
+FUSOR_TEST_CASE("simt emulator: a barrier some threads skip, and a misaligned ldmatrix row, are errors") {
+  auto skipped = [](unsigned char*) {
+    if (emulated_simt::thread() != 5) emulated_simt::sync_block();
+    if (emulated_simt::thread() == 5) emulated_simt::shfl_xor(1.0f, 1);  // waits for lanes that wait elsewhere
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 64, 0, skipped); }, {"never reach"});
+  auto misaligned = [](unsigned char* shared) {
+    std::uint32_t r[4];
+    emulated_simt::ldmatrix_x4<false>(r, shared + 8);
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 256, misaligned); }, {"16-byte aligned"});
+}
+
+FUSOR_TEST_CASE("flash attention forward (tensor-core fragments, emulated) against the fp64 softmax, bf16 and fp16") {
+  std::uint32_t seed = 300;
+  const std::vector<attention_case> cases = {
+      {2, 1, 2, 2, 16},    // T = 1
+      {1, 37, 3, 3, 24},   // inside one block, head_dim padded 24 -> 32
+      {1, 64, 2, 2, 64},   // exactly one block
+      {1, 130, 4, 2, 32},  // grouped-query, three blocks, a tail
+      {1, 70, 2, 1, 128},  // multi-query, the largest head
+      {1, 20, 2, 2, 8},    // head_dim 8 padded to 16
+  };
+  for (const auto& c : cases) check_flash_forward<bfloat16>(c, seed += 2);
+  check_flash_forward<float16>({1, 97, 2, 2, 64}, 390);
+}
