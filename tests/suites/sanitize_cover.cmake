@@ -12,8 +12,11 @@
 #   PowerSGD, batch_rows                                 parallel/test_data_parallel_single.cpp
 #   rmsnorm                                              nn/test_token_layer_gradients.cpp
 #   app/fit (the training loop: CSV, resume, early stop) train/test_fit.cpp
+#   simt_emulator, warp_mma, attention_flash (the
+#   tensor-core forward run by the emulator)             kernels/test_attention_flash_emulated.cpp
+#     (ASan warns that it does not fully support swapcontext; no report so far)
 # In the plain build these sources run in their own suites (nn, gpt,
-# composition, matmul, parallel_data, tokens, train).
+# composition, matmul, parallel_data, tokens, train, attention).
 if(NOT FUSOR_SANITIZE OR NOT FUSOR_BLAS_FOUND OR NOT FUSOR_DATA_FOUND)
   return()
 endif()
@@ -26,6 +29,7 @@ fusor_add_test_suite(sanitize_cover
     parallel/test_data_parallel_single.cpp
     nn/test_token_layer_gradients.cpp
     train/test_fit.cpp
+    kernels/test_attention_flash_emulated.cpp
   LIBRARIES fusor::blas fusor::data
 )
 target_include_directories(fusor_sanitize_cover_tests PRIVATE ${PROJECT_SOURCE_DIR}/examples)
