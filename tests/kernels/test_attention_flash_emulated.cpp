@@ -1,12 +1,14 @@
-// The tensor-core flash attention forward (kernels/attention_flash.hpp) run on
-// the host by the SIMT emulator (kernels/simt_emulator.hpp): the same source
-// the GPU runs, so its fragment arithmetic is checked where there is no GPU.
+// The tensor-core flash attention (kernels/attention_flash.hpp,
+// attention_flash_backward.hpp) run on the host by the SIMT emulator
+// (kernels/simt_emulator.hpp): the same source the GPU runs, so its fragment
+// arithmetic is checked where there is no GPU.
 // First the emulator itself: mma fragments built by the PTX ISA's formula
 // against a plain product, ldmatrix (plain and transposed) feeding mma,
 // warp shuffles and block barriers, and the errors it raises for a barrier
 // some threads never reach and a misaligned ldmatrix row. Then the kernel
 // against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
-// grouped-query heads and head sizes 8 to 128 (padded with zero columns).
+// grouped-query heads and head sizes 8 to 128 (padded with zero columns),
+// forward and backward (dK and dV blocks, dQ blocks).
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -15,6 +17,7 @@
 
 #include <fusor/kernels/attention.hpp>
 #include <fusor/kernels/attention_flash.hpp>
+#include <fusor/kernels/attention_flash_backward.hpp>
 #include <fusor/kernels/simt_emulator.hpp>
 
 #include "kernels/attention_reference.hpp"
@@ -107,35 +110,68 @@ void check_mma_against_product() {
     }
 }
 
-// y and lse of the flash forward, emulated, against the fp64 reference.
-template <class P>
-void check_flash_forward(const attention_case& c, std::uint32_t seed) {
-  const std::string what = std::string(precision_name<P>()) + " flash (emulated) " + c.name();
-  host_tensor<P, cube_extents> qkv(c.batch, c.time, c.width()), y(c.batch, c.time, c.heads * c.head_dim);
-  host_tensor<float, cube_extents> lse(c.batch, c.heads, c.time);
-  fill_random(qkv, seed, -1.5, 1.5);
-  poison(y), poison(lse);
-  const auto f = fusor::detail::attention_forward_operands(y.view(), lse.view(), qkv.view(), {c.heads, c.kv_heads});
-  REQUIRE(fusor::detail::flash_forward_takes(f));
-  const simt_grid grid{c.batch * c.heads, (c.time + 63) / 64};
-  auto run = [&](auto padded) {
-    constexpr int D = decltype(padded)::value;
-    using tiles = fusor::detail::flash_tiles<D>;
-    emulate_kernel(grid, tiles::threads, tiles::template shared_bytes<P>(), [&](unsigned char* shared) {
-      fusor::detail::flash_forward_block<emulated_simt, D>(f, shared);
-    });
-  };
-  if (c.head_dim <= 16)
+// run(std::integral_constant<int, D>) for head_dim padded as the GPU pads it.
+template <class Run>
+void with_padded(index_t head_dim, const Run& run) {
+  if (head_dim <= 16)
     run(std::integral_constant<int, 16>{});
-  else if (c.head_dim <= 32)
+  else if (head_dim <= 32)
     run(std::integral_constant<int, 32>{});
-  else if (c.head_dim <= 64)
+  else if (head_dim <= 64)
     run(std::integral_constant<int, 64>{});
   else
     run(std::integral_constant<int, 128>{});
-  const auto want = reference(as_doubles(qkv), {}, c);
-  compare(what + ", y", as_doubles(y), want.y, attention_tolerance<P>(), c.heads * c.head_dim);
+}
+
+// y, lse (and with `backward`, dqkv) of the flash kernels, emulated, against
+// the fp64 reference; delta = rowsum(dy * y) formed here, as the GPU's small
+// kernel does.
+template <class P>
+void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
+  namespace fd = fusor::detail;
+  const std::string what = std::string(precision_name<P>()) + " flash (emulated) " + c.name();
+  const index_t HD = c.heads * c.head_dim;
+  host_tensor<P, cube_extents> qkv(c.batch, c.time, c.width()), y(c.batch, c.time, HD), dy(c.batch, c.time, HD),
+      dqkv(c.batch, c.time, c.width());
+  host_tensor<float, cube_extents> lse(c.batch, c.heads, c.time);
+  fill_random(qkv, seed, -1.5, 1.5);
+  fill_random(dy, seed + 1, -1.0, 1.0);
+  poison(y), poison(lse), poison(dqkv);
+  const attention_heads heads{c.heads, c.kv_heads};
+  const auto f = fd::attention_forward_operands(y.view(), lse.view(), qkv.view(), heads);
+  REQUIRE(fd::flash_forward_takes(f));
+  with_padded(c.head_dim, [&](auto padded) {
+    constexpr int D = decltype(padded)::value;
+    using tiles = fd::flash_tiles<D>;
+    emulate_kernel({c.batch * c.heads, (c.time + 63) / 64}, tiles::threads, tiles::template shared_bytes<P>(),
+                   [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D>(f, shared); });
+  });
+  const auto want = reference(as_doubles(qkv), as_doubles(dy), c);
+  compare(what + ", y", as_doubles(y), want.y, attention_tolerance<P>(), HD);
   compare(what + ", lse", as_doubles(lse), want.lse, 2e-3, c.time);
+  if (!backward) return;
+
+  std::vector<float> delta(std::size_t(c.batch * c.heads * c.time));
+  for (index_t b = 0; b < c.batch; ++b)
+    for (index_t h = 0; h < c.heads; ++h)
+      for (index_t t = 0; t < c.time; ++t) {
+        float sum = 0;
+        for (index_t x = 0; x < c.head_dim; ++x)
+          sum += convert<float>(dy(b, t, h * c.head_dim + x)) * convert<float>(y(b, t, h * c.head_dim + x));
+        delta[std::size_t((b * c.heads + h) * c.time + t)] = sum;
+      }
+  const auto w = fd::attention_backward_operands(dqkv.view(), dy.view(), qkv.view(), y.view(), lse.view(), heads);
+  REQUIRE(fd::flash_backward_takes(w));
+  with_padded(c.head_dim, [&](auto padded) {
+    constexpr int D = decltype(padded)::value;
+    using tiles = fd::flash_backward_tiles<D>;
+    const index_t blocks = (c.time + tiles::rows - 1) / tiles::rows;
+    emulate_kernel({c.batch * c.kv_heads, blocks}, tiles::threads, tiles::template key_shared_bytes<P>(),
+                   [&](unsigned char* shared) { fd::flash_key_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
+    emulate_kernel({c.batch * c.heads, blocks}, tiles::threads, tiles::template query_shared_bytes<P>(),
+                   [&](unsigned char* shared) { fd::flash_query_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
+  });
+  compare(what + ", dqkv", as_doubles(dqkv), want.dqkv, 2 * attention_tolerance<P>(), c.width());
 }
 
 }  // namespace
@@ -180,7 +216,7 @@ FUSOR_TEST_CASE("simt emulator: a barrier some threads skip, and a misaligned ld
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 256, misaligned); }, {"16-byte aligned"});
 }
 
-FUSOR_TEST_CASE("flash attention forward (tensor-core fragments, emulated) against the fp64 softmax, bf16 and fp16") {
+FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, emulated) against the fp64 softmax") {
   std::uint32_t seed = 300;
   const std::vector<attention_case> cases = {
       {2, 1, 2, 2, 16},    // T = 1
@@ -190,6 +226,6 @@ FUSOR_TEST_CASE("flash attention forward (tensor-core fragments, emulated) again
       {1, 70, 2, 1, 128},  // multi-query, the largest head
       {1, 20, 2, 2, 8},    // head_dim 8 padded to 16
   };
-  for (const auto& c : cases) check_flash_forward<bfloat16>(c, seed += 2);
-  check_flash_forward<float16>({1, 97, 2, 2, 64}, 390);
+  for (const auto& c : cases) check_flash<bfloat16>(c, seed += 2, true);
+  check_flash<float16>({1, 97, 2, 2, 64}, 390, true);
 }

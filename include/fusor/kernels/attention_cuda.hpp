@@ -1,19 +1,20 @@
 // fusor/kernels/attention_cuda.hpp — the CUDA kernels of causal attention
 // (attention.hpp): a fused flash-attention forward and backward.
 //
-// Forward, bf16 and fp16 on sm_80 and later: attention_flash.hpp's kernel,
-// its tiles in registers, where it takes the operands (heads a multiple of 8
-// columns, 16-byte aligned rows). Otherwise (fp32, fp64, other heads, older
-// GPUs) this file's forward (FlashAttention-2): a thread block takes `rows`
-// queries of one head (16 per warp), keeps them in shared memory and walks
-// the key/value tiles up to the diagonal through shared memory with an online
-// softmax (running maximum and sum per row, fp32); the T x T matrix is never
-// formed. Backward,
-// without atomics, so deterministic: one kernel per key block (dK and dV of a
-// key/value head, summed over its group's query heads and the query tiles at
-// and after the diagonal) and one per query block (dQ over the key tiles up
-// to the diagonal), both recomputing P = exp(S - lse) tile by tile, after a
-// small kernel that forms delta = rowsum(dY * Y).
+// bf16 and fp16 on sm_80 and later: attention_flash.hpp's forward and
+// attention_flash_backward.hpp's backward, their tiles in registers, where
+// they take the operands (heads a multiple of 8 columns, 16-byte aligned
+// rows). Otherwise (fp32, fp64, other heads, older GPUs) this file's kernels.
+// Forward (FlashAttention-2): a thread block takes `rows` queries of one head
+// (16 per warp), keeps them in shared memory and walks the key/value tiles up
+// to the diagonal through shared memory with an online softmax (running
+// maximum and sum per row, fp32); the T x T matrix is never formed.
+// Backward, without atomics, so deterministic: one kernel per key block (dK
+// and dV of a key/value head, summed over its group's query heads and the
+// query tiles at and after the diagonal) and one per query block (dQ over the
+// key tiles up to the diagonal), both recomputing P = exp(S - lse) tile by
+// tile, after a small kernel that forms delta = rowsum(dY * Y) (shared with
+// the kernels in registers).
 //
 // Block products are warp products of 16 rows: on tensor cores (WMMA
 // 16 x 16 x 16, fp32 accumulation) for bf16 (sm_80 and later) and fp16
@@ -31,8 +32,8 @@
 // the accumulators go through shared memory, so this reaches a fraction of
 // what FlashAttention-2's register-resident kernels do: it is written to be
 // simple and correct first (0.20-0.26x PyTorch's forward, 0.07-0.12x its
-// forward and backward, H200): the bf16/fp16 forward has moved to registers,
-// the backward has not yet.
+// forward and backward, H200), and is now the fallback of the bf16/fp16
+// kernels in registers.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -52,6 +53,7 @@
 #include "fusor/exec/cuda.hpp"
 #include "fusor/kernels/attention_cuda_tiles.hpp"
 #include "fusor/kernels/attention_flash.hpp"
+#include "fusor/kernels/attention_flash_backward.hpp"
 #include "fusor/kernels/attention_operands.hpp"
 #include "fusor/kernels/row_reduce.hpp"
 
@@ -381,6 +383,37 @@ void attention_forward_cuda(const attention_forward<Y, L, QKV>& f, const cuda_ex
   });
 }
 
+// The tensor-core backward (attention_flash_backward.hpp) where it takes the
+// operands (dy of qkv's type among them) and its code for this GPU is sm_80
+// or newer; false where it did not launch.
+template <class DQKV, class DY, class QKV, class Y, class L, class S>
+bool attention_backward_flash_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, const S* delta,
+                                   const cuda_executor& ex) {
+  if constexpr ((std::is_same_v<QKV, bfloat16> || std::is_same_v<QKV, float16>)&&std::is_same_v<DY, QKV> &&
+                std::is_same_v<S, float>) {
+    if (!flash_backward_takes(w)) return false;
+    const attention_geometry& g = w.shape;
+    bool launched = false;
+    with_padded_head_dim("causal_attention_backward", g.head_dim, [&](auto padded) {
+      constexpr int D = decltype(padded)::value;
+      using tiles = flash_backward_tiles<D>;
+      constexpr auto keys = attention_flash_key_gradient_kernel<D, DQKV, QKV, Y, L>;
+      constexpr auto queries = attention_flash_query_gradient_kernel<D, DQKV, QKV, Y, L>;
+      if (!runs_tensor_core_mma<keys>()) return;
+      const index_t blocks = (g.time + tiles::rows - 1) / tiles::rows;
+      launch_attention_kernel<keys>("causal_attention_backward", g.batch * g.kv_heads, blocks, tiles::threads,
+                                    tiles::template key_shared_bytes<QKV>(), ex.stream, w, delta);
+      launch_attention_kernel<queries>("causal_attention_backward", g.batch * g.heads, blocks, tiles::threads,
+                                       tiles::template query_shared_bytes<QKV>(), ex.stream, w, delta);
+      launched = true;
+    });
+    return launched;
+  } else {
+    (void)w, (void)delta, (void)ex;
+    return false;
+  }
+}
+
 template <class DQKV, class DY, class QKV, class Y, class L>
 void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, const cuda_executor& ex) {
   gpu::require("causal_attention_backward on the cuda executor");
@@ -391,6 +424,7 @@ void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, c
   buffer<device_space> delta(std::size_t(rows) * sizeof(S), ex.stream);
   const int delta_grid = int(std::min<index_t>((rows + 7) / 8, index_t(gpu::multiprocessor_count()) * 32));
   launch_kernel<attention_delta_kernel<DQKV, DY, QKV, Y, L, S>>(delta_grid, 256, 0, ex.stream, w, delta.as<S>());
+  if (attention_backward_flash_cuda(w, static_cast<const S*>(delta.as<S>()), ex)) return;
   with_padded_head_dim("causal_attention_backward", g.head_dim, [&](auto padded) {
     constexpr int Dp = decltype(padded)::value;
     using Cfg = attention_tiles<QKV, Dp>;

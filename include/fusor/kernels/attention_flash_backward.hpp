@@ -1,0 +1,304 @@
+// fusor/kernels/attention_flash_backward.hpp — causal attention's backward
+// pass with its tiles in registers, for bf16 and fp16 data on sm_80 and
+// later; the forward's companion (attention_flash.hpp), written against the
+// same Simt policy, so the host tests run it too (simt_emulator.hpp).
+//
+// Deterministic, without atomics, as the kernels it replaces: one block per
+// 64 keys of a key/value head forms dK and dV, summed over the group's query
+// heads and every query tile from the diagonal on; one block per 64 queries
+// of a head forms dQ over the key tiles up to the diagonal. Both recompute
+// P = exp(S - lse) from the forward's log-sum-exp and take delta =
+// rowsum(dY * Y) (attention_delta_kernel, attention_cuda.hpp). Per warp of 16
+// rows, with mma.m16n8k16 from ldmatrix'd tiles:
+//   keys:    S^T = K Q^T, dP^T = V dY^T, dS^T = P^T (dP^T - delta);
+//            dV += P^T dY, dK += dS^T Q (P^T and dS^T rounded to the data
+//            type, going from accumulator to operand registers)
+//   queries: S = Q K^T, dP = dY V^T, dS = P (dP - delta); dQ += dS K
+// dK and dQ are scaled by 1/sqrt(head_dim) once, at the end. At head_dim 128
+// the key blocks walk 32 queries at a time (dK and dV take 128 registers).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+
+#include "fusor/config.hpp"
+#include "fusor/kernels/attention_flash.hpp"
+#include "fusor/kernels/attention_operands.hpp"
+#include "fusor/kernels/warp_mma.hpp"
+
+namespace fusor::detail {
+
+// Shapes of the backward's blocks for head_dim padded to D.
+template <int D>
+struct flash_backward_tiles {
+  static constexpr int warps = 4;
+  static constexpr int threads = 32 * warps;
+  static constexpr int rows = 16 * warps;           // a block's keys (dK, dV) or queries (dQ)
+  static constexpr int queries = D <= 64 ? 64 : 32;  // a key block's tile of queries
+  static constexpr int keys = 64;                   // a query block's tile of keys
+  static constexpr int ld = flash_tiles<D>::ld;
+  template <class T>
+  static constexpr std::size_t key_shared_bytes() {  // K, V; Q, dY; lse and delta of the tile
+    return std::size_t(2 * rows + 2 * queries) * ld * sizeof(T) + 2 * queries * sizeof(float);
+  }
+  template <class T>
+  static constexpr std::size_t query_shared_bytes() {  // Q, dY; K, V
+    return std::size_t(2 * rows + 2 * keys) * ld * sizeof(T);
+  }
+};
+
+// acc[n][...] += A (16 x 16 k-steps from `a_rows`) times B^T, B's rows read
+// from `b_rows` (n = 8-row tiles): the product of a warp's 16 rows with a tile's rows.
+template <class Simt, class T, int KSteps, int NTiles, int ld>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_rows_times_rows(float (&acc)[NTiles][4], const T* a_rows, const T* b_rows) {
+  FUSOR_UNROLL
+  for (int kk = 0; kk < KSteps; ++kk) {
+    std::uint32_t a[4];
+    Simt::template ldmatrix_x4<false>(a, a_rows + kk * 16);
+    FUSOR_UNROLL
+    for (int nt = 0; nt < NTiles; nt += 2) {
+      std::uint32_t b[4];
+      Simt::template ldmatrix_x4<false>(b, b_rows + nt * 8 * ld + kk * 16);
+      Simt::template mma<T>(acc[nt], a, b[0], b[1]);
+      Simt::template mma<T>(acc[nt + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[dn][...] += P (the warp's 16 rows x 16 KSteps columns, fp32 accumulators
+// rounded to T) times the tile whose rows `b_rows` (transposed ldmatrix) are
+// P's columns: P V, P^T dY, dS^T Q, dS K.
+template <class Simt, class T, int KSteps, int NTiles, int ld>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_registers_times_rows(float (&acc)[NTiles][4],
+                                                               const float (&p)[2 * KSteps][4], const T* b_rows) {
+  FUSOR_UNROLL
+  for (int ks = 0; ks < KSteps; ++ks) {
+    const std::uint32_t a[4] = {pack_pair<T>(p[2 * ks][0], p[2 * ks][1]), pack_pair<T>(p[2 * ks][2], p[2 * ks][3]),
+                                pack_pair<T>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                                pack_pair<T>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+    FUSOR_UNROLL
+    for (int dn = 0; dn < NTiles; dn += 2) {
+      std::uint32_t b[4];
+      Simt::template ldmatrix_x4<true>(b, b_rows + ks * 16 * ld + dn * 8);
+      Simt::template mma<T>(acc[dn], a, b[0], b[1]);
+      Simt::template mma<T>(acc[dn + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Writes a warp's 16 x D accumulator rows (times `scale`) to `row(r)` for the
+// lane's rows index[0] and index[1] that are below `time`, columns below d.
+template <int D, class Out, class Row>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void store_warp_rows(const float (&acc)[D / 8][4], const index_t (&index)[2],
+                                                     index_t time, int d, int quad, float scale, const Row& row) {
+  FUSOR_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    if (index[r] >= time) continue;
+    Out* const out = row(index[r]);
+    FUSOR_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int col = dn * 8 + quad * 2;  // d is a multiple of 8: col + 1 < d too
+      if (col < d) {
+        out[col] = convert<Out>(acc[dn][2 * r] * scale);
+        out[col + 1] = convert<Out>(acc[dn][2 * r + 1] * scale);
+      }
+    }
+  }
+}
+
+// dK and dV of keys [64 block_y, + 64) of key/value head block_x % G of
+// sample block_x / G. `shared`: key_shared_bytes<T>() bytes, 16-byte aligned.
+template <class Simt, int D, class DQKV, class QKV, class Y, class L>
+FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, QKV, Y, L>& w, const float* delta,
+                                           unsigned char* shared) {
+  using T = QKV;
+  using tiles = flash_backward_tiles<D>;
+  constexpr int ld = tiles::ld, N = tiles::queries;
+  constexpr float log2e = 1.4426950408889634f;
+  const attention_geometry& g = w.shape;
+  const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
+  const index_t bg = Simt::block_x(), b = bg / g.kv_heads, kv = bg % g.kv_heads;
+  const index_t k0 = Simt::block_y() * tiles::rows;
+  const int d = int(g.head_dim);
+
+  T* const k_tile = reinterpret_cast<T*>(shared);
+  T* const v_tile = k_tile + tiles::rows * ld;
+  T* const q_tile = v_tile + tiles::rows * ld;
+  T* const dy_tile = q_tile + N * ld;
+  float* const lse_tile = reinterpret_cast<float*>(dy_tile + N * ld);  // log2 units; +inf past the end
+  float* const delta_tile = lse_tile + N;
+  load_flash_tile<Simt, D>(k_tile, tiles::rows, w.qkv, b, k0, g.time, g.key_column(kv), d);
+  load_flash_tile<Simt, D>(v_tile, tiles::rows, w.qkv, b, k0, g.time, g.value_column(kv), d);
+
+  // ldmatrix rows (see attention_flash.hpp): A fragments of the warp's keys,
+  // B fragments of the tile's queries, and their transposes (P^T dY, dS^T Q).
+  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
+  const T* const k_rows = k_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
+  const T* const v_rows = v_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
+  const T* const q_rows = q_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
+  const T* const dy_rows = dy_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
+  const T* const q_columns = q_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+  const T* const dy_columns = dy_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+
+  const index_t first_key = k0 + warp * 16;
+  const index_t key[2] = {first_key + group, first_key + group + 8};
+  const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
+  float dk[D / 8][4], dv[D / 8][4];
+  FUSOR_UNROLL
+  for (int dn = 0; dn < D / 8; ++dn)
+    FUSOR_UNROLL
+    for (int i = 0; i < 4; ++i) dk[dn][i] = dv[dn][i] = 0.0f;
+
+  for (index_t h = kv * g.group(); h < (kv + 1) * g.group(); ++h) {
+    for (index_t t0 = k0 / N * N; t0 < g.time; t0 += N) {
+      Simt::sync_block();  // the previous tiles are used up
+      load_flash_tile<Simt, D>(q_tile, N, w.qkv, b, t0, g.time, g.query_column(h), d);
+      load_flash_tile<Simt, D>(dy_tile, N, w.dy, b, t0, g.time, g.query_column(h), d);
+      for (int c = thread; c < N; c += tiles::threads) {
+        const index_t t = t0 + c;
+        lse_tile[c] = t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
+                                 : ::cuda::std::numeric_limits<float>::infinity();
+        delta_tile[c] = t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f;
+      }
+      Simt::sync_block();
+      // t0 and first_key are multiples of 16: a tile either ends before the
+      // warp's first key (nothing visible) or its queries reach them.
+      if (t0 + N <= first_key) continue;
+
+      float st[N / 8][4], dst[N / 8][4];  // S^T, then P^T; dP^T, then dS^T
+      FUSOR_UNROLL
+      for (int nt = 0; nt < N / 8; ++nt)
+        FUSOR_UNROLL
+        for (int i = 0; i < 4; ++i) st[nt][i] = dst[nt][i] = 0.0f;
+      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q_rows);
+      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy_rows);
+
+      const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
+      FUSOR_UNROLL
+      for (int nt = 0; nt < N / 8; ++nt)
+        FUSOR_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
+          const bool hidden = diagonal && key[i >> 1] > t0 + c;
+          const float p = hidden ? 0.0f : Simt::exp2(st[nt][i] * scale_log2 - lse_tile[c]);
+          st[nt][i] = p;
+          dst[nt][i] = p * (dst[nt][i] - delta_tile[c]);
+        }
+      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy_columns);
+      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q_columns);
+    }
+  }
+  auto out_row = [&](index_t t) { return w.dqkv.row(b, t); };
+  const float scale = 1.0f / ::cuda::std::sqrt(float(d));
+  store_warp_rows<D, DQKV>(dk, key, g.time, d, quad, scale,
+                           [&](index_t t) { return out_row(t) + g.key_column(kv); });
+  store_warp_rows<D, DQKV>(dv, key, g.time, d, quad, 1.0f,
+                           [&](index_t t) { return out_row(t) + g.value_column(kv); });
+}
+
+// dQ of queries [q0, q0 + 64) of head block_x % H of sample block_x / H, q0
+// from block_y (the longest blocks first). `shared`: query_shared_bytes<T>().
+template <class Simt, int D, class DQKV, class QKV, class Y, class L>
+FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV, QKV, Y, L>& w, const float* delta,
+                                             unsigned char* shared) {
+  using T = QKV;
+  using tiles = flash_backward_tiles<D>;
+  constexpr int ld = tiles::ld, K = tiles::keys;
+  constexpr float log2e = 1.4426950408889634f;
+  const attention_geometry& g = w.shape;
+  const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
+  const index_t bh = Simt::block_x(), b = bh / g.heads, h = bh % g.heads, kv = h / g.group();
+  const index_t q0 = (Simt::grid_y() - 1 - Simt::block_y()) * tiles::rows;
+  const int d = int(g.head_dim);
+
+  T* const q_tile = reinterpret_cast<T*>(shared);
+  T* const dy_tile = q_tile + tiles::rows * ld;
+  T* const k_tile = dy_tile + tiles::rows * ld;
+  T* const v_tile = k_tile + K * ld;
+  load_flash_tile<Simt, D>(q_tile, tiles::rows, w.qkv, b, q0, g.time, g.query_column(h), d);
+  load_flash_tile<Simt, D>(dy_tile, tiles::rows, w.dy, b, q0, g.time, g.query_column(h), d);
+
+  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
+  const T* const q_rows = q_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
+  const T* const dy_rows = dy_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
+  const T* const k_rows = k_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
+  const T* const v_rows = v_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
+  const T* const k_columns = k_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+
+  const index_t first_query = q0 + warp * 16;
+  const index_t query[2] = {first_query + group, first_query + group + 8};
+  float lse[2], row_delta[2];  // lse in log2 units; +inf past the end (P = 0)
+  FUSOR_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const bool inside = query[r] < g.time;
+    lse[r] = inside ? convert<float>(w.lse.at(b, h, query[r])) * log2e : ::cuda::std::numeric_limits<float>::infinity();
+    row_delta[r] = inside ? delta[(b * g.heads + h) * g.time + query[r]] : 0.0f;
+  }
+  const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
+  float dq[D / 8][4];
+  FUSOR_UNROLL
+  for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
+
+  const index_t block_end = q0 + tiles::rows < g.time ? q0 + tiles::rows : g.time;
+  for (index_t k0 = 0; k0 < block_end; k0 += K) {
+    Simt::sync_block();  // the previous tiles are used up (and Q, dY loaded)
+    load_flash_tile<Simt, D>(k_tile, K, w.qkv, b, k0, g.time, g.key_column(kv), d);
+    load_flash_tile<Simt, D>(v_tile, K, w.qkv, b, k0, g.time, g.value_column(kv), d);
+    Simt::sync_block();
+    if (k0 > first_query) continue;  // every key after every query of the warp
+
+    float s[K / 8][4], ds[K / 8][4];  // S, then P; dP, then dS
+    FUSOR_UNROLL
+    for (int nt = 0; nt < K / 8; ++nt)
+      FUSOR_UNROLL
+      for (int i = 0; i < 4; ++i) s[nt][i] = ds[nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows);
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(ds, dy_rows, v_rows);
+
+    const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
+    FUSOR_UNROLL
+    for (int nt = 0; nt < K / 8; ++nt)
+      FUSOR_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1;
+        const index_t key = k0 + nt * 8 + quad * 2 + (i & 1);
+        const float p = diagonal && key > query[r] ? 0.0f : Simt::exp2(s[nt][i] * scale_log2 - lse[r]);
+        ds[nt][i] = p * (ds[nt][i] - row_delta[r]);
+      }
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(dq, ds, k_columns);
+  }
+  store_warp_rows<D, DQKV>(dq, query, g.time, d, quad, 1.0f / ::cuda::std::sqrt(float(d)),
+                           [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });
+}
+
+// Whether the flash backward takes these operands (the types aside): as the
+// forward, and dy's rows 16-byte aligned too.
+template <class DQKV, class DY, class QKV, class Y, class L>
+bool flash_backward_takes(const attention_backward<DQKV, DY, QKV, Y, L>& w) {
+  const attention_geometry& g = w.shape;
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return sizeof(QKV) == 2 && std::is_same_v<std::remove_const_t<DY>, std::remove_const_t<QKV>> &&
+         g.head_dim % 8 == 0 && g.head_dim <= 128 && aligned(w.qkv.data) && aligned(w.dy.data) &&
+         w.qkv.batch_stride % 8 == 0 && w.qkv.time_stride % 8 == 0 && w.dy.batch_stride % 8 == 0 &&
+         w.dy.time_stride % 8 == 0;
+}
+
+#if FUSOR_HAS_CUDA
+template <int D, class DQKV, class QKV, class Y, class L>
+__global__ void __launch_bounds__(flash_backward_tiles<D>::threads, 2)
+    attention_flash_key_gradient_kernel(const attention_backward<DQKV, QKV, QKV, Y, L> w, const float* delta) {
+  extern __shared__ __align__(128) unsigned char flash_shared[];
+  flash_key_gradient_block<device_simt, D>(w, delta, flash_shared);
+}
+template <int D, class DQKV, class QKV, class Y, class L>
+__global__ void __launch_bounds__(flash_backward_tiles<D>::threads, 2)
+    attention_flash_query_gradient_kernel(const attention_backward<DQKV, QKV, QKV, Y, L> w, const float* delta) {
+  extern __shared__ __align__(128) unsigned char flash_shared[];
+  flash_query_gradient_block<device_simt, D>(w, delta, flash_shared);
+}
+#endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail
