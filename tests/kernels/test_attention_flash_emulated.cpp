@@ -229,3 +229,27 @@ FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, em
   for (const auto& c : cases) check_flash<bfloat16>(c, seed += 2, true);
   check_flash<float16>({1, 97, 2, 2, 64}, 390, true);
 }
+
+FUSOR_TEST_CASE("flash attention takes heads of a multiple of 8 columns in 16-byte aligned rows, and nothing else") {
+  namespace fd = fusor::detail;
+  auto takes = [](index_t heads, index_t head_dim, index_t offset) {
+    const index_t width = 3 * heads * head_dim;
+    host_tensor<bfloat16, cube_extents> qkv(2, 5, width + offset), y(2, 5, heads * head_dim),
+        dy(2, 5, heads * head_dim), dqkv(2, 5, width);
+    host_tensor<float, cube_extents> lse(2, heads, 5);
+    // qkv seen from column `offset`: its rows start `offset` elements into each row.
+    const auto qkv_view = slice<2>(qkv.view(), offset, offset + width);
+    const auto f = fd::attention_forward_operands(y.view(), lse.view(), qkv_view, {heads, heads});
+    const auto w = fd::attention_backward_operands(dqkv.view(), dy.view(), qkv_view, y.view(), lse.view(),
+                                                   {heads, heads});
+    CHECK(fd::flash_forward_takes(f) == fd::flash_backward_takes(w));
+    return fd::flash_forward_takes(f);
+  };
+  CHECK(takes(2, 64, 0));
+  CHECK(takes(1, 128, 0));
+  CHECK(takes(3, 8, 0));
+  CHECK_FALSE(takes(2, 12, 0));   // not a multiple of 8 columns
+  CHECK_FALSE(takes(1, 136, 0));  // past 128
+  CHECK_FALSE(takes(2, 64, 4));   // rows start 8 bytes past a 16-byte boundary
+  CHECK_FALSE(takes(2, 64, 1));   // and 2 bytes
+}
