@@ -7,7 +7,8 @@
 // A block of four warps takes 64 queries of one head; each warp keeps its 16
 // queries' output rows (16 x head_dim, fp32) and the running max and sum of
 // its rows in registers. For each tile of 64 keys up to the diagonal, the
-// block copies K and V into shared memory; each warp forms S = Q K^T (16 x
+// block copies K and V into shared memory (cp.async, the next tile's copies
+// in flight while this one is used: two stages); each warp forms S = Q K^T (16 x
 // 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal mask on
 // the diagonal tile, updates its online softmax, rounds P to the data type
 // (as FlashAttention does) and adds P V into its output registers: P goes
@@ -51,20 +52,14 @@ struct flash_tiles {
   // Elements a tile row takes in shared memory: 16 bytes past D, so the eight
   // rows an ldmatrix reads start in different banks.
   static constexpr int ld = D + 8;
+  // Q, then two stages of K and V: the next tile's copies fly while this one is used.
   template <class T>
   static constexpr std::size_t shared_bytes() {
-    return std::size_t(queries + 2 * keys) * ld * sizeof(T);
+    return std::size_t(queries + 2 * 2 * keys) * ld * sizeof(T);
   }
 };
 
-// 16 bytes from `from` to `to` (both 16-byte aligned), or 16 zero bytes.
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void copy_16_bytes(void* to, const void* from) {
-#if defined(__CUDA_ARCH__)
-  *static_cast<uint4*>(to) = *static_cast<const uint4*>(from);
-#else
-  std::memcpy(to, from, 16);
-#endif
-}
+// 16 zero bytes at `to` (16-byte aligned).
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void zero_16_bytes(void* to) {
 #if defined(__CUDA_ARCH__)
   *static_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
@@ -73,8 +68,9 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void zero_16_bytes(void* to) {
 #endif
 }
 
-// Rows t0 + [0, rows) of one head's D columns (from `column`) into a tile;
-// rows past `time` and columns past d (a multiple of 8) are zeros.
+// Starts copying rows t0 + [0, rows) of one head's D columns (from `column`)
+// into a tile; rows past `time` and columns past d (a multiple of 8) are
+// zeros. The copies land at Simt::wait_async, the others' after a sync_block.
 template <class Simt, int D, class T>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const attention_rows<const T>& qkv, index_t b,
                                                      index_t t0, index_t time, index_t column, int d) {
@@ -84,7 +80,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const at
     T* to = tile + row * flash_tiles<D>::ld + col;
     const index_t t = t0 + row;
     if (t < time && col < d)
-      copy_16_bytes(to, qkv.row(b, t) + column + col);
+      Simt::copy_async_16(to, qkv.row(b, t) + column + col);
     else
       zero_16_bytes(to);
   }
@@ -106,10 +102,18 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   const index_t q0 = (Simt::grid_y() - 1 - Simt::block_y()) * tiles::queries;
   const int d = int(g.head_dim);
 
+  // Q, then stages of K and V (stage s at k_tile + s * stage).
+  constexpr int stage = 2 * K * ld;
   T* const q_tile = reinterpret_cast<T*>(shared);
   T* const k_tile = q_tile + tiles::queries * ld;
   T* const v_tile = k_tile + K * ld;
+  auto load_keys = [&](index_t k0, int into) {
+    load_flash_tile<Simt, D>(k_tile + into * stage, K, f.qkv, b, k0, g.time, g.key_column(kv), d);
+    load_flash_tile<Simt, D>(v_tile + into * stage, K, f.qkv, b, k0, g.time, g.value_column(kv), d);
+    Simt::commit_async();
+  };
   load_flash_tile<Simt, D>(q_tile, tiles::queries, f.qkv, b, q0, g.time, g.query_column(h), d);
+  load_keys(0, 0);
 
   // ldmatrix rows: lane i gives row i % 8 of matrix i / 8. Q's four matrices
   // are an A fragment (rows +0/+8, columns +0/+8); K's two B fragments (keys
@@ -130,11 +134,11 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   float row_max[2] = {minus_infinity, minus_infinity}, row_sum[2] = {0.0f, 0.0f};
 
   const index_t block_end = q0 + tiles::queries < g.time ? q0 + tiles::queries : g.time;
-  for (index_t k0 = 0; k0 < block_end; k0 += K) {
-    Simt::sync_block();  // the previous tiles are used up
-    load_flash_tile<Simt, D>(k_tile, K, f.qkv, b, k0, g.time, g.key_column(kv), d);
-    load_flash_tile<Simt, D>(v_tile, K, f.qkv, b, k0, g.time, g.value_column(kv), d);
-    Simt::sync_block();
+  for (index_t k0 = 0, j = 0; k0 < block_end; k0 += K, ++j) {
+    const int current = int(j & 1);
+    Simt::wait_async();  // this thread's copies of this tile (and of Q)
+    Simt::sync_block();  // everyone's; and the other stage's tile is used up
+    if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
     // k0 and first_query are multiples of 16: a warp either has every key of
     // the tile after all its queries (nothing to add) or k0 <= first_query,
     // so every row sees key k0 and its maximum is finite.
@@ -151,7 +155,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
       FUSOR_UNROLL
       for (int nt = 0; nt < K / 8; nt += 2) {
         std::uint32_t bk[4];
-        Simt::template ldmatrix_x4<false>(bk, k_rows + nt * 8 * ld + kk * 16);
+        Simt::template ldmatrix_x4<false>(bk, k_rows + current * stage + nt * 8 * ld + kk * 16);
         Simt::template mma<T>(s[nt], a, bk[0], bk[1]);
         Simt::template mma<T>(s[nt + 1], a, bk[2], bk[3]);
       }
@@ -201,7 +205,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
       FUSOR_UNROLL
       for (int dn = 0; dn < D / 8; dn += 2) {
         std::uint32_t bv[4];
-        Simt::template ldmatrix_x4<true>(bv, v_rows + ks * 16 * ld + dn * 8);
+        Simt::template ldmatrix_x4<true>(bv, v_rows + current * stage + ks * 16 * ld + dn * 8);
         Simt::template mma<T>(o[dn], p, bv[0], bv[1]);
         Simt::template mma<T>(o[dn + 1], p, bv[2], bv[3]);
       }

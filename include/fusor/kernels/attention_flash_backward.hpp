@@ -14,8 +14,11 @@
 //            dV += P^T dY, dK += dS^T Q (P^T and dS^T rounded to the data
 //            type, going from accumulator to operand registers)
 //   queries: S = Q K^T, dP = dY V^T, dS = P (dP - delta); dQ += dS K
-// dK and dQ are scaled by 1/sqrt(head_dim) once, at the end. At head_dim 128
-// the key blocks walk 32 queries at a time (dK and dV take 128 registers).
+// dK and dQ are scaled by 1/sqrt(head_dim) once, at the end. The tiles a
+// block walks are copied with cp.async in two stages (the next one's copies
+// in flight while this one is used). At head_dim 128 the tiles walked are 32
+// rows (dK and dV take 128 registers; two stages of 64-row K and V tiles
+// would pass the 99 KiB a block of sm_86 and sm_89).
 #pragma once
 
 #include <cstdint>
@@ -38,15 +41,21 @@ struct flash_backward_tiles {
   static constexpr int threads = 32 * warps;
   static constexpr int rows = 16 * warps;           // a block's keys (dK, dV) or queries (dQ)
   static constexpr int queries = D <= 64 ? 64 : 32;  // a key block's tile of queries
-  static constexpr int keys = 64;                   // a query block's tile of keys
+  static constexpr int keys = D <= 64 ? 64 : 32;     // a query block's tile of keys
   static constexpr int ld = flash_tiles<D>::ld;
+  // The tiles walked come in two stages (the next one's copies fly while this
+  // one is used). A key block's stage: Q, dY, then lse and delta of the tile.
   template <class T>
-  static constexpr std::size_t key_shared_bytes() {  // K, V; Q, dY; lse and delta of the tile
-    return std::size_t(2 * rows + 2 * queries) * ld * sizeof(T) + 2 * queries * sizeof(float);
+  FUSOR_HOST_DEVICE static constexpr int key_stage_bytes() {
+    return 2 * queries * ld * int(sizeof(T)) + 2 * queries * int(sizeof(float));
   }
   template <class T>
-  static constexpr std::size_t query_shared_bytes() {  // Q, dY; K, V
-    return std::size_t(2 * rows + 2 * keys) * ld * sizeof(T);
+  static constexpr std::size_t key_shared_bytes() {  // K, V; two stages
+    return std::size_t(2 * rows * ld) * sizeof(T) + 2 * std::size_t(key_stage_bytes<T>());
+  }
+  template <class T>
+  static constexpr std::size_t query_shared_bytes() {  // Q, dY; two stages of K and V
+    return std::size_t(2 * rows + 2 * 2 * keys) * ld * sizeof(T);
   }
 };
 
@@ -124,24 +133,41 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   const index_t k0 = Simt::block_y() * tiles::rows;
   const int d = int(g.head_dim);
 
+  // K, V; then two stages of Q, dY, lse (log2 units, +inf past the end: P = 0) and delta.
   T* const k_tile = reinterpret_cast<T*>(shared);
   T* const v_tile = k_tile + tiles::rows * ld;
-  T* const q_tile = v_tile + tiles::rows * ld;
-  T* const dy_tile = q_tile + N * ld;
-  float* const lse_tile = reinterpret_cast<float*>(dy_tile + N * ld);  // log2 units; +inf past the end
-  float* const delta_tile = lse_tile + N;
+  unsigned char* const stages = reinterpret_cast<unsigned char*>(v_tile + tiles::rows * ld);
+  constexpr int stage_bytes = tiles::template key_stage_bytes<T>();
+  auto q_tile = [&](int stage) { return reinterpret_cast<T*>(stages + stage * stage_bytes); };
+  auto dy_tile = [&](int stage) { return q_tile(stage) + N * ld; };
+  auto lse_tile = [&](int stage) { return reinterpret_cast<float*>(dy_tile(stage) + N * ld); };
+  auto delta_tile = [&](int stage) { return lse_tile(stage) + N; };
+  // Step i of the walk: query head kv G + i / per_head (G query heads a
+  // key/value head), queries from start + (i % per_head) N: from the
+  // diagonal's tile on.
+  const index_t start = k0 / N * N, per_head = (g.time - start + N - 1) / N, steps = g.group() * per_head;
+  auto load_step = [&](index_t i, int stage) {
+    const index_t h = kv * g.group() + i / per_head, t0 = start + i % per_head * N;
+    load_flash_tile<Simt, D>(q_tile(stage), N, w.qkv, b, t0, g.time, g.query_column(h), d);
+    load_flash_tile<Simt, D>(dy_tile(stage), N, w.dy, b, t0, g.time, g.query_column(h), d);
+    Simt::commit_async();
+    for (int c = thread; c < N; c += tiles::threads) {
+      const index_t t = t0 + c;
+      lse_tile(stage)[c] = t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
+                                      : ::cuda::std::numeric_limits<float>::infinity();
+      delta_tile(stage)[c] = t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f;
+    }
+  };
   load_flash_tile<Simt, D>(k_tile, tiles::rows, w.qkv, b, k0, g.time, g.key_column(kv), d);
   load_flash_tile<Simt, D>(v_tile, tiles::rows, w.qkv, b, k0, g.time, g.value_column(kv), d);
+  load_step(0, 0);
 
   // ldmatrix rows (see attention_flash.hpp): A fragments of the warp's keys,
   // B fragments of the tile's queries, and their transposes (P^T dY, dS^T Q).
   const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
   const T* const k_rows = k_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
   const T* const v_rows = v_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const T* const q_rows = q_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
-  const T* const dy_rows = dy_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
-  const T* const q_columns = q_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
-  const T* const dy_columns = dy_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+  const int b_rows = (bit4 * 8 + row8) * ld + bit3 * 8, b_columns = (bit3 * 8 + row8) * ld + bit4 * 8;
 
   const index_t first_key = k0 + warp * 16;
   const index_t key[2] = {first_key + group, first_key + group + 8};
@@ -152,44 +178,41 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     FUSOR_UNROLL
     for (int i = 0; i < 4; ++i) dk[dn][i] = dv[dn][i] = 0.0f;
 
-  for (index_t h = kv * g.group(); h < (kv + 1) * g.group(); ++h) {
-    for (index_t t0 = k0 / N * N; t0 < g.time; t0 += N) {
-      Simt::sync_block();  // the previous tiles are used up
-      load_flash_tile<Simt, D>(q_tile, N, w.qkv, b, t0, g.time, g.query_column(h), d);
-      load_flash_tile<Simt, D>(dy_tile, N, w.dy, b, t0, g.time, g.query_column(h), d);
-      for (int c = thread; c < N; c += tiles::threads) {
-        const index_t t = t0 + c;
-        lse_tile[c] = t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
-                                 : ::cuda::std::numeric_limits<float>::infinity();
-        delta_tile[c] = t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f;
+  for (index_t step = 0; step < steps; ++step) {
+    const int current = int(step & 1);
+    Simt::wait_async();  // this thread's copies of this step's tiles (and of K, V)
+    Simt::sync_block();  // everyone's; and the other stage is used up
+    if (step + 1 < steps) load_step(step + 1, current ^ 1);
+    const index_t t0 = start + step % per_head * N;
+    // t0 and first_key are multiples of 16: a tile either ends before the
+    // warp's first key (nothing visible) or its queries reach them.
+    if (t0 + N <= first_key) continue;
+    const T* const q = q_tile(current);
+    const T* const dy = dy_tile(current);
+    const float* const lse_of = lse_tile(current);
+    const float* const delta_of = delta_tile(current);
+
+    float st[N / 8][4], dst[N / 8][4];  // S^T, then P^T; dP^T, then dS^T
+    FUSOR_UNROLL
+    for (int nt = 0; nt < N / 8; ++nt)
+      FUSOR_UNROLL
+      for (int i = 0; i < 4; ++i) st[nt][i] = dst[nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q + b_rows);
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy + b_rows);
+
+    const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
+    FUSOR_UNROLL
+    for (int nt = 0; nt < N / 8; ++nt)
+      FUSOR_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
+        const bool hidden = diagonal && key[i >> 1] > t0 + c;
+        const float p = hidden ? 0.0f : Simt::exp2(st[nt][i] * scale_log2 - lse_of[c]);
+        st[nt][i] = p;
+        dst[nt][i] = p * (dst[nt][i] - delta_of[c]);
       }
-      Simt::sync_block();
-      // t0 and first_key are multiples of 16: a tile either ends before the
-      // warp's first key (nothing visible) or its queries reach them.
-      if (t0 + N <= first_key) continue;
-
-      float st[N / 8][4], dst[N / 8][4];  // S^T, then P^T; dP^T, then dS^T
-      FUSOR_UNROLL
-      for (int nt = 0; nt < N / 8; ++nt)
-        FUSOR_UNROLL
-        for (int i = 0; i < 4; ++i) st[nt][i] = dst[nt][i] = 0.0f;
-      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q_rows);
-      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy_rows);
-
-      const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
-      FUSOR_UNROLL
-      for (int nt = 0; nt < N / 8; ++nt)
-        FUSOR_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
-          const bool hidden = diagonal && key[i >> 1] > t0 + c;
-          const float p = hidden ? 0.0f : Simt::exp2(st[nt][i] * scale_log2 - lse_tile[c]);
-          st[nt][i] = p;
-          dst[nt][i] = p * (dst[nt][i] - delta_tile[c]);
-        }
-      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy_columns);
-      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q_columns);
-    }
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy + b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q + b_columns);
   }
   auto out_row = [&](index_t t) { return w.dqkv.row(b, t); };
   const float scale = 1.0f / ::cuda::std::sqrt(float(d));
@@ -214,12 +237,20 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   const index_t q0 = (Simt::grid_y() - 1 - Simt::block_y()) * tiles::rows;
   const int d = int(g.head_dim);
 
+  // Q, dY; then two stages of K and V (stage s at k_tile + s * stage).
+  constexpr int stage = 2 * K * ld;
   T* const q_tile = reinterpret_cast<T*>(shared);
   T* const dy_tile = q_tile + tiles::rows * ld;
   T* const k_tile = dy_tile + tiles::rows * ld;
   T* const v_tile = k_tile + K * ld;
+  auto load_keys = [&](index_t k0, int into) {
+    load_flash_tile<Simt, D>(k_tile + into * stage, K, w.qkv, b, k0, g.time, g.key_column(kv), d);
+    load_flash_tile<Simt, D>(v_tile + into * stage, K, w.qkv, b, k0, g.time, g.value_column(kv), d);
+    Simt::commit_async();
+  };
   load_flash_tile<Simt, D>(q_tile, tiles::rows, w.qkv, b, q0, g.time, g.query_column(h), d);
   load_flash_tile<Simt, D>(dy_tile, tiles::rows, w.dy, b, q0, g.time, g.query_column(h), d);
+  load_keys(0, 0);
 
   const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
   const T* const q_rows = q_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
@@ -243,11 +274,11 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
 
   const index_t block_end = q0 + tiles::rows < g.time ? q0 + tiles::rows : g.time;
-  for (index_t k0 = 0; k0 < block_end; k0 += K) {
-    Simt::sync_block();  // the previous tiles are used up (and Q, dY loaded)
-    load_flash_tile<Simt, D>(k_tile, K, w.qkv, b, k0, g.time, g.key_column(kv), d);
-    load_flash_tile<Simt, D>(v_tile, K, w.qkv, b, k0, g.time, g.value_column(kv), d);
-    Simt::sync_block();
+  for (index_t k0 = 0, j = 0; k0 < block_end; k0 += K, ++j) {
+    const int current = int(j & 1);
+    Simt::wait_async();  // this thread's copies of this tile (and of Q, dY)
+    Simt::sync_block();  // everyone's; and the other stage's tile is used up
+    if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
     if (k0 > first_query) continue;  // every key after every query of the warp
 
     float s[K / 8][4], ds[K / 8][4];  // S, then P; dP, then dS
@@ -255,8 +286,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     for (int nt = 0; nt < K / 8; ++nt)
       FUSOR_UNROLL
       for (int i = 0; i < 4; ++i) s[nt][i] = ds[nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows);
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(ds, dy_rows, v_rows);
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows + current * stage);
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(ds, dy_rows, v_rows + current * stage);
 
     const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
     FUSOR_UNROLL
@@ -268,7 +299,7 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
         const float p = diagonal && key > query[r] ? 0.0f : Simt::exp2(s[nt][i] * scale_log2 - lse[r]);
         ds[nt][i] = p * (ds[nt][i] - row_delta[r]);
       }
-    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(dq, ds, k_columns);
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(dq, ds, k_columns + current * stage);
   }
   store_warp_rows<D, DQKV>(dq, query, g.time, d, quad, 1.0f / ::cuda::std::sqrt(float(d)),
                            [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });

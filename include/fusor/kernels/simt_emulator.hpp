@@ -7,7 +7,9 @@
 // It checks what a GPU would leave undefined: a barrier or warp collective
 // some threads never reach (an error naming the block, not a hang), a warp
 // collective after a lane of the warp has exited, an ldmatrix row address
-// outside the block's shared memory or not 16-byte aligned. Shared memory
+// outside the block's shared memory or not 16-byte aligned (copy_async_16's
+// addresses too). An asynchronous copy lands at the thread's wait_async, not
+// before, so a tile read too early shows. Shared memory
 // starts filled with 0xff bytes (NaN as bf16, fp16 and fp32), so what a
 // kernel reads before writing shows. What it does not model: timing, memory
 // ordering between blocks, the GPU's rounding inside mma (it sums each
@@ -50,12 +52,20 @@ inline constexpr std::size_t stack_bytes = std::size_t(256) << 10;
 
 enum class wait_kind { none, warp, block };
 
+// A copy_async in flight: done by wait_async, so a read before the wait sees
+// what shared memory held before (as it may on a GPU).
+struct pending_copy {
+  void* to;
+  const void* from;
+};
+
 struct fiber {
   ucontext_t context{};
   std::unique_ptr<char[]> stack;
   bool done = false;
   wait_kind waiting = wait_kind::none;
   std::uint64_t generation = 0;  // of the barrier it waits at
+  std::vector<pending_copy> copies;
 };
 
 // What the lanes of a warp hand each other at a collective.
@@ -208,6 +218,23 @@ struct emulated_simt {
     return theirs;
   }
 
+  static void copy_async_16(void* to, const void* from) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const auto* p = static_cast<const unsigned char*>(to);
+    if (p < s.shared || p + 16 > s.shared + s.shared_bytes || (p - s.shared) % 16 != 0 ||
+        reinterpret_cast<std::uintptr_t>(from) % 16 != 0)
+      throw error("fusor: simt emulator: copy_async_16 in " + s.where() +
+                  " to a place outside shared memory, or from or to an address not 16-byte aligned");
+    s.fibers[std::size_t(s.current)].copies.push_back({to, from});
+  }
+  static void commit_async() {}
+  static void wait_async() {
+    simt_emulation::block_state& s = simt_emulation::state();
+    auto& copies = s.fibers[std::size_t(s.current)].copies;
+    for (const auto& c : copies) std::memcpy(c.to, c.from, 16);
+    copies.clear();
+  }
+
   template <bool Trans>
   static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
     simt_emulation::block_state& s = simt_emulation::state();
@@ -299,6 +326,7 @@ inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes
         se::fiber& f = s.fibers[std::size_t(i)];
         f.done = false;
         f.waiting = se::wait_kind::none;
+        f.copies.clear();
         se::start_fiber(f, s.scheduler);
       }
       while (s.live > 0) {

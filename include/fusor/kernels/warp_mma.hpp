@@ -16,6 +16,10 @@
 //                                     from shared memory; lane i gives the
 //                                     address of row i % 8 of matrix i / 8
 //   mma<T>(d, a, b0, b1)              d (16 x 8, fp32) += a (16 x 16) b (16 x 8), T bf16 or fp16
+//   copy_async_16(to, from)           16 bytes global -> shared, in flight until
+//                                     wait_async (cp.async.cg); commit_async() closes a group
+//   wait_async()                      this thread's copies have landed (a
+//                                     sync_block after it shows them to the others)
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .row.col; g = lane / 4, q = lane % 4;
 // a register holds two 16-bit values, the lower column or row first):
@@ -62,6 +66,25 @@ struct device_simt {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+  }
+  __device__ static void copy_async_16(void* to, const void* from) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned address = unsigned(__cvta_generic_to_shared(to));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(from));
+#else
+    (void)to, (void)from;
+    __trap();  // launched only on sm_80 and later
+#endif
+  }
+  __device__ static void commit_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+  }
+  __device__ static void wait_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
   }
   template <bool Trans>
   __device__ static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
