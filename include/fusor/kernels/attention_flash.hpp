@@ -86,6 +86,94 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const at
   }
 }
 
+// acc[n][...] += A (16 x 16 k-steps from `a_rows`) times B^T, B's rows read
+// from `b_rows` (n = 8-row tiles): the product of a warp's 16 rows with a tile's rows.
+template <class Simt, class T, int KSteps, int NTiles, int ld>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_rows_times_rows(float (&acc)[NTiles][4], const T* a_rows, const T* b_rows) {
+  FUSOR_UNROLL
+  for (int kk = 0; kk < KSteps; ++kk) {
+    std::uint32_t a[4];
+    Simt::template ldmatrix_x4<false>(a, a_rows + kk * 16);
+    FUSOR_UNROLL
+    for (int nt = 0; nt < NTiles; nt += 2) {
+      std::uint32_t b[4];
+      Simt::template ldmatrix_x4<false>(b, b_rows + nt * 8 * ld + kk * 16);
+      Simt::template mma<T>(acc[nt], a, b[0], b[1]);
+      Simt::template mma<T>(acc[nt + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[dn][...] += P (the warp's 16 rows x 16 KSteps columns, fp32 accumulators
+// rounded to T) times the tile whose rows `b_rows` (transposed ldmatrix) are
+// P's columns: P V, P^T dY, dS^T Q, dS K.
+template <class Simt, class T, int KSteps, int NTiles, int ld>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_registers_times_rows(float (&acc)[NTiles][4],
+                                                               const float (&p)[2 * KSteps][4], const T* b_rows) {
+  FUSOR_UNROLL
+  for (int ks = 0; ks < KSteps; ++ks) {
+    const std::uint32_t a[4] = {pack_pair<T>(p[2 * ks][0], p[2 * ks][1]), pack_pair<T>(p[2 * ks][2], p[2 * ks][3]),
+                                pack_pair<T>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                                pack_pair<T>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+    FUSOR_UNROLL
+    for (int dn = 0; dn < NTiles; dn += 2) {
+      std::uint32_t b[4];
+      Simt::template ldmatrix_x4<true>(b, b_rows + ks * 16 * ld + dn * 8);
+      Simt::template mma<T>(acc[dn], a, b[0], b[1]);
+      Simt::template mma<T>(acc[dn + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Writes a warp's 16 x D accumulator rows to `row(t)` for the lane's rows
+// index[0] and index[1] that are below `time` (row r times scale[r]), columns below d.
+template <int D, class Out, class Row>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void store_warp_rows(const float (&acc)[D / 8][4], const index_t (&index)[2],
+                                                     index_t time, int d, int quad, const float (&scale)[2],
+                                                     const Row& row) {
+  FUSOR_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    if (index[r] >= time) continue;
+    Out* const out = row(index[r]);
+    FUSOR_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int col = dn * 8 + quad * 2;  // d is a multiple of 8: col + 1 < d too
+      if (col < d) {
+        out[col] = convert<Out>(acc[dn][2 * r] * scale[r]);
+        out[col + 1] = convert<Out>(acc[dn][2 * r + 1] * scale[r]);
+      }
+    }
+  }
+}
+
+// Where this lane points ldmatrix (lane i gives row i % 8 of matrix i / 8),
+// as element offsets in a tile of row stride ld: `a`, the four matrices of an
+// A fragment of 16 rows (rows +0/+8, columns +0/+8; add the warp's first
+// row); `b`, two B fragments of a pair of 8-row tiles (rows +0/+8, columns
+// +0/+8), for a product with the tile's rows; `b_columns`, with ldmatrix's
+// transpose, two B fragments of a 16-row step (rows +0/+8, columns +0/+8 of
+// two 8-column tiles), for a product with the tile's columns.
+struct ldmatrix_offsets {
+  int a, b, b_columns;
+};
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ldmatrix_offsets ldmatrix_offsets_of(int lane, int ld) {
+  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
+  return {(row8 + bit3 * 8) * ld + bit4 * 8, (bit4 * 8 + row8) * ld + bit3 * 8, (bit3 * 8 + row8) * ld + bit4 * 8};
+}
+
+// Starts copying keys [k0, k0 + Keys) of key/value head kv into stage `into`
+// of the K and V tiles (stage s at k_tile + s * stride, v_tile likewise), as one group.
+template <class Simt, int D, int Keys, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void load_key_value_stage(T* k_tile, T* v_tile, int stride, int into,
+                                                          const attention_rows<const T>& qkv,
+                                                          const attention_geometry& g, index_t b, index_t kv,
+                                                          index_t k0) {
+  const int d = int(g.head_dim);
+  load_flash_tile<Simt, D>(k_tile + into * stride, Keys, qkv, b, k0, g.time, g.key_column(kv), d);
+  load_flash_tile<Simt, D>(v_tile + into * stride, Keys, qkv, b, k0, g.time, g.value_column(kv), d);
+  Simt::commit_async();
+}
+
 // One block of the forward pass: queries [q0, q0 + 64) of head block_x % H
 // of sample block_x / H, q0 from block_y (the longest blocks first).
 // `shared`: flash_tiles<D>::shared_bytes<T>() bytes, 16-byte aligned.
@@ -108,21 +196,16 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   T* const k_tile = q_tile + tiles::queries * ld;
   T* const v_tile = k_tile + K * ld;
   auto load_keys = [&](index_t k0, int into) {
-    load_flash_tile<Simt, D>(k_tile + into * stage, K, f.qkv, b, k0, g.time, g.key_column(kv), d);
-    load_flash_tile<Simt, D>(v_tile + into * stage, K, f.qkv, b, k0, g.time, g.value_column(kv), d);
-    Simt::commit_async();
+    load_key_value_stage<Simt, D, K>(k_tile, v_tile, stage, into, f.qkv, g, b, kv, k0);
   };
   load_flash_tile<Simt, D>(q_tile, tiles::queries, f.qkv, b, q0, g.time, g.query_column(h), d);
   load_keys(0, 0);
 
-  // ldmatrix rows: lane i gives row i % 8 of matrix i / 8. Q's four matrices
-  // are an A fragment (rows +0/+8, columns +0/+8); K's two B fragments (keys
-  // +0/+8 of a pair of 8-key tiles, columns +0/+8); V's, transposed, two B
-  // fragments (keys +0/+8 of a 16-key step, value columns +0/+8).
-  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
-  const T* const q_rows = q_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const T* const k_rows = k_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
-  const T* const v_rows = v_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+  // S = Q K^T from Q's rows and K's; O += P V from V's columns.
+  const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
+  const T* const q_rows = q_tile + warp * 16 * ld + at.a;
+  const T* const k_rows = k_tile + at.b;
+  const T* const v_columns = v_tile + at.b_columns;
 
   // This lane's rows of the warp's 16 queries: group and group + 8 ([0], [1]).
   const index_t first_query = q0 + warp * 16;
@@ -148,18 +231,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
     float s[K / 8][4];
     FUSOR_UNROLL
     for (int nt = 0; nt < K / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    FUSOR_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      Simt::template ldmatrix_x4<false>(a, q_rows + kk * 16);
-      FUSOR_UNROLL
-      for (int nt = 0; nt < K / 8; nt += 2) {
-        std::uint32_t bk[4];
-        Simt::template ldmatrix_x4<false>(bk, k_rows + current * stage + nt * 8 * ld + kk * 16);
-        Simt::template mma<T>(s[nt], a, bk[0], bk[1]);
-        Simt::template mma<T>(s[nt + 1], a, bk[2], bk[3]);
-      }
-    }
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows + current * stage);
 
     // The online softmax of each row (its 64 columns over the lane's quad).
     const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
@@ -197,39 +269,21 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
     }
 
     // O += P V: P's accumulators of two 8-key tiles are the A fragment of a 16-key step.
-    FUSOR_UNROLL
-    for (int ks = 0; ks < K / 16; ++ks) {
-      const std::uint32_t p[4] = {pack_pair<T>(s[2 * ks][0], s[2 * ks][1]), pack_pair<T>(s[2 * ks][2], s[2 * ks][3]),
-                                  pack_pair<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                                  pack_pair<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-      FUSOR_UNROLL
-      for (int dn = 0; dn < D / 8; dn += 2) {
-        std::uint32_t bv[4];
-        Simt::template ldmatrix_x4<true>(bv, v_rows + current * stage + ks * 16 * ld + dn * 8);
-        Simt::template mma<T>(o[dn], p, bv[0], bv[1]);
-        Simt::template mma<T>(o[dn + 1], p, bv[2], bv[3]);
-      }
-    }
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(o, s, v_columns + current * stage);
   }
 
+  float inverse[2];
   FUSOR_UNROLL
   for (int r = 0; r < 2; ++r) {
     float sum = row_sum[r];
     sum += Simt::shfl_xor(sum, 1);
     sum += Simt::shfl_xor(sum, 2);
-    if (query[r] >= g.time) continue;
-    const float inverse = 1.0f / sum;
-    Y* const out = f.y.row(b, query[r]) + g.query_column(h);
-    FUSOR_UNROLL
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int col = dn * 8 + quad * 2;  // d is a multiple of 8: col + 1 < d too
-      if (col < d) {
-        out[col] = convert<Y>(o[dn][2 * r] * inverse);
-        out[col + 1] = convert<Y>(o[dn][2 * r + 1] * inverse);
-      }
-    }
-    if (quad == 0) f.lse.at(b, h, query[r]) = convert<L>(row_max[r] * 0.6931471805599453f + ::cuda::std::log(sum));
+    inverse[r] = 1.0f / sum;
+    if (quad == 0 && query[r] < g.time)
+      f.lse.at(b, h, query[r]) = convert<L>(row_max[r] * 0.6931471805599453f + ::cuda::std::log(sum));
   }
+  store_warp_rows<D, Y>(o, query, g.time, d, quad, inverse,
+                        [&](index_t t) { return f.y.row(b, t) + g.query_column(h); });
 }
 
 // Whether flash_forward_block takes these operands (the types aside): heads

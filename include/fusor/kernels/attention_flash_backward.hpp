@@ -59,65 +59,6 @@ struct flash_backward_tiles {
   }
 };
 
-// acc[n][...] += A (16 x 16 k-steps from `a_rows`) times B^T, B's rows read
-// from `b_rows` (n = 8-row tiles): the product of a warp's 16 rows with a tile's rows.
-template <class Simt, class T, int KSteps, int NTiles, int ld>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_rows_times_rows(float (&acc)[NTiles][4], const T* a_rows, const T* b_rows) {
-  FUSOR_UNROLL
-  for (int kk = 0; kk < KSteps; ++kk) {
-    std::uint32_t a[4];
-    Simt::template ldmatrix_x4<false>(a, a_rows + kk * 16);
-    FUSOR_UNROLL
-    for (int nt = 0; nt < NTiles; nt += 2) {
-      std::uint32_t b[4];
-      Simt::template ldmatrix_x4<false>(b, b_rows + nt * 8 * ld + kk * 16);
-      Simt::template mma<T>(acc[nt], a, b[0], b[1]);
-      Simt::template mma<T>(acc[nt + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// acc[dn][...] += P (the warp's 16 rows x 16 KSteps columns, fp32 accumulators
-// rounded to T) times the tile whose rows `b_rows` (transposed ldmatrix) are
-// P's columns: P V, P^T dY, dS^T Q, dS K.
-template <class Simt, class T, int KSteps, int NTiles, int ld>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_registers_times_rows(float (&acc)[NTiles][4],
-                                                               const float (&p)[2 * KSteps][4], const T* b_rows) {
-  FUSOR_UNROLL
-  for (int ks = 0; ks < KSteps; ++ks) {
-    const std::uint32_t a[4] = {pack_pair<T>(p[2 * ks][0], p[2 * ks][1]), pack_pair<T>(p[2 * ks][2], p[2 * ks][3]),
-                                pack_pair<T>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                                pack_pair<T>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-    FUSOR_UNROLL
-    for (int dn = 0; dn < NTiles; dn += 2) {
-      std::uint32_t b[4];
-      Simt::template ldmatrix_x4<true>(b, b_rows + ks * 16 * ld + dn * 8);
-      Simt::template mma<T>(acc[dn], a, b[0], b[1]);
-      Simt::template mma<T>(acc[dn + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// Writes a warp's 16 x D accumulator rows (times `scale`) to `row(r)` for the
-// lane's rows index[0] and index[1] that are below `time`, columns below d.
-template <int D, class Out, class Row>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void store_warp_rows(const float (&acc)[D / 8][4], const index_t (&index)[2],
-                                                     index_t time, int d, int quad, float scale, const Row& row) {
-  FUSOR_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    if (index[r] >= time) continue;
-    Out* const out = row(index[r]);
-    FUSOR_UNROLL
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int col = dn * 8 + quad * 2;  // d is a multiple of 8: col + 1 < d too
-      if (col < d) {
-        out[col] = convert<Out>(acc[dn][2 * r] * scale);
-        out[col + 1] = convert<Out>(acc[dn][2 * r + 1] * scale);
-      }
-    }
-  }
-}
-
 // dK and dV of keys [64 block_y, + 64) of key/value head block_x % G of
 // sample block_x / G. `shared`: key_shared_bytes<T>() bytes, 16-byte aligned.
 template <class Simt, int D, class DQKV, class QKV, class Y, class L>
@@ -162,12 +103,11 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   load_flash_tile<Simt, D>(v_tile, tiles::rows, w.qkv, b, k0, g.time, g.value_column(kv), d);
   load_step(0, 0);
 
-  // ldmatrix rows (see attention_flash.hpp): A fragments of the warp's keys,
-  // B fragments of the tile's queries, and their transposes (P^T dY, dS^T Q).
-  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
-  const T* const k_rows = k_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const T* const v_rows = v_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const int b_rows = (bit4 * 8 + row8) * ld + bit3 * 8, b_columns = (bit3 * 8 + row8) * ld + bit4 * 8;
+  // S^T = K Q^T and dP^T = V dY^T from the warp's key rows and the tile's
+  // rows; dV += P^T dY and dK += dS^T Q from the tile's columns.
+  const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
+  const T* const k_rows = k_tile + warp * 16 * ld + at.a;
+  const T* const v_rows = v_tile + warp * 16 * ld + at.a;
 
   const index_t first_key = k0 + warp * 16;
   const index_t key[2] = {first_key + group, first_key + group + 8};
@@ -197,8 +137,8 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     for (int nt = 0; nt < N / 8; ++nt)
       FUSOR_UNROLL
       for (int i = 0; i < 4; ++i) st[nt][i] = dst[nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q + b_rows);
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy + b_rows);
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q + at.b);
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy + at.b);
 
     const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
     FUSOR_UNROLL
@@ -211,15 +151,14 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
         st[nt][i] = p;
         dst[nt][i] = p * (dst[nt][i] - delta_of[c]);
       }
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy + b_columns);
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q + b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy + at.b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q + at.b_columns);
   }
-  auto out_row = [&](index_t t) { return w.dqkv.row(b, t); };
-  const float scale = 1.0f / ::cuda::std::sqrt(float(d));
-  store_warp_rows<D, DQKV>(dk, key, g.time, d, quad, scale,
-                           [&](index_t t) { return out_row(t) + g.key_column(kv); });
-  store_warp_rows<D, DQKV>(dv, key, g.time, d, quad, 1.0f,
-                           [&](index_t t) { return out_row(t) + g.value_column(kv); });
+  const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale}, ones[2] = {1.0f, 1.0f};
+  store_warp_rows<D, DQKV>(dk, key, g.time, d, quad, scales,
+                           [&](index_t t) { return w.dqkv.row(b, t) + g.key_column(kv); });
+  store_warp_rows<D, DQKV>(dv, key, g.time, d, quad, ones,
+                           [&](index_t t) { return w.dqkv.row(b, t) + g.value_column(kv); });
 }
 
 // dQ of queries [q0, q0 + 64) of head block_x % H of sample block_x / H, q0
@@ -244,20 +183,19 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   T* const k_tile = dy_tile + tiles::rows * ld;
   T* const v_tile = k_tile + K * ld;
   auto load_keys = [&](index_t k0, int into) {
-    load_flash_tile<Simt, D>(k_tile + into * stage, K, w.qkv, b, k0, g.time, g.key_column(kv), d);
-    load_flash_tile<Simt, D>(v_tile + into * stage, K, w.qkv, b, k0, g.time, g.value_column(kv), d);
-    Simt::commit_async();
+    load_key_value_stage<Simt, D, K>(k_tile, v_tile, stage, into, w.qkv, g, b, kv, k0);
   };
   load_flash_tile<Simt, D>(q_tile, tiles::rows, w.qkv, b, q0, g.time, g.query_column(h), d);
   load_flash_tile<Simt, D>(dy_tile, tiles::rows, w.dy, b, q0, g.time, g.query_column(h), d);
   load_keys(0, 0);
 
-  const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
-  const T* const q_rows = q_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const T* const dy_rows = dy_tile + (warp * 16 + row8 + bit3 * 8) * ld + bit4 * 8;
-  const T* const k_rows = k_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
-  const T* const v_rows = v_tile + (bit4 * 8 + row8) * ld + bit3 * 8;
-  const T* const k_columns = k_tile + (bit3 * 8 + row8) * ld + bit4 * 8;
+  // S = Q K^T and dP = dY V^T from the warp's rows and the tile's; dQ += dS K from K's columns.
+  const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
+  const T* const q_rows = q_tile + warp * 16 * ld + at.a;
+  const T* const dy_rows = dy_tile + warp * 16 * ld + at.a;
+  const T* const k_rows = k_tile + at.b;
+  const T* const v_rows = v_tile + at.b;
+  const T* const k_columns = k_tile + at.b_columns;
 
   const index_t first_query = q0 + warp * 16;
   const index_t query[2] = {first_query + group, first_query + group + 8};
@@ -301,7 +239,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
       }
     warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(dq, ds, k_columns + current * stage);
   }
-  store_warp_rows<D, DQKV>(dq, query, g.time, d, quad, 1.0f / ::cuda::std::sqrt(float(d)),
+  const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale};
+  store_warp_rows<D, DQKV>(dq, query, g.time, d, quad, scales,
                            [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });
 }
 
