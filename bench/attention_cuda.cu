@@ -1,5 +1,7 @@
 // bench/attention_cuda.cu — fusor's flash attention on the GPU (kernels/
-// attention_cuda.hpp), forward and forward + backward, in bf16 at GPT shapes:
+// attention_cuda.hpp; in bf16 the kernels with their tiles in registers,
+// attention_flash.hpp and attention_flash_backward.hpp), forward and
+// forward + backward, in bf16 at GPT shapes:
 // GPT-2 small's (batch 8, T = 1024, 12 heads of 64), a longer context
 // (batch 4, T = 2048) and heads of 128 (batch 4, T = 1024, 8 heads).
 // bench/attention_torch_gpu.py times PyTorch's scaled_dot_product_attention
