@@ -1,25 +1,31 @@
 // fusor/kernels/attention_flash.hpp — causal attention's forward pass with
 // its tiles in registers (FlashAttention-2's layout) for bf16 and fp16 data
-// on sm_80 and later: written once against a Simt policy (warp_mma.hpp), so
-// the same code runs on the GPU (device_simt) and, in the host tests, on the
-// CPU (emulated_simt, simt_emulator.hpp).
+// on sm_80 and later, and the building blocks its backward shares
+// (attention_flash_backward.hpp): written once against a Simt policy
+// (warp_mma.hpp), so the same code runs on the GPU (device_simt) and, in the
+// host tests, on the CPU (emulated_simt, simt_emulator.hpp).
 //
 // A block of four warps takes 64 queries of one head; each warp keeps its 16
 // queries' output rows (16 x head_dim, fp32) and the running max and sum of
 // its rows in registers. For each tile of 64 keys up to the diagonal, the
-// block copies K and V into shared memory (cp.async, the next tile's copies
-// in flight while this one is used: two stages); each warp forms S = Q K^T (16 x
-// 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal mask on
-// the diagonal tile, updates its online softmax, rounds P to the data type
-// (as FlashAttention does) and adds P V into its output registers: P goes
-// from accumulator to operand registers without passing through memory. The
-// kernel it replaces (attention_cuda.hpp, for fp32/fp64 data and operands
-// this one does not take) kept its accumulators in shared memory.
+// block copies K and V into shared memory (cp.async in two stages: the next
+// tile's copies in flight while this one is used); each warp forms S = Q K^T
+// (16 x 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal
+// mask on the diagonal tile, updates its online softmax, rounds P to the data
+// type (as FlashAttention does) and adds P V into its output registers: P
+// goes from accumulator to operand registers without passing through memory.
+// The kernel it replaces (attention_cuda.hpp, still used for fp32/fp64 data
+// and operands this one does not take) kept its accumulators in shared memory.
 //
 // Operands taken (flash_forward_takes): head_dim a multiple of 8 up to 128
 // (padded to 16, 32, 64 or 128 with zero columns), qkv's rows and head
 // columns 16-byte aligned. The output's rounding matches the old kernel's
 // (P rounded to the data type before its product, fp32 sums).
+//
+// Not yet measured on a GPU. Known headroom: a warp's 16 rows use each K and
+// V fragment it loads once (FlashAttention-2 gives a warp 32 rows at heads
+// up to 64, halving the shared-memory reads per product), and sm_90's wgmma
+// is not used.
 #pragma once
 
 #include <cstdint>
