@@ -37,7 +37,14 @@
 # compute-sanitizer's backtraces name the calling functions; with
 # FUSOR_GPU_ONLY, to stay under 64 MiB) or =REGEX (kept in the targets it
 # matches only), FUSOR_GPU_ASSEMBLE_ONLY=1 (pack what is built, build nothing:
-# to re-pack with other symbols without rebuilding), FUSOR_JOBS.
+# to re-pack with other symbols without rebuilding), FUSOR_JOBS,
+# FUSOR_GPU_BASELINES (benchmarks of earlier commits to measure a change
+# against on the same card: "COMMIT:TARGET[,TARGET...] ...", e.g.
+# "ff2fc32:bench_rowwise_cuda ebee59e:bench_matmul_cuda,bench_reduce_cuda";
+# each commit is built in a git worktree under the build folder and its
+# benchmarks travel in the kit as bin/baseline/TARGET@COMMIT; run's bench phase
+# runs each after the kit's own and sets the two side by side with
+# scripts/compare_bench.py).
 set -euo pipefail
 
 # Test accuracy after 10 epochs on the host (bench/RESULTS.md, fp32): the GPU
@@ -106,13 +113,15 @@ kit_build() {
       strip --strip-unneeded "$binary" -o "$kit/stage/bin/$folder/$target"  # host symbols only; device code stays
     fi
   done
+  build_baselines "$kit" "$build"
   # initcheck's probe (tests/gpu_check/initcheck_probe.cu): host code calling cuBLAS, no kernel of its own.
   mkdir -p "$kit/stage/bin/probes"
   nvcc -O2 "$FUSOR_ROOT/tests/gpu_check/initcheck_probe.cu" -o "$kit/stage/bin/probes/initcheck_probe" -lcublas
   copy_libraries "$kit/stage"
   mkdir -p "$kit/stage/tests" && cp "$FUSOR_ROOT/tests/train/gpt_pytorch_reference.py" "$kit/stage/tests/"
   cp "$FUSOR_ROOT/bench/train_mlp_gpu.py" "$FUSOR_ROOT/bench/rowwise_torch_gpu.py" \
-    "$FUSOR_ROOT/bench/attention_torch_gpu.py" "$FUSOR_ROOT/bench/cuda_event_timing.py" "$kit/stage/bench/"
+    "$FUSOR_ROOT/bench/attention_torch_gpu.py" "$FUSOR_ROOT/bench/cuda_event_timing.py" \
+    "$FUSOR_ROOT/scripts/compare_bench.py" "$kit/stage/bench/"
   cp /usr/share/datasets/fashion-mnist/*.gz "$kit/data/fashion-mnist/"
   # gpt_char's corpus travels in the payload (xz makes its 5 MB about 1.5).
   fusor_fetch_shakespeare
@@ -136,6 +145,36 @@ kit_build() {
     die "$kit is $((bytes / 1048576)) MiB, over the 64 MiB a GPU session can carry"
   fi
   say "kit ready: $kit ($((bytes / 1048576)) MiB). On the GPU machine: bash $kit/gpu_check.sh run"
+}
+
+# FUSOR_GPU_BASELINES' benchmarks, each built at its commit (a worktree under
+# the build folder, configured as the kit is) into the kit's bin/baseline/ as
+# TARGET@COMMIT.
+build_baselines() {
+  local kit="$1" build="$2" spec commit targets source target binary
+  for spec in ${FUSOR_GPU_BASELINES:-}; do
+    commit=${spec%%:*}
+    targets=${spec#*:}
+    if [ "$commit" = "$spec" ] || [ -z "$targets" ]; then
+      die "FUSOR_GPU_BASELINES: '$spec' is not COMMIT:TARGET[,TARGET...]"
+    fi
+    git -C "$FUSOR_ROOT" rev-parse --verify --quiet "$commit^{commit}" >/dev/null ||
+      die "FUSOR_GPU_BASELINES: no commit '$commit' in $FUSOR_ROOT"
+    source="$build/baseline-$commit"
+    [ -e "$source/.git" ] || git -C "$FUSOR_ROOT" worktree add --force --detach "$source" "$commit" >/dev/null
+    say "building the baseline ${targets//,/ } at $commit"
+    cmake -S "$source" -B "$source/build" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_ARCHITECTURES="${FUSOR_GPU_ARCHS:-80-real;90}" -DFUSOR_ENABLE_CUDA=ON \
+      -DFUSOR_BENCH_HOST_FLAGS=-O3 '-DCMAKE_BUILD_RPATH=$ORIGIN/../../lib' >/dev/null
+    # shellcheck disable=SC2086  # one word per target
+    cmake --build "$source/build" --parallel "$FUSOR_JOBS" --target ${targets//,/ }
+    mkdir -p "$kit/stage/bin/baseline"
+    for target in ${targets//,/ }; do
+      binary=$(find "$source/build" -type f -name "$target" -perm -u+x | head -1)
+      [ -n "$binary" ] || die "baseline $target at $commit built no binary under $source/build"
+      strip --strip-unneeded "$binary" -o "$kit/stage/bin/baseline/$target@$commit"
+    done
+  done
 }
 
 # Every shared library the kit's binaries load, except those the GPU machine's
@@ -410,13 +449,36 @@ phase_bench() {
   local bin kit="$2"
   { echo; echo "## Benchmarks"; echo; echo "Each CUDA benchmark's own tables (CUDA events, medians; ratios are to the peer measured in the same run)."; } >>"$REPORT"
   : >"$REPORT.failures"
+  local outputs name baseline target commit
+  outputs=$(mktemp -d)
   for bin in $1; do
     say "bench $(basename "$bin")"
     run_logged "bench $(basename "$bin")" "$bin"
     { echo; echo "### $(basename "$bin")"; echo; cat "$OUTPUT_FILE"; } >>"$REPORT"
     record bench "$(basename "$bin")" "$(verdict_of)"
+    cp "$OUTPUT_FILE" "$outputs/$(basename "$bin").md"
     rm -f "$OUTPUT_FILE"
   done
+  # Baselines (FUSOR_GPU_BASELINES at build): an earlier commit's benchmark,
+  # run now on the same card, beside this kit's.
+  for baseline in $(bins baseline); do
+    name=$(basename "$baseline")
+    target=${name%@*}
+    commit=${name#*@}
+    say "bench $target at $commit (baseline)"
+    run_logged "bench $name" "$baseline"
+    { echo; echo "### $target at $commit (baseline)"; echo; cat "$OUTPUT_FILE"; } >>"$REPORT"
+    record bench "$name" "$(verdict_of)"
+    if [ -f "$outputs/$target.md" ] && command -v python3 >/dev/null; then
+      cp "$OUTPUT_FILE" "$outputs/$name.md"
+      rm -f "$OUTPUT_FILE"
+      run_logged "compare $target" python3 "$UNPACKED/bench/compare_bench.py" "$outputs/$name.md" "$outputs/$target.md"
+      { echo; echo "### $target: $commit against this kit (scripts/compare_bench.py; above 1: this kit faster)"; echo
+        cat "$OUTPUT_FILE"; } >>"$REPORT"
+    fi
+    rm -f "$OUTPUT_FILE"
+  done
+  rm -rf "$outputs"
   local mlp="$UNPACKED/bin/examples/fashion_mnist_mlp_cuda"
   if [ -n "$only" ]; then
     echo "PyTorch comparisons left out (--only $only)." >>"$REPORT"
