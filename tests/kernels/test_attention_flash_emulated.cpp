@@ -4,8 +4,9 @@
 // arithmetic is checked where there is no GPU.
 // First the emulator itself: mma fragments built by the PTX ISA's formula
 // against a plain product, ldmatrix (plain and transposed) feeding mma,
-// warp shuffles and block barriers, and the errors it raises for a barrier
-// some threads never reach and a misaligned ldmatrix row. Then the kernel
+// warp shuffles and block barriers, asynchronous copies landing at their
+// wait, and the errors it raises for a barrier some threads never reach and a
+// misaligned ldmatrix row or copy. Then the kernel
 // against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
 // grouped-query heads and head sizes 8 to 128 (padded with zero columns),
 // forward and backward (dK and dV blocks, dQ blocks).
@@ -203,7 +204,7 @@ FUSOR_TEST_CASE("simt emulator: warp shuffles and block barriers") {
   }
 }
 
-FUSOR_TEST_CASE("simt emulator: a barrier some threads skip, and a misaligned ldmatrix row, are errors") {
+FUSOR_TEST_CASE("simt emulator: a barrier some threads skip and misaligned rows are errors; copies land at the wait") {
   auto skipped = [](unsigned char*) {
     if (emulated_simt::thread() != 5) emulated_simt::sync_block();
     if (emulated_simt::thread() == 5) emulated_simt::shfl_xor(1.0f, 1);  // waits for lanes that wait elsewhere
@@ -214,6 +215,22 @@ FUSOR_TEST_CASE("simt emulator: a barrier some threads skip, and a misaligned ld
     emulated_simt::ldmatrix_x4<false>(r, shared + 8);
   };
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 256, misaligned); }, {"16-byte aligned"});
+  alignas(16) static const unsigned char global[32] = {};
+  auto misaligned_copy = [](unsigned char* shared) { emulated_simt::copy_async_16(shared, global + 4); };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 256, misaligned_copy); }, {"16-byte aligned"});
+  // A copy lands at its thread's wait, not before: shared memory still holds its NaN bytes until then.
+  bool before_wait_unchanged = false, after_wait_copied = false;
+  alignas(16) static const unsigned char ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  emulate_kernel(simt_grid{1, 1}, 32, 512, [&](unsigned char* shared) {
+    const int t = emulated_simt::thread();
+    emulated_simt::copy_async_16(shared + 16 * t, ones);
+    emulated_simt::commit_async();
+    if (t == 0) before_wait_unchanged = shared[0] == 0xff;
+    emulated_simt::wait_async();
+    if (t == 0) after_wait_copied = shared[0] == 1 && shared[15] == 1;
+  });
+  CHECK(before_wait_unchanged);
+  CHECK(after_wait_copied);
 }
 
 FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, emulated) against the fp64 softmax") {
