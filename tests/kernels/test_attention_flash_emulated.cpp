@@ -111,19 +111,6 @@ void check_mma_against_product() {
     }
 }
 
-// run(std::integral_constant<int, D>) for head_dim padded as the GPU pads it.
-template <class Run>
-void with_padded(index_t head_dim, const Run& run) {
-  if (head_dim <= 16)
-    run(std::integral_constant<int, 16>{});
-  else if (head_dim <= 32)
-    run(std::integral_constant<int, 32>{});
-  else if (head_dim <= 64)
-    run(std::integral_constant<int, 64>{});
-  else
-    run(std::integral_constant<int, 128>{});
-}
-
 // y, lse (and with `backward`, dqkv) of the flash kernels, emulated, against
 // the fp64 reference; delta = rowsum(dy * y) formed here, as the GPU's small
 // kernel does.
@@ -141,7 +128,7 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   const attention_heads heads{c.heads, c.kv_heads};
   const auto f = fd::attention_forward_operands(y.view(), lse.view(), qkv.view(), heads);
   REQUIRE(fd::flash_forward_takes(f));
-  with_padded(c.head_dim, [&](auto padded) {
+  fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_tiles<D>;
     emulate_kernel({c.batch * c.heads, (c.time + 63) / 64}, tiles::threads, tiles::template shared_bytes<P>(),
@@ -163,7 +150,7 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
       }
   const auto w = fd::attention_backward_operands(dqkv.view(), dy.view(), qkv.view(), y.view(), lse.view(), heads);
   REQUIRE(fd::flash_backward_takes(w));
-  with_padded(c.head_dim, [&](auto padded) {
+  fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_backward_tiles<D>;
     const index_t blocks = (c.time + tiles::rows - 1) / tiles::rows;
@@ -242,6 +229,7 @@ FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, em
       {1, 130, 4, 2, 32},  // grouped-query, three blocks, a tail
       {1, 70, 2, 1, 128},  // multi-query, the largest head
       {1, 20, 2, 2, 8},    // head_dim 8 padded to 16
+      {1, 260, 2, 1, 64},  // five blocks and a tail: key tiles walked through both stages, several times
   };
   for (const auto& c : cases) check_flash<bfloat16>(c, seed += 2, true);
   check_flash<float16>({1, 97, 2, 2, 64}, 390, true);

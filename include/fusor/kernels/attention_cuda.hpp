@@ -328,22 +328,6 @@ void launch_attention_kernel(const char* what, index_t x, index_t y, int threads
   gpu::launch_counter().fetch_add(1);
 }
 
-// f(std::integral_constant<int, Dp>) for the head size padded to 16, 32, 64 or 128.
-template <class F>
-void with_padded_head_dim(const char* what, index_t head_dim, F&& f) {
-  if (head_dim <= 16)
-    f(std::integral_constant<int, 16>{});
-  else if (head_dim <= 32)
-    f(std::integral_constant<int, 32>{});
-  else if (head_dim <= 64)
-    f(std::integral_constant<int, 64>{});
-  else if (head_dim <= 128)
-    f(std::integral_constant<int, 128>{});
-  else
-    throw error(std::string("fusor: ") + what + " on the cuda executor takes heads of up to 128 columns, not " +
-                std::to_string(head_dim));
-}
-
 // The tensor-core forward (attention_flash.hpp) where it takes the operands
 // and its code for this GPU is sm_80 or newer; false where it did not launch.
 template <class Y, class L, class QKV>

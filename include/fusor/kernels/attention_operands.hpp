@@ -82,6 +82,23 @@ struct attention_backward {
   attention_geometry shape;
 };
 
+// f(std::integral_constant<int, Dp>) for the head size padded to 16, 32, 64
+// or 128: the sizes the CUDA kernels (and their host emulation) are compiled for.
+template <class F>
+void with_padded_head_dim(const char* what, index_t head_dim, F&& f) {
+  if (head_dim <= 16)
+    f(std::integral_constant<int, 16>{});
+  else if (head_dim <= 32)
+    f(std::integral_constant<int, 32>{});
+  else if (head_dim <= 64)
+    f(std::integral_constant<int, 64>{});
+  else if (head_dim <= 128)
+    f(std::integral_constant<int, 128>{});
+  else
+    throw error(std::string("fusor: ") + what + " on the cuda executor takes heads of up to 128 columns, not " +
+                std::to_string(head_dim));
+}
+
 // Checked views as operands (their shapes are checked by attention.hpp).
 template <class V>
 attention_rows<typename V::element_type> attention_rows_of(const char* op, const char* name, const V& v) {

@@ -8,12 +8,12 @@
 // some threads never reach (an error naming the block, not a hang), a warp
 // collective after a lane of the warp has exited, an ldmatrix row address
 // outside the block's shared memory or not 16-byte aligned (copy_async_16's
-// addresses too). An asynchronous copy lands at the thread's wait_async, not
-// before, so a tile read too early shows. Shared memory
-// starts filled with 0xff bytes (NaN as bf16, fp16 and fp32), so what a
-// kernel reads before writing shows. What it does not model: timing, memory
-// ordering between blocks, the GPU's rounding inside mma (it sums each
-// product in double and adds it to the fp32 accumulator once).
+// addresses too). Shared memory starts filled with 0xff bytes (NaN as bf16,
+// fp16 and fp32), and an asynchronous copy lands at its thread's wait_async,
+// not before, so what a kernel reads before it is written shows. What it does
+// not model: timing, memory ordering between blocks, the GPU's rounding
+// inside mma (it sums each product in double and adds it to the fp32
+// accumulator once).
 //
 // Host translation units only (g++, clang++): under nvcc the kernels' Simt
 // code is device code, and this header declares nothing.
