@@ -131,7 +131,8 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_tiles<D>;
-    emulate_kernel({c.batch * c.heads, (c.time + 63) / 64}, tiles::threads, tiles::template shared_bytes<P>(),
+    emulate_kernel({c.batch * c.heads, (c.time + tiles::queries - 1) / tiles::queries}, tiles::threads,
+                   tiles::template shared_bytes<P>(),
                    [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D>(f, shared); });
   });
   const auto want = reference(as_doubles(qkv), as_doubles(dy), c);

@@ -5,9 +5,9 @@
 // (warp_mma.hpp), so the same code runs on the GPU (device_simt) and, in the
 // host tests, on the CPU (emulated_simt, simt_emulator.hpp).
 //
-// A block of four warps takes 64 queries of one head; each warp keeps its 16
-// queries' output rows (16 x head_dim, fp32) and the running max and sum of
-// its rows in registers. For each tile of 64 keys up to the diagonal, the
+// A block of four warps takes 128 queries of one head (64 at head_dim 128);
+// each warp keeps its 32 (16) queries' output rows (fp32) and the running max
+// and sum of its rows in registers. For each tile of 64 keys up to the diagonal, the
 // block copies K and V into shared memory (cp.async in two stages: the next
 // tile's copies in flight while this one is used); each warp forms S = Q K^T
 // (16 x 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal
@@ -22,10 +22,8 @@
 // columns 16-byte aligned. The output's rounding matches the old kernel's
 // (P rounded to the data type before its product, fp32 sums).
 //
-// Not yet measured on a GPU. Known headroom: a warp's 16 rows use each K and
-// V fragment it loads once (FlashAttention-2 gives a warp 32 rows at heads
-// up to 64, halving the shared-memory reads per product), and sm_90's wgmma
-// is not used.
+// Not yet measured on a GPU. Known headroom: at head_dim 128 a warp's 16
+// rows use each K and V fragment it loads once, and sm_90's wgmma is not used.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +51,12 @@ template <int D>
 struct flash_tiles {
   static constexpr int warps = 4;
   static constexpr int threads = 32 * warps;
-  static constexpr int queries = 16 * warps;  // a block's queries
-  static constexpr int keys = 64;             // a tile of keys (and values)
+  // Row tiles of 16 queries a warp: two at heads up to 64, so that each K and
+  // V fragment a warp loads from shared memory serves two products (one at
+  // 128, where the output rows alone take 64 registers a tile).
+  static constexpr int row_tiles = D <= 64 ? 2 : 1;
+  static constexpr int queries = 16 * row_tiles * warps;  // a block's queries
+  static constexpr int keys = 64;                         // a tile of keys (and values)
   // Elements a tile row takes in shared memory: 16 bytes past D, so the eight
   // rows an ldmatrix reads start in different banks.
   static constexpr int ld = D + 8;
@@ -92,41 +94,56 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const at
   }
 }
 
-// acc[n][...] += A (16 x 16 k-steps from `a_rows`) times B^T, B's rows read
-// from `b_rows` (n = 8-row tiles): the product of a warp's 16 rows with a tile's rows.
-template <class Simt, class T, int KSteps, int NTiles, int ld>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_rows_times_rows(float (&acc)[NTiles][4], const T* a_rows, const T* b_rows) {
+// acc[m][n][...] += A_m B^T for M row tiles of 16: A_m from `a_rows` + 16 m
+// rows (KSteps steps of 16 columns), B's rows from `b_rows` (NTiles tiles of
+// 8 rows): the product of a warp's rows with a tile's rows. Each B fragment
+// loaded serves the M row tiles.
+template <class Simt, class T, int KSteps, int NTiles, int ld, int M>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_rows_times_rows(float (&acc)[M][NTiles][4], const T* a_rows,
+                                                          const T* b_rows) {
   FUSOR_UNROLL
   for (int kk = 0; kk < KSteps; ++kk) {
-    std::uint32_t a[4];
-    Simt::template ldmatrix_x4<false>(a, a_rows + kk * 16);
+    std::uint32_t a[M][4];
+    FUSOR_UNROLL
+    for (int m = 0; m < M; ++m) Simt::template ldmatrix_x4<false>(a[m], a_rows + m * 16 * ld + kk * 16);
     FUSOR_UNROLL
     for (int nt = 0; nt < NTiles; nt += 2) {
       std::uint32_t b[4];
       Simt::template ldmatrix_x4<false>(b, b_rows + nt * 8 * ld + kk * 16);
-      Simt::template mma<T>(acc[nt], a, b[0], b[1]);
-      Simt::template mma<T>(acc[nt + 1], a, b[2], b[3]);
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m) {
+        Simt::template mma<T>(acc[m][nt], a[m], b[0], b[1]);
+        Simt::template mma<T>(acc[m][nt + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[dn][...] += P (the warp's 16 rows x 16 KSteps columns, fp32 accumulators
-// rounded to T) times the tile whose rows `b_rows` (transposed ldmatrix) are
-// P's columns: P V, P^T dY, dS^T Q, dS K.
-template <class Simt, class T, int KSteps, int NTiles, int ld>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_registers_times_rows(float (&acc)[NTiles][4],
-                                                               const float (&p)[2 * KSteps][4], const T* b_rows) {
+// acc[m][dn][...] += P_m B for M row tiles of 16: P_m the fp32 accumulators
+// p[m] (16 rows x 16 KSteps columns) rounded to T, B the tile whose rows
+// `b_rows` (transposed ldmatrix) are P's columns: P V, P^T dY, dS^T Q, dS K.
+template <class Simt, class T, int KSteps, int NTiles, int ld, int M>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void warp_registers_times_rows(float (&acc)[M][NTiles][4],
+                                                               const float (&p)[M][2 * KSteps][4], const T* b_rows) {
   FUSOR_UNROLL
   for (int ks = 0; ks < KSteps; ++ks) {
-    const std::uint32_t a[4] = {pack_pair<T>(p[2 * ks][0], p[2 * ks][1]), pack_pair<T>(p[2 * ks][2], p[2 * ks][3]),
-                                pack_pair<T>(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                                pack_pair<T>(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+    std::uint32_t a[M][4];
+    FUSOR_UNROLL
+    for (int m = 0; m < M; ++m) {
+      a[m][0] = pack_pair<T>(p[m][2 * ks][0], p[m][2 * ks][1]);
+      a[m][1] = pack_pair<T>(p[m][2 * ks][2], p[m][2 * ks][3]);
+      a[m][2] = pack_pair<T>(p[m][2 * ks + 1][0], p[m][2 * ks + 1][1]);
+      a[m][3] = pack_pair<T>(p[m][2 * ks + 1][2], p[m][2 * ks + 1][3]);
+    }
     FUSOR_UNROLL
     for (int dn = 0; dn < NTiles; dn += 2) {
       std::uint32_t b[4];
       Simt::template ldmatrix_x4<true>(b, b_rows + ks * 16 * ld + dn * 8);
-      Simt::template mma<T>(acc[dn], a, b[0], b[1]);
-      Simt::template mma<T>(acc[dn + 1], a, b[2], b[3]);
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m) {
+        Simt::template mma<T>(acc[m][dn], a[m], b[0], b[1]);
+        Simt::template mma<T>(acc[m][dn + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
@@ -180,8 +197,9 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_key_value_stage(T* k_tile, T* v_tile, 
   Simt::commit_async();
 }
 
-// One block of the forward pass: queries [q0, q0 + 64) of head block_x % H
-// of sample block_x / H, q0 from block_y (the longest blocks first).
+// One block of the forward pass: queries [q0, q0 + flash_tiles<D>::queries)
+// of head block_x % H of sample block_x / H, q0 from block_y (the longest
+// blocks first).
 // `shared`: flash_tiles<D>::shared_bytes<T>() bytes, 16-byte aligned.
 template <class Simt, int D, class Y, class L, class T>
 FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsigned char* shared) {
@@ -208,19 +226,27 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   load_keys(0, 0);
 
   // S = Q K^T from Q's rows and K's; O += P V from V's columns.
+  constexpr int M = tiles::row_tiles;
   const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
-  const T* const q_rows = q_tile + warp * 16 * ld + at.a;
+  const T* const q_rows = q_tile + warp * 16 * M * ld + at.a;
   const T* const k_rows = k_tile + at.b;
   const T* const v_columns = v_tile + at.b_columns;
 
-  // This lane's rows of the warp's 16 queries: group and group + 8 ([0], [1]).
-  const index_t first_query = q0 + warp * 16;
-  const index_t query[2] = {first_query + group, first_query + group + 8};
-  const float scale = 1.4426950408889634f / ::cuda::std::sqrt(float(d));  // 1 / sqrt(d) in log2 units
-  float o[D / 8][4];
+  // This lane's rows of the warp's 16 M queries: group and group + 8 of each
+  // row tile m ([m][0], [m][1]).
+  const index_t first_query = q0 + warp * 16 * M;
+  index_t query[M][2];
+  float o[M][D / 8][4], row_max[M][2], row_sum[M][2];
   FUSOR_UNROLL
-  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  float row_max[2] = {minus_infinity, minus_infinity}, row_sum[2] = {0.0f, 0.0f};
+  for (int m = 0; m < M; ++m) {
+    query[m][0] = first_query + 16 * m + group;
+    query[m][1] = first_query + 16 * m + group + 8;
+    row_max[m][0] = row_max[m][1] = minus_infinity;
+    row_sum[m][0] = row_sum[m][1] = 0.0f;
+    FUSOR_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) o[m][dn][0] = o[m][dn][1] = o[m][dn][2] = o[m][dn][3] = 0.0f;
+  }
+  const float scale = 1.4426950408889634f / ::cuda::std::sqrt(float(d));  // 1 / sqrt(d) in log2 units
 
   const index_t block_end = q0 + tiles::queries < g.time ? q0 + tiles::queries : g.time;
   for (index_t k0 = 0, j = 0; k0 < block_end; k0 += K, ++j) {
@@ -228,68 +254,76 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
     Simt::wait_async();  // this thread's copies of this tile (and of Q)
     Simt::sync_block();  // everyone's; and the other stage's tile is used up
     if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
-    // k0 and first_query are multiples of 16: a warp either has every key of
-    // the tile after all its queries (nothing to add) or k0 <= first_query,
-    // so every row sees key k0 and its maximum is finite.
-    if (k0 > first_query) continue;
+    // Every key of the tile after every query of the warp: nothing to add.
+    // Otherwise each row has seen a key at or before it (key 0 on the first
+    // tile), so its running maximum is finite; a row all of whose keys in
+    // this tile are masked adds zeros.
+    if (k0 >= first_query + 16 * M) continue;
 
-    // S = Q K^T: 16 x 64, eight 8-key accumulators.
-    float s[K / 8][4];
+    // S = Q K^T: M row tiles of 16 x 64, eight 8-key accumulators each.
+    float s[M][K / 8][4];
     FUSOR_UNROLL
-    for (int nt = 0; nt < K / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows + current * stage);
+    for (int m = 0; m < M; ++m)
+      FUSOR_UNROLL
+      for (int nt = 0; nt < K / 8; ++nt) s[m][nt][0] = s[m][nt][1] = s[m][nt][2] = s[m][nt][3] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
 
     // The online softmax of each row (its 64 columns over the lane's quad).
     const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
     FUSOR_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      float m = row_max[r];
+    for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
-      for (int nt = 0; nt < K / 8; ++nt)
+      for (int r = 0; r < 2; ++r) {
+        float x_max = row_max[m][r];
         FUSOR_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt][2 * r + e];
-          const index_t key = k0 + nt * 8 + quad * 2 + e;
-          x = diagonal && key > query[r] ? minus_infinity : x * scale;
-          m = ::cuda::std::fmax(m, x);
-        }
-      m = ::cuda::std::fmax(m, Simt::shfl_xor(m, 1));
-      m = ::cuda::std::fmax(m, Simt::shfl_xor(m, 2));
-      const float correction = Simt::exp2(row_max[r] - m);  // 0 on the first tile (from -inf)
-      row_max[r] = m;
-      float sum = 0.0f;
-      FUSOR_UNROLL
-      for (int nt = 0; nt < K / 8; ++nt)
+        for (int nt = 0; nt < K / 8; ++nt)
+          FUSOR_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[m][nt][2 * r + e];
+            const index_t key = k0 + nt * 8 + quad * 2 + e;
+            x = diagonal && key > query[m][r] ? minus_infinity : x * scale;
+            x_max = ::cuda::std::fmax(x_max, x);
+          }
+        x_max = ::cuda::std::fmax(x_max, Simt::shfl_xor(x_max, 1));
+        x_max = ::cuda::std::fmax(x_max, Simt::shfl_xor(x_max, 2));
+        const float correction = Simt::exp2(row_max[m][r] - x_max);  // 0 on the first tile (from -inf)
+        row_max[m][r] = x_max;
+        float sum = 0.0f;
         FUSOR_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt][2 * r + e];
-          x = Simt::exp2(x - m);
-          sum += x;
+        for (int nt = 0; nt < K / 8; ++nt)
+          FUSOR_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[m][nt][2 * r + e];
+            x = Simt::exp2(x - x_max);
+            sum += x;
+          }
+        row_sum[m][r] = row_sum[m][r] * correction + sum;  // the quad's share; summed at the end
+        FUSOR_UNROLL
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[m][dn][2 * r] *= correction;
+          o[m][dn][2 * r + 1] *= correction;
         }
-      row_sum[r] = row_sum[r] * correction + sum;  // the quad's share; summed at the end
-      FUSOR_UNROLL
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][2 * r] *= correction;
-        o[dn][2 * r + 1] *= correction;
       }
-    }
 
     // O += P V: P's accumulators of two 8-key tiles are the A fragment of a 16-key step.
-    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(o, s, v_columns + current * stage);
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld, M>(o, s, v_columns + current * stage);
   }
 
-  float inverse[2];
   FUSOR_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += Simt::shfl_xor(sum, 1);
-    sum += Simt::shfl_xor(sum, 2);
-    inverse[r] = 1.0f / sum;
-    if (quad == 0 && query[r] < g.time)
-      f.lse.at(b, h, query[r]) = convert<L>(row_max[r] * 0.6931471805599453f + ::cuda::std::log(sum));
+  for (int m = 0; m < M; ++m) {
+    float inverse[2];
+    FUSOR_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[m][r];
+      sum += Simt::shfl_xor(sum, 1);
+      sum += Simt::shfl_xor(sum, 2);
+      inverse[r] = 1.0f / sum;
+      if (quad == 0 && query[m][r] < g.time)
+        f.lse.at(b, h, query[m][r]) = convert<L>(row_max[m][r] * 0.6931471805599453f + ::cuda::std::log(sum));
+    }
+    store_warp_rows<D, Y>(o[m], query[m], g.time, d, quad, inverse,
+                          [&](index_t t) { return f.y.row(b, t) + g.query_column(h); });
   }
-  store_warp_rows<D, Y>(o, query, g.time, d, quad, inverse,
-                        [&](index_t t) { return f.y.row(b, t) + g.query_column(h); });
 }
 
 // Whether flash_forward_block takes these operands (the types aside): heads

@@ -112,11 +112,11 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   const index_t first_key = k0 + warp * 16;
   const index_t key[2] = {first_key + group, first_key + group + 8};
   const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[1][D / 8][4], dv[1][D / 8][4];  // one row tile of 16 keys a warp
   FUSOR_UNROLL
   for (int dn = 0; dn < D / 8; ++dn)
     FUSOR_UNROLL
-    for (int i = 0; i < 4; ++i) dk[dn][i] = dv[dn][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) dk[0][dn][i] = dv[0][dn][i] = 0.0f;
 
   for (index_t step = 0; step < steps; ++step) {
     const int current = int(step & 1);
@@ -132,13 +132,13 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     const float* const lse_of = lse_tile(current);
     const float* const delta_of = delta_tile(current);
 
-    float st[N / 8][4], dst[N / 8][4];  // S^T, then P^T; dP^T, then dS^T
+    float st[1][N / 8][4], dst[1][N / 8][4];  // S^T, then P^T; dP^T, then dS^T
     FUSOR_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) st[nt][i] = dst[nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(st, k_rows, q + at.b);
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld>(dst, v_rows, dy + at.b);
+      for (int i = 0; i < 4; ++i) st[0][nt][i] = dst[0][nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, 1>(st, k_rows, q + at.b);
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, 1>(dst, v_rows, dy + at.b);
 
     const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
     FUSOR_UNROLL
@@ -147,17 +147,17 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
       for (int i = 0; i < 4; ++i) {
         const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
         const bool hidden = diagonal && key[i >> 1] > t0 + c;
-        const float p = hidden ? 0.0f : Simt::exp2(st[nt][i] * scale_log2 - lse_of[c]);
-        st[nt][i] = p;
-        dst[nt][i] = p * (dst[nt][i] - delta_of[c]);
+        const float p = hidden ? 0.0f : Simt::exp2(st[0][nt][i] * scale_log2 - lse_of[c]);
+        st[0][nt][i] = p;
+        dst[0][nt][i] = p * (dst[0][nt][i] - delta_of[c]);
       }
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dv, st, dy + at.b_columns);
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld>(dk, dst, q + at.b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dv, st, dy + at.b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dk, dst, q + at.b_columns);
   }
   const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale}, ones[2] = {1.0f, 1.0f};
-  store_warp_rows<D, DQKV>(dk, key, g.time, d, quad, scales,
+  store_warp_rows<D, DQKV>(dk[0], key, g.time, d, quad, scales,
                            [&](index_t t) { return w.dqkv.row(b, t) + g.key_column(kv); });
-  store_warp_rows<D, DQKV>(dv, key, g.time, d, quad, ones,
+  store_warp_rows<D, DQKV>(dv[0], key, g.time, d, quad, ones,
                            [&](index_t t) { return w.dqkv.row(b, t) + g.value_column(kv); });
 }
 
@@ -207,9 +207,9 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     row_delta[r] = inside ? delta[(b * g.heads + h) * g.time + query[r]] : 0.0f;
   }
   const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
-  float dq[D / 8][4];
+  float dq[1][D / 8][4];  // one row tile of 16 queries a warp
   FUSOR_UNROLL
-  for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
+  for (int dn = 0; dn < D / 8; ++dn) dq[0][dn][0] = dq[0][dn][1] = dq[0][dn][2] = dq[0][dn][3] = 0.0f;
 
   const index_t block_end = q0 + tiles::rows < g.time ? q0 + tiles::rows : g.time;
   for (index_t k0 = 0, j = 0; k0 < block_end; k0 += K, ++j) {
@@ -219,13 +219,13 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
     if (k0 > first_query) continue;  // every key after every query of the warp
 
-    float s[K / 8][4], ds[K / 8][4];  // S, then P; dP, then dS
+    float s[1][K / 8][4], ds[1][K / 8][4];  // S, then P; dP, then dS
     FUSOR_UNROLL
     for (int nt = 0; nt < K / 8; ++nt)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) s[nt][i] = ds[nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(s, q_rows, k_rows + current * stage);
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld>(ds, dy_rows, v_rows + current * stage);
+      for (int i = 0; i < 4; ++i) s[0][nt][i] = ds[0][nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, 1>(s, q_rows, k_rows + current * stage);
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, 1>(ds, dy_rows, v_rows + current * stage);
 
     const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
     FUSOR_UNROLL
@@ -234,13 +234,13 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
       for (int i = 0; i < 4; ++i) {
         const int r = i >> 1;
         const index_t key = k0 + nt * 8 + quad * 2 + (i & 1);
-        const float p = diagonal && key > query[r] ? 0.0f : Simt::exp2(s[nt][i] * scale_log2 - lse[r]);
-        ds[nt][i] = p * (ds[nt][i] - row_delta[r]);
+        const float p = diagonal && key > query[r] ? 0.0f : Simt::exp2(s[0][nt][i] * scale_log2 - lse[r]);
+        ds[0][nt][i] = p * (ds[0][nt][i] - row_delta[r]);
       }
-    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld>(dq, ds, k_columns + current * stage);
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld, 1>(dq, ds, k_columns + current * stage);
   }
   const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale};
-  store_warp_rows<D, DQKV>(dq, query, g.time, d, quad, scales,
+  store_warp_rows<D, DQKV>(dq[0], query, g.time, d, quad, scales,
                            [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });
 }
 
