@@ -7,13 +7,14 @@
 //
 // A block of four warps takes 128 queries of one head (64 at head_dim 128);
 // each warp keeps its 32 (16) queries' output rows (fp32) and the running max
-// and sum of its rows in registers. For each tile of 64 keys up to the diagonal, the
-// block copies K and V into shared memory (cp.async in two stages: the next
-// tile's copies in flight while this one is used); each warp forms S = Q K^T
-// (16 x 64) with mma.m16n8k16 from ldmatrix'd Q and K, applies the causal
-// mask on the diagonal tile, updates its online softmax, rounds P to the data
-// type (as FlashAttention does) and adds P V into its output registers: P
-// goes from accumulator to operand registers without passing through memory.
+// and sum of its rows in registers. For each tile of 64 keys up to the
+// diagonal, the block copies K and V into shared memory (cp.async in two
+// stages: the next tile's copies in flight while this one is used); each warp
+// forms S = Q K^T (32 or 16 x 64) with mma.m16n8k16 from ldmatrix'd Q and K,
+// applies the causal mask on the diagonal tile, updates its online softmax,
+// rounds P to the data type (as FlashAttention does) and adds P V into its
+// output registers: P goes from accumulator to operand registers without
+// passing through memory.
 // The kernel it replaces (attention_cuda.hpp, still used for fp32/fp64 data
 // and operands this one does not take) kept its accumulators in shared memory.
 //
