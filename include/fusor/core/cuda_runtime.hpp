@@ -64,6 +64,17 @@ void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t
     FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
 }
 
+/// Whether `kernel`'s code for the current device was compiled for compute
+/// capability `version` (80, 90, ...) or newer: its machine code and the PTX it
+/// came from, so code JIT-compiled from older PTX (where the newer instructions
+/// were compiled out) answers no. Not cached: callers keep the answer per device.
+template <class Kernel>
+bool code_version_at_least(Kernel* kernel, int version) {
+  cudaFuncAttributes attributes{};
+  FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.binaryVersion >= version && attributes.ptxVersion >= version;
+}
+
 /// Whether a CUDA GPU can be used (asked once); always false in a unit not compiled by nvcc.
 inline bool available() {
   static const bool has_device = [] {

@@ -327,15 +327,22 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   }
 }
 
+// Whether the flash kernels take heads of this size (a multiple of 8 columns,
+// up to 128), and rows read as 16-byte pieces: 16-byte aligned, every row and
+// head 16 bytes apart (strides a multiple of 8 16-bit elements).
+inline bool flash_heads_take(const attention_geometry& g) { return g.head_dim % 8 == 0 && g.head_dim <= 128; }
+template <class T>
+bool flash_rows_take(const attention_rows<T>& rows) {
+  return reinterpret_cast<std::uintptr_t>(rows.data) % 16 == 0 && rows.batch_stride % 8 == 0 &&
+         rows.time_stride % 8 == 0;
+}
+
 // Whether flash_forward_block takes these operands (the types aside): heads
 // of at most 128 columns, a multiple of 8, and every head's rows 16-byte
 // aligned in qkv.
 template <class Y, class L, class T>
 bool flash_forward_takes(const attention_forward<Y, L, T>& f) {
-  const attention_geometry& g = f.shape;
-  const auto address = reinterpret_cast<std::uintptr_t>(f.qkv.data);
-  return sizeof(T) == 2 && g.head_dim % 8 == 0 && g.head_dim <= 128 && address % 16 == 0 &&
-         f.qkv.batch_stride % 8 == 0 && f.qkv.time_stride % 8 == 0;
+  return sizeof(T) == 2 && flash_heads_take(f.shape) && flash_rows_take(f.qkv);
 }
 
 #if FUSOR_HAS_CUDA
@@ -353,11 +360,7 @@ bool runs_tensor_core_mma() {
   static per_device_cache<bool> known;
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  return known.get(device, [] {
-    cudaFuncAttributes attributes{};
-    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
-    return attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
-  });
+  return known.get(device, [] { return gpu::code_version_at_least(Kernel, 80); });
 }
 #endif  // FUSOR_HAS_CUDA
 

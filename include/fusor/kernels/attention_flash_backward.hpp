@@ -248,12 +248,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
 // forward, and dy's rows 16-byte aligned too.
 template <class DQKV, class DY, class QKV, class Y, class L>
 bool flash_backward_takes(const attention_backward<DQKV, DY, QKV, Y, L>& w) {
-  const attention_geometry& g = w.shape;
-  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   return sizeof(QKV) == 2 && std::is_same_v<std::remove_const_t<DY>, std::remove_const_t<QKV>> &&
-         g.head_dim % 8 == 0 && g.head_dim <= 128 && aligned(w.qkv.data) && aligned(w.dy.data) &&
-         w.qkv.batch_stride % 8 == 0 && w.qkv.time_stride % 8 == 0 && w.dy.batch_stride % 8 == 0 &&
-         w.dy.time_stride % 8 == 0;
+         flash_heads_take(w.shape) && flash_rows_take(w.qkv) && flash_rows_take(w.dy);
 }
 
 #if FUSOR_HAS_CUDA

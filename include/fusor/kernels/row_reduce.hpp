@@ -354,9 +354,7 @@ bool runs_in_clusters(const cudaLaunchConfig_t& config, int cluster_blocks) {
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   return known[cluster_blocks].get(device, [&] {
-    cudaFuncAttributes attributes{};
-    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, Kernel));
-    if (attributes.binaryVersion < 90 || attributes.ptxVersion < 90) return false;
+    if (!gpu::code_version_at_least(Kernel, 90)) return false;
     int clusters = 0;
     FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config));
     return clusters > 0;
