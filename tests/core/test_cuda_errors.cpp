@@ -1,7 +1,7 @@
 // CUDA errors and graph capture (issue 12): a failure is reported once, by the
 // call that failed, and never again by a later, healthy launch; a capture that
-// fails leaves its stream usable and says why. CUDA only: the host executor has
-// no runtime status to leak.
+// fails leaves its stream usable and says why; which architecture a kernel's
+// code was compiled for. CUDA only: the host executor has no runtime status to leak.
 #include <cstdint>
 #include <stdexcept>
 
@@ -31,7 +31,19 @@ void expect_assignment_works(const cuda_executor& ex, std::uint32_t seed) {
   CHECK(wrong == 0);
 }
 
+__global__ void empty_kernel() {}
+
 }  // namespace
+
+FUSOR_TEST_CASE("gpu::code_version_at_least: this binary's code against the device it runs on") {
+  int device = 0, major = 0, minor = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  CHECK(gpu::code_version_at_least(empty_kernel, 50));  // every architecture fusor is built for
+  CHECK_FALSE(gpu::code_version_at_least(empty_kernel, 10 * major + minor + 1));  // newer than the device
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+}
 
 FUSOR_TEST_CASE("a failed CUDA call is not blamed on the next kernel launch") {
   void* p = nullptr;
