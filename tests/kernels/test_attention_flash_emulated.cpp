@@ -5,8 +5,9 @@
 // First the emulator itself: mma fragments built by the PTX ISA's formula
 // against a plain product, ldmatrix (plain and transposed) feeding mma,
 // warp shuffles and block barriers, asynchronous copies landing at their
-// wait, and the errors it raises for a barrier some threads never reach and a
-// misaligned ldmatrix row or copy. Then the kernel
+// wait, and the errors it raises for a barrier some threads never reach, a
+// misaligned ldmatrix row or copy, and shared-memory races, reads of bytes
+// never written and of copies in flight. Then the kernel
 // against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
 // grouped-query heads and head sizes 8 to 128 (padded with zero columns),
 // forward and backward (dK and dV blocks, dQ blocks).
@@ -56,11 +57,11 @@ void check_mma_against_product() {
     T* const bs = bts + 8 * bt_ld;
     if (lane == 0) {
       for (int m = 0; m < 16; ++m)
-        for (int k = 0; k < 16; ++k) as[m * a_ld + k] = convert<T>(a[std::size_t(m * 16 + k)]);
+        for (int k = 0; k < 16; ++k) emulated_simt::store_shared(as + m * a_ld + k, convert<T>(a[std::size_t(m * 16 + k)]));
       for (int k = 0; k < 16; ++k)
         for (int n = 0; n < 8; ++n) {
-          bts[n * bt_ld + k] = convert<T>(bm[std::size_t(k * 8 + n)]);
-          bs[k * b_ld + n] = convert<T>(bm[std::size_t(k * 8 + n)]);
+          emulated_simt::store_shared(bts + n * bt_ld + k, convert<T>(bm[std::size_t(k * 8 + n)]));
+          emulated_simt::store_shared(bs + k * b_ld + n, convert<T>(bm[std::size_t(k * 8 + n)]));
         }
     }
     emulated_simt::sync_block();
@@ -219,6 +220,101 @@ FUSOR_TEST_CASE("simt emulator: a barrier some threads skip and misaligned rows 
   });
   CHECK(before_wait_unchanged);
   CHECK(after_wait_copied);
+}
+
+FUSOR_TEST_CASE("simt emulator: shared-memory races, reads of unwritten bytes and of copies in flight are errors") {
+  using sim = emulated_simt;
+  // Right: thread t writes word t; after a barrier each reads its neighbour's
+  // (another warp's for t = 31 and 63), and after another writes its own again.
+  std::vector<float> seen(64, -1.0f);
+  emulate_kernel(simt_grid{1, 1}, 64, 64 * sizeof(float), [&](unsigned char* shared) {
+    float* const words = reinterpret_cast<float*>(shared);
+    const int t = sim::thread();
+    sim::store_shared(words + t, float(t) + 0.5f);
+    sim::sync_block();
+    seen[std::size_t(t)] = sim::load_shared(words + (t + 1) % 64);
+    sim::sync_block();
+    sim::store_shared(words + t, 0.0f);
+  });
+  for (int t = 0; t < 64; ++t) CHECK(seen[std::size_t(t)] == float((t + 1) % 64) + 0.5f);
+
+  // Each hazard below is reported whichever thread the emulator happens to run first.
+  auto run = [](auto body) { emulate_kernel(simt_grid{1, 1}, 64, 256, body); };
+  auto words = [](unsigned char* shared) { return reinterpret_cast<float*>(shared); };
+  // A read of a word another thread wrote with no barrier between (thread 0 runs before 40).
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 0) sim::store_shared(words(shared), 1.0f);
+      if (sim::thread() == 40) (void)sim::load_shared(words(shared));
+    });
+  }, {"hazard", "thread 40", "bytes [0, 4)", "after thread 0 wrote it"});
+  // The same with the reader first: the word is then read before anyone wrote it.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 40) sim::store_shared(words(shared), 1.0f);
+      if (sim::thread() == 0) (void)sim::load_shared(words(shared));
+    });
+  }, {"thread 0", "before any thread of the block wrote it"});
+  // A write after another thread's read in the same epoch.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 0) sim::store_shared(words(shared) + 5, 1.0f);
+      sim::sync_block();
+      if (sim::thread() == 3) (void)sim::load_shared(words(shared) + 5);
+      if (sim::thread() == 50) sim::store_shared(words(shared) + 5, 2.0f);
+    });
+  }, {"thread 50", "bytes [20, 24)", "after thread 3 read it"});
+  // Two threads writing one byte, and several readers then a writer.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() % 32 == 7) sim::store_shared(shared + 9, static_cast<unsigned char>(sim::thread()));
+    });
+  }, {"thread 39", "after thread 7 wrote it"});
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 0) sim::zero_shared_16(shared + 32);
+      sim::sync_block();
+      (void)sim::load_shared(shared + 40);
+      if (sim::thread() == 5) sim::store_shared(shared + 40, static_cast<unsigned char>(1));
+    });
+  }, {"thread 5", "after several threads read it"});
+  // Reading one's own copy before its wait, and another thread's before its wait and a barrier.
+  alignas(16) static const unsigned char ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 2) {
+        sim::copy_async_16(shared + 64, ones);
+        sim::commit_async();
+        (void)sim::load_shared(shared + 70);
+      }
+    });
+  }, {"thread 2", "bytes [70, 71)", "copy_async to it is in flight (before this thread's wait_async)"});
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 2) {
+        sim::copy_async_16(shared + 64, ones);
+        sim::commit_async();
+      }
+      sim::sync_block();  // a barrier, but no wait
+      if (sim::thread() == 60) (void)sim::load_shared(shared + 64);
+    });
+  }, {"thread 60", "thread 2's copy_async to it is in flight"});
+  // An ldmatrix row that one thread of the warp filled and others read with no barrier.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 0)
+        for (int i = 0; i < 256; i += 16) sim::zero_shared_16(shared + i);
+      std::uint32_t r[4];
+      if (sim::thread() < 32) sim::ldmatrix_x4<false>(r, shared + 16 * (sim::thread() % 16));
+    });
+  }, {"thread 1", "after thread 0 wrote it"});
+  // Out of range and misaligned plain accesses.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) { sim::store_shared(words(shared) + 64, 1.0f); });
+  }, {"store_shared", "outside the block's shared memory"});
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) { (void)sim::load_shared(reinterpret_cast<float*>(shared + 2)); });
+  }, {"load_shared", "byte 2 of the block's 256 bytes", "4-byte aligned"});
 }
 
 FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, emulated) against the fp64 softmax") {

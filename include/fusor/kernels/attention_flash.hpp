@@ -28,7 +28,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include <cuda/std/cmath>
@@ -68,15 +67,6 @@ struct flash_tiles {
   }
 };
 
-// 16 zero bytes at `to` (16-byte aligned).
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void zero_16_bytes(void* to) {
-#if defined(__CUDA_ARCH__)
-  *static_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
-#else
-  std::memset(to, 0, 16);
-#endif
-}
-
 // Starts copying rows t0 + [0, rows) of one head's D columns (from `column`)
 // into a tile; rows past `time` and columns past d (a multiple of 8) are
 // zeros. The copies land at Simt::wait_async, the others' after a sync_block.
@@ -91,7 +81,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const at
     if (t < time && col < d)
       Simt::copy_async_16(to, qkv.row(b, t) + column + col);
     else
-      zero_16_bytes(to);
+      Simt::zero_shared_16(to);
   }
 }
 

@@ -94,9 +94,9 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     Simt::commit_async();
     for (int c = thread; c < N; c += tiles::threads) {
       const index_t t = t0 + c;
-      lse_tile(stage)[c] = t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
-                                      : ::cuda::std::numeric_limits<float>::infinity();
-      delta_tile(stage)[c] = t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f;
+      Simt::store_shared(lse_tile(stage) + c, t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
+                                                       : ::cuda::std::numeric_limits<float>::infinity());
+      Simt::store_shared(delta_tile(stage) + c, t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f);
     }
   };
   load_flash_tile<Simt, D>(k_tile, tiles::rows, w.qkv, b, k0, g.time, g.key_column(kv), d);
@@ -147,9 +147,9 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
       for (int i = 0; i < 4; ++i) {
         const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
         const bool hidden = diagonal && key[i >> 1] > t0 + c;
-        const float p = hidden ? 0.0f : Simt::exp2(st[0][nt][i] * scale_log2 - lse_of[c]);
+        const float p = hidden ? 0.0f : Simt::exp2(st[0][nt][i] * scale_log2 - Simt::load_shared(lse_of + c));
         st[0][nt][i] = p;
-        dst[0][nt][i] = p * (dst[0][nt][i] - delta_of[c]);
+        dst[0][nt][i] = p * (dst[0][nt][i] - Simt::load_shared(delta_of + c));
       }
     warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dv, st, dy + at.b_columns);
     warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dk, dst, q + at.b_columns);

@@ -10,10 +10,19 @@
 // outside the block's shared memory or not 16-byte aligned (copy_async_16's
 // addresses too). Shared memory starts filled with 0xff bytes (NaN as bf16,
 // fp16 and fp32), and an asynchronous copy lands at its thread's wait_async,
-// not before, so what a kernel reads before it is written shows. What it does
-// not model: timing, memory ordering between blocks, the GPU's rounding
-// inside mma (it sums each product in double and adds it to the fp32
-// accumulator once).
+// not before.
+//
+// Every shared-memory access made through the policy (ldmatrix,
+// copy_async_16, load_shared, store_shared, zero_shared_16) is also checked
+// byte by byte, as compute-sanitizer's racecheck and initcheck would on a
+// GPU, and whatever order the fibers happen to run in: between two barriers,
+// a byte one thread writes may be neither read nor written by another
+// thread; nothing may touch a byte an async copy is in flight to (its own
+// thread before wait_async included); and a byte no one has written in this
+// block may not be read. Each is an error naming the block, the threads and
+// the bytes. What it does not model: timing, memory ordering between blocks,
+// the GPU's rounding inside mma (it sums each product in double and adds it
+// to the fp32 accumulator once).
 //
 // Host translation units only (g++, clang++): under nvcc the kernels' Simt
 // code is device code, and this header declares nothing.
@@ -55,8 +64,19 @@ enum class wait_kind { none, warp, block };
 // A copy_async in flight: done by wait_async, so a read before the wait sees
 // what shared memory held before (as it may on a GPU).
 struct pending_copy {
-  void* to;
+  std::size_t at;  // offset in shared memory
   const void* from;
+};
+
+// What happened to one byte of shared memory in this block: the barrier
+// epochs (block_state::block_generation) of its last write and last read,
+// and by which threads.
+struct byte_history {
+  static constexpr std::uint64_t never = ~std::uint64_t(0);
+  static constexpr int several = -2;  // readers: more than one thread this epoch
+  std::uint64_t written = never, read = never;
+  int writer = -1, reader = -1;
+  int in_flight = -1;  // the thread whose copy_async to it has not landed
 };
 
 struct fiber {
@@ -83,6 +103,7 @@ struct block_state {
   int threads = 0, live = 0, current = 0;
   unsigned char* shared = nullptr;
   std::size_t shared_bytes = 0;
+  std::vector<byte_history> history;  // one per byte of shared memory
   std::vector<fiber> fibers;
   std::vector<warp_exchange> warps;
   int block_arrived = 0;
@@ -100,16 +121,13 @@ inline thread_local block_state* current = nullptr;
 
 inline block_state& state() { return *current; }
 
-// Releases a barrier whose every live thread has arrived (after one exits).
-inline void release_complete_barriers(block_state& s, int warp) {
+// Releases a block barrier whose every live thread has arrived (after one
+// exits). A warp collective is not released: its lanes wait for the one
+// that left, and the scheduler reports them.
+inline void release_complete_barrier(block_state& s) {
   if (s.block_arrived > 0 && s.block_arrived == s.live) {
     s.block_arrived = 0;
     ++s.block_generation;
-  }
-  warp_exchange& w = s.warps[std::size_t(warp)];
-  if (w.arrived > 0 && w.arrived == w.live) {
-    w.arrived = 0;
-    ++w.generation;
   }
 }
 
@@ -146,6 +164,70 @@ inline void wait_warp() {
   suspend(wait_kind::warp, w.generation);
 }
 
+// The offset of [p, p + n) in shared memory, which it must lie in, aligned to `align` bytes.
+inline std::size_t shared_offset(const block_state& s, const void* p, std::size_t n, std::size_t align,
+                                 const char* what) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < s.shared || b + n > s.shared + s.shared_bytes || std::size_t(b - s.shared) % align != 0)
+    throw error("fusor: simt emulator: " + std::string(what) + " in " + s.where() + " at " +
+                (b < s.shared || b >= s.shared + s.shared_bytes
+                     ? std::string("an address outside the block's shared memory")
+                     : "byte " + std::to_string(b - s.shared) + " of the block's " + std::to_string(s.shared_bytes) +
+                           " bytes of shared memory") +
+                ", " + std::to_string(n) + " bytes" +
+                ": it must lie inside it, " + std::to_string(align) + "-byte aligned");
+  return std::size_t(b - s.shared);
+}
+
+[[noreturn]] inline void shared_hazard(const block_state& s, std::size_t at, std::size_t n, std::size_t byte,
+                                       const std::string& what) {
+  throw error("fusor: simt emulator: shared-memory hazard in " + s.where() + ", accessing bytes [" +
+              std::to_string(at) + ", " + std::to_string(at + n) + "): byte " + std::to_string(byte) + " " + what);
+}
+
+inline std::string thread_name(int t) {
+  return t == byte_history::several ? std::string("several threads") : "thread " + std::to_string(t);
+}
+
+// This thread reads bytes [at, at + n) of shared memory.
+inline void note_read(block_state& s, std::size_t at, std::size_t n) {
+  const std::uint64_t now = s.block_generation;
+  for (std::size_t i = at; i < at + n; ++i) {
+    byte_history& h = s.history[i];
+    if (h.in_flight >= 0)
+      shared_hazard(s, at, n, i,
+                    "is read while " + thread_name(h.in_flight) + "'s copy_async to it is in flight (before " +
+                        (h.in_flight == s.current ? "this thread's" : "that thread's") +
+                        " wait_async" + (h.in_flight == s.current ? ")" : " and a sync_block)"));
+    if (h.written == byte_history::never)
+      shared_hazard(s, at, n, i, "is read before any thread of the block wrote it (a sync_block missing after the write, or a read past what the block fills)");
+    if (h.written == now && h.writer != s.current)
+      shared_hazard(s, at, n, i, "is read after " + thread_name(h.writer) + " wrote it, with no sync_block between");
+    if (h.read != now) {
+      h.read = now;
+      h.reader = s.current;
+    } else if (h.reader != s.current) {
+      h.reader = byte_history::several;
+    }
+  }
+}
+
+// This thread writes bytes [at, at + n) of shared memory (or starts an async copy to them).
+inline void note_write(block_state& s, std::size_t at, std::size_t n) {
+  const std::uint64_t now = s.block_generation;
+  for (std::size_t i = at; i < at + n; ++i) {
+    byte_history& h = s.history[i];
+    if (h.in_flight >= 0)
+      shared_hazard(s, at, n, i, "is written while " + thread_name(h.in_flight) + "'s copy_async to it is in flight");
+    if (h.written == now && h.writer != s.current)
+      shared_hazard(s, at, n, i, "is written after " + thread_name(h.writer) + " wrote it, with no sync_block between");
+    if (h.read == now && h.reader != s.current)
+      shared_hazard(s, at, n, i, "is written after " + thread_name(h.reader) + " read it, with no sync_block between");
+    h.written = now;
+    h.writer = s.current;
+  }
+}
+
 inline void fiber_entry() {
   block_state& s = state();
   const int me = s.current;
@@ -157,7 +239,7 @@ inline void fiber_entry() {
   s.fibers[std::size_t(me)].done = true;
   --s.live;
   --s.warps[std::size_t(me / 32)].live;
-  release_complete_barriers(s, me / 32);
+  release_complete_barrier(s);
 }  // returns to s.scheduler (uc_link)
 
 inline bool runnable(const block_state& s, int i) {
@@ -220,28 +302,58 @@ struct emulated_simt {
 
   static void copy_async_16(void* to, const void* from) {
     simt_emulation::block_state& s = simt_emulation::state();
-    const auto* p = static_cast<const unsigned char*>(to);
-    if (p < s.shared || p + 16 > s.shared + s.shared_bytes || (p - s.shared) % 16 != 0 ||
-        reinterpret_cast<std::uintptr_t>(from) % 16 != 0)
+    const std::size_t at = simt_emulation::shared_offset(s, to, 16, 16, "copy_async_16");
+    if (reinterpret_cast<std::uintptr_t>(from) % 16 != 0)
       throw error("fusor: simt emulator: copy_async_16 in " + s.where() +
-                  " to a place outside shared memory, or from or to an address not 16-byte aligned");
-    s.fibers[std::size_t(s.current)].copies.push_back({to, from});
+                  " from a global address not 16-byte aligned");
+    simt_emulation::note_write(s, at, 16);  // it may land at once
+    for (std::size_t i = at; i < at + 16; ++i) s.history[i].in_flight = s.current;
+    s.fibers[std::size_t(s.current)].copies.push_back({at, from});
   }
   static void commit_async() {}
   static void wait_async() {
     simt_emulation::block_state& s = simt_emulation::state();
     auto& copies = s.fibers[std::size_t(s.current)].copies;
-    for (const auto& c : copies) std::memcpy(c.to, c.from, 16);
+    for (const auto& c : copies) {
+      std::memcpy(s.shared + c.at, c.from, 16);
+      for (std::size_t i = c.at; i < c.at + 16; ++i) {
+        simt_emulation::byte_history& h = s.history[i];
+        h.in_flight = -1;
+        h.written = s.block_generation;
+        h.writer = s.current;
+      }
+    }
     copies.clear();
+  }
+
+  // Plain shared-memory accesses, checked (the GPU's are ld.shared and st.shared).
+  template <class V>
+  static V load_shared(const V* from) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const std::size_t at = simt_emulation::shared_offset(s, from, sizeof(V), alignof(V), "load_shared");
+    simt_emulation::note_read(s, at, sizeof(V));
+    V v;
+    std::memcpy(static_cast<void*>(&v), from, sizeof(V));
+    return v;
+  }
+  template <class V>
+  static void store_shared(V* to, const V& v) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const std::size_t at = simt_emulation::shared_offset(s, to, sizeof(V), alignof(V), "store_shared");
+    simt_emulation::note_write(s, at, sizeof(V));
+    std::memcpy(static_cast<void*>(to), &v, sizeof(V));
+  }
+  static void zero_shared_16(void* to) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const std::size_t at = simt_emulation::shared_offset(s, to, 16, 16, "zero_shared_16");
+    simt_emulation::note_write(s, at, 16);
+    std::memset(to, 0, 16);
   }
 
   template <bool Trans>
   static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
     simt_emulation::block_state& s = simt_emulation::state();
-    const auto* p = static_cast<const unsigned char*>(row);
-    if (p < s.shared || p + 16 > s.shared + s.shared_bytes || (p - s.shared) % 16 != 0)
-      throw error("fusor: simt emulator: ldmatrix in " + s.where() +
-                  " reads a row outside shared memory or not 16-byte aligned");
+    simt_emulation::note_read(s, simt_emulation::shared_offset(s, row, 16, 16, "an ldmatrix row"), 16);
     simt_emulation::warp_exchange& w = simt_emulation::this_warp();
     const int lane = thread() % 32;
     w.addresses[lane] = row;
@@ -322,6 +434,7 @@ inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes
       s.block_arrived = 0;
       s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
       std::memset(shared, 0xff, shared_bytes);
+      s.history.assign(shared_bytes, se::byte_history{});
       for (int i = 0; i < threads; ++i) {
         se::fiber& f = s.fibers[std::size_t(i)];
         f.done = false;
@@ -337,14 +450,12 @@ inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes
           s.current = i;
           ran = true;
           swapcontext(&s.scheduler, &s.fibers[std::size_t(i)].context);
+          if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
         }
-        if (!ran && s.live > 0) {
-          if (s.error) std::rethrow_exception(s.error);
+        if (!ran && s.live > 0)
           throw error("fusor: simt emulator: in block (" + std::to_string(x) + ", " + std::to_string(y) + "), " +
                       std::to_string(s.live) + " threads wait at a barrier or warp collective the others never reach");
-        }
       }
-      if (s.error) std::rethrow_exception(s.error);
     }
 }
 

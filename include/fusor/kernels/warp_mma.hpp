@@ -20,6 +20,12 @@
 //                                     wait_async (cp.async.cg); commit_async() closes a group
 //   wait_async()                      this thread's copies have landed (a
 //                                     sync_block after it shows them to the others)
+//   load_shared(p), store_shared(p, v) a plain read or write of shared memory
+//   zero_shared_16(p)                 16 zero bytes to shared memory (16-byte aligned)
+//
+// Every shared-memory access goes through the policy, so the emulator checks
+// each against the others (races, reads of unwritten bytes) as the GPU's
+// compute-sanitizer would.
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .row.col; g = lane / 4, q = lane % 4;
 // a register holds two 16-bit values, the lower column or row first):
@@ -86,6 +92,11 @@ struct device_simt {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
   }
+  template <class V>
+  __device__ static V load_shared(const V* from) { return *from; }
+  template <class V>
+  __device__ static void store_shared(V* to, const V& v) { *to = v; }
+  __device__ static void zero_shared_16(void* to) { *static_cast<uint4*>(to) = make_uint4(0, 0, 0, 0); }
   template <bool Trans>
   __device__ static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
