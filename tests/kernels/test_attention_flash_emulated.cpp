@@ -308,6 +308,16 @@ FUSOR_TEST_CASE("simt emulator: shared-memory races, reads of unwritten bytes an
       if (sim::thread() < 32) sim::ldmatrix_x4<false>(r, shared + 16 * (sim::thread() % 16));
     });
   }, {"thread 1", "after thread 0 wrote it"});
+  // A lane that fails while the rest of its warp waits at ldmatrix: its error, not a read of its stale address.
+  expect_error<fusor::error>([&] {
+    run([&](unsigned char* shared) {
+      if (sim::thread() == 0) sim::zero_shared_16(shared);
+      sim::sync_block();
+      std::uint32_t r[4];
+      if (sim::thread() == 31) throw fusor::error("lane 31 fails");
+      if (sim::thread() < 32) sim::ldmatrix_x4<false>(r, shared);
+    });
+  }, {"lane 31 fails"});
   // Out of range and misaligned plain accesses.
   expect_error<fusor::error>([&] {
     run([&](unsigned char* shared) { sim::store_shared(words(shared) + 64, 1.0f); });
