@@ -335,6 +335,7 @@ FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, em
       {1, 64, 2, 2, 64},   // exactly one block
       {1, 130, 4, 2, 32},  // grouped-query, three blocks, a tail
       {1, 70, 2, 1, 128},  // multi-query, the largest head
+      {1, 150, 1, 1, 128}, // the largest head over two forward blocks and a tail (its key tiles are 32 rows)
       {1, 20, 2, 2, 8},    // head_dim 8 padded to 16
       {1, 260, 2, 1, 64},  // five blocks and a tail: key tiles walked through both stages, several times
   };

@@ -5,12 +5,12 @@
 // (warp_mma.hpp), so the same code runs on the GPU (device_simt) and, in the
 // host tests, on the CPU (emulated_simt, simt_emulator.hpp).
 //
-// A block of four warps takes 128 queries of one head (64 at head_dim 128);
-// each warp keeps its 32 (16) queries' output rows (fp32) and the running max
-// and sum of its rows in registers. For each tile of 64 keys up to the
+// A block of four warps takes 128 queries of one head; each warp keeps its
+// 32 queries' output rows (fp32) and the running max and sum of its rows in
+// registers. For each tile of 64 keys (32 at head_dim 128) up to the
 // diagonal, the block copies K and V into shared memory (cp.async in two
 // stages: the next tile's copies in flight while this one is used); each warp
-// forms S = Q K^T (32 or 16 x 64) with mma.m16n8k16 from ldmatrix'd Q and K,
+// forms S = Q K^T (32 x 64 or 32 x 32) with mma.m16n8k16 from ldmatrix'd Q and K,
 // applies the causal mask on the diagonal tile, updates its online softmax,
 // rounds P to the data type (as FlashAttention does) and adds P V into its
 // output registers: P goes from accumulator to operand registers without
@@ -23,8 +23,7 @@
 // columns 16-byte aligned. The output's rounding matches the old kernel's
 // (P rounded to the data type before its product, fp32 sums).
 //
-// Not yet measured on a GPU. Known headroom: at head_dim 128 a warp's 16
-// rows use each K and V fragment it loads once, and sm_90's wgmma is not used.
+// Not yet measured on a GPU. Known headroom: sm_90's wgmma is not used.
 #pragma once
 
 #include <cstdint>
@@ -51,12 +50,15 @@ template <int D>
 struct flash_tiles {
   static constexpr int warps = 4;
   static constexpr int threads = 32 * warps;
-  // Row tiles of 16 queries a warp: two at heads up to 64, so that each K and
-  // V fragment a warp loads from shared memory serves two products (one at
-  // 128, where the output rows alone take 64 registers a tile).
-  static constexpr int row_tiles = D <= 64 ? 2 : 1;
+  // Two row tiles of 16 queries a warp, so that each K and V fragment a warp
+  // loads from shared memory serves two products (FlashAttention-2's 128
+  // queries a block of four warps).
+  static constexpr int row_tiles = 2;
   static constexpr int queries = 16 * row_tiles * warps;  // a block's queries
-  static constexpr int keys = 64;                         // a tile of keys (and values)
+  // A tile of keys (and values): 32 at head_dim 128, where the output rows
+  // take 128 registers and two stages of 64-key K and V tiles beside Q would
+  // pass the 99 KiB a block of sm_86 and sm_89 may have (104 KiB; 70 with 32).
+  static constexpr int keys = D <= 64 ? 64 : 32;
   // Elements a tile row takes in shared memory: 16 bytes past D, so the eight
   // rows an ldmatrix reads start in different banks.
   static constexpr int ld = D + 8;
