@@ -4,21 +4,23 @@
 // same Simt policy, so the host tests run it too (simt_emulator.hpp).
 //
 // Deterministic, without atomics, as the kernels it replaces: one block per
-// 64 keys of a key/value head forms dK and dV, summed over the group's query
-// heads and every query tile from the diagonal on; one block per 64 queries
-// of a head forms dQ over the key tiles up to the diagonal. Both recompute
+// 128 keys (64 at head_dim 128) of a key/value head forms dK and dV, summed
+// over the group's query heads and every query tile from the diagonal on; one
+// block per 128 (64) queries of a head forms dQ over the key tiles up to the
+// diagonal. Both recompute
 // P = exp(S - lse) from the forward's log-sum-exp and take delta =
-// rowsum(dY * Y) (attention_delta_kernel, attention_cuda.hpp). Per warp of 16
-// rows, with mma.m16n8k16 from ldmatrix'd tiles:
+// rowsum(dY * Y) (attention_delta_kernel, attention_cuda.hpp). Per row tile
+// of 16, with mma.m16n8k16 from ldmatrix'd tiles:
 //   keys:    S^T = K Q^T, dP^T = V dY^T, dS^T = P^T (dP^T - delta);
 //            dV += P^T dY, dK += dS^T Q (P^T and dS^T rounded to the data
 //            type, going from accumulator to operand registers)
 //   queries: S = Q K^T, dP = dY V^T, dS = P (dP - delta); dQ += dS K
 // dK and dQ are scaled by 1/sqrt(head_dim) once, at the end. The tiles a
 // block walks are copied with cp.async in two stages (the next one's copies
-// in flight while this one is used). At head_dim 128 the tiles walked are 32
-// rows (dK and dV take 128 registers; two stages of 64-row K and V tiles
-// would pass the 99 KiB a block of sm_86 and sm_89).
+// in flight while this one is used). Each warp holds two row tiles of 16
+// keys (queries) up to head_dim 64, so that each fragment of a walked tile it
+// loads serves two products, and one at 128 (dK and dV of one tile already
+// take 128 registers); the tiles walked are 32 rows.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +41,10 @@ template <int D>
 struct flash_backward_tiles {
   static constexpr int warps = 4;
   static constexpr int threads = 32 * warps;
-  static constexpr int rows = 16 * warps;           // a block's keys (dK, dV) or queries (dQ)
-  static constexpr int queries = D <= 64 ? 64 : 32;  // a key block's tile of queries
-  static constexpr int keys = D <= 64 ? 64 : 32;     // a query block's tile of keys
+  static constexpr int row_tiles = D <= 64 ? 2 : 1;    // of 16 rows, a warp
+  static constexpr int rows = 16 * row_tiles * warps;  // a block's keys (dK, dV) or queries (dQ)
+  static constexpr int queries = 32;                   // a key block's tile of queries
+  static constexpr int keys = 32;                      // a query block's tile of keys
   static constexpr int ld = flash_tiles<D>::ld;
   // The tiles walked come in two stages (the next one's copies fly while this
   // one is used). A key block's stage: Q, dY, then lse and delta of the tile.
@@ -59,14 +62,15 @@ struct flash_backward_tiles {
   }
 };
 
-// dK and dV of keys [64 block_y, + 64) of key/value head block_x % G of
-// sample block_x / G. `shared`: key_shared_bytes<T>() bytes, 16-byte aligned.
+// dK and dV of keys [R block_y, + R) of key/value head block_x % G of sample
+// block_x / G, R = flash_backward_tiles<D>::rows. `shared`:
+// key_shared_bytes<T>() bytes, 16-byte aligned.
 template <class Simt, int D, class DQKV, class QKV, class Y, class L>
 FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, QKV, Y, L>& w, const float* delta,
                                            unsigned char* shared) {
   using T = QKV;
   using tiles = flash_backward_tiles<D>;
-  constexpr int ld = tiles::ld, N = tiles::queries;
+  constexpr int ld = tiles::ld, N = tiles::queries, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
@@ -106,17 +110,23 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   // S^T = K Q^T and dP^T = V dY^T from the warp's key rows and the tile's
   // rows; dV += P^T dY and dK += dS^T Q from the tile's columns.
   const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
-  const T* const k_rows = k_tile + warp * 16 * ld + at.a;
-  const T* const v_rows = v_tile + warp * 16 * ld + at.a;
+  const T* const k_rows = k_tile + warp * 16 * M * ld + at.a;
+  const T* const v_rows = v_tile + warp * 16 * M * ld + at.a;
 
-  const index_t first_key = k0 + warp * 16;
-  const index_t key[2] = {first_key + group, first_key + group + 8};
-  const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
-  float dk[1][D / 8][4], dv[1][D / 8][4];  // one row tile of 16 keys a warp
+  // This lane's keys: group and group + 8 of each of the warp's row tiles.
+  const index_t first_key = k0 + warp * 16 * M;
+  index_t key[M][2];
+  float dk[M][D / 8][4], dv[M][D / 8][4];
   FUSOR_UNROLL
-  for (int dn = 0; dn < D / 8; ++dn)
+  for (int m = 0; m < M; ++m) {
+    key[m][0] = first_key + 16 * m + group;
+    key[m][1] = first_key + 16 * m + group + 8;
     FUSOR_UNROLL
-    for (int i = 0; i < 4; ++i) dk[0][dn][i] = dv[0][dn][i] = 0.0f;
+    for (int dn = 0; dn < D / 8; ++dn)
+      FUSOR_UNROLL
+      for (int i = 0; i < 4; ++i) dk[m][dn][i] = dv[m][dn][i] = 0.0f;
+  }
+  const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
 
   for (index_t step = 0; step < steps; ++step) {
     const int current = int(step & 1);
@@ -132,43 +142,56 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     const float* const lse_of = lse_tile(current);
     const float* const delta_of = delta_tile(current);
 
-    float st[1][N / 8][4], dst[1][N / 8][4];  // S^T, then P^T; dP^T, then dS^T
+    float st[M][N / 8][4], dst[M][N / 8][4];  // S^T, then P^T; dP^T, then dS^T
     FUSOR_UNROLL
-    for (int nt = 0; nt < N / 8; ++nt)
+    for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) st[0][nt][i] = dst[0][nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, 1>(st, k_rows, q + at.b);
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, 1>(dst, v_rows, dy + at.b);
+      for (int nt = 0; nt < N / 8; ++nt)
+        FUSOR_UNROLL
+        for (int i = 0; i < 4; ++i) st[m][nt][i] = dst[m][nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(st, k_rows, q + at.b);
+    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(dst, v_rows, dy + at.b);
 
-    const bool diagonal = t0 < first_key + 16;  // some query before some key: mask
+    const bool diagonal = t0 < first_key + 16 * M;  // some query before some key: mask
     FUSOR_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int c = nt * 8 + quad * 2 + (i & 1);  // the query's column in the tile
-        const bool hidden = diagonal && key[i >> 1] > t0 + c;
-        const float p = hidden ? 0.0f : Simt::exp2(st[0][nt][i] * scale_log2 - Simt::load_shared(lse_of + c));
-        st[0][nt][i] = p;
-        dst[0][nt][i] = p * (dst[0][nt][i] - Simt::load_shared(delta_of + c));
+      for (int e = 0; e < 2; ++e) {
+        const int c = nt * 8 + quad * 2 + e;  // the query's column in the tile
+        const float lse_c = Simt::load_shared(lse_of + c), delta_c = Simt::load_shared(delta_of + c);
+        FUSOR_UNROLL
+        for (int m = 0; m < M; ++m)
+          FUSOR_UNROLL
+          for (int r = 0; r < 2; ++r) {
+            const int i = 2 * r + e;
+            const bool hidden = diagonal && key[m][r] > t0 + c;
+            const float p = hidden ? 0.0f : Simt::exp2(st[m][nt][i] * scale_log2 - lse_c);
+            st[m][nt][i] = p;
+            dst[m][nt][i] = p * (dst[m][nt][i] - delta_c);
+          }
       }
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dv, st, dy + at.b_columns);
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, 1>(dk, dst, q + at.b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dv, st, dy + at.b_columns);
+    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dk, dst, q + at.b_columns);
   }
   const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale}, ones[2] = {1.0f, 1.0f};
-  store_warp_rows<D, DQKV>(dk[0], key, g.time, d, quad, scales,
-                           [&](index_t t) { return w.dqkv.row(b, t) + g.key_column(kv); });
-  store_warp_rows<D, DQKV>(dv[0], key, g.time, d, quad, ones,
-                           [&](index_t t) { return w.dqkv.row(b, t) + g.value_column(kv); });
+  FUSOR_UNROLL
+  for (int m = 0; m < M; ++m) {
+    store_warp_rows<D, DQKV>(dk[m], key[m], g.time, d, quad, scales,
+                             [&](index_t t) { return w.dqkv.row(b, t) + g.key_column(kv); });
+    store_warp_rows<D, DQKV>(dv[m], key[m], g.time, d, quad, ones,
+                             [&](index_t t) { return w.dqkv.row(b, t) + g.value_column(kv); });
+  }
 }
 
-// dQ of queries [q0, q0 + 64) of head block_x % H of sample block_x / H, q0
-// from block_y (the longest blocks first). `shared`: query_shared_bytes<T>().
+// dQ of queries [q0, q0 + R) of head block_x % H of sample block_x / H, q0
+// from block_y (the longest blocks first), R = flash_backward_tiles<D>::rows.
+// `shared`: query_shared_bytes<T>().
 template <class Simt, int D, class DQKV, class QKV, class Y, class L>
 FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV, QKV, Y, L>& w, const float* delta,
                                              unsigned char* shared) {
   using T = QKV;
   using tiles = flash_backward_tiles<D>;
-  constexpr int ld = tiles::ld, K = tiles::keys;
+  constexpr int ld = tiles::ld, K = tiles::keys, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
@@ -191,25 +214,31 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
 
   // S = Q K^T and dP = dY V^T from the warp's rows and the tile's; dQ += dS K from K's columns.
   const ldmatrix_offsets at = ldmatrix_offsets_of(lane, ld);
-  const T* const q_rows = q_tile + warp * 16 * ld + at.a;
-  const T* const dy_rows = dy_tile + warp * 16 * ld + at.a;
+  const T* const q_rows = q_tile + warp * 16 * M * ld + at.a;
+  const T* const dy_rows = dy_tile + warp * 16 * M * ld + at.a;
   const T* const k_rows = k_tile + at.b;
   const T* const v_rows = v_tile + at.b;
   const T* const k_columns = k_tile + at.b_columns;
 
-  const index_t first_query = q0 + warp * 16;
-  const index_t query[2] = {first_query + group, first_query + group + 8};
-  float lse[2], row_delta[2];  // lse in log2 units; +inf past the end (P = 0)
+  // This lane's queries: group and group + 8 of each of the warp's row tiles.
+  const index_t first_query = q0 + warp * 16 * M;
+  index_t query[M][2];
+  float lse[M][2], row_delta[M][2];  // lse in log2 units; +inf past the end (P = 0)
+  float dq[M][D / 8][4];
   FUSOR_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const bool inside = query[r] < g.time;
-    lse[r] = inside ? convert<float>(w.lse.at(b, h, query[r])) * log2e : ::cuda::std::numeric_limits<float>::infinity();
-    row_delta[r] = inside ? delta[(b * g.heads + h) * g.time + query[r]] : 0.0f;
+  for (int m = 0; m < M; ++m) {
+    FUSOR_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      query[m][r] = first_query + 16 * m + group + 8 * r;
+      const bool inside = query[m][r] < g.time;
+      lse[m][r] = inside ? convert<float>(w.lse.at(b, h, query[m][r])) * log2e
+                         : ::cuda::std::numeric_limits<float>::infinity();
+      row_delta[m][r] = inside ? delta[(b * g.heads + h) * g.time + query[m][r]] : 0.0f;
+    }
+    FUSOR_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) dq[m][dn][0] = dq[m][dn][1] = dq[m][dn][2] = dq[m][dn][3] = 0.0f;
   }
   const float scale_log2 = log2e / ::cuda::std::sqrt(float(d));
-  float dq[1][D / 8][4];  // one row tile of 16 queries a warp
-  FUSOR_UNROLL
-  for (int dn = 0; dn < D / 8; ++dn) dq[0][dn][0] = dq[0][dn][1] = dq[0][dn][2] = dq[0][dn][3] = 0.0f;
 
   const index_t block_end = q0 + tiles::rows < g.time ? q0 + tiles::rows : g.time;
   for (index_t k0 = 0, j = 0; k0 < block_end; k0 += K, ++j) {
@@ -217,31 +246,38 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     Simt::wait_async();  // this thread's copies of this tile (and of Q, dY)
     Simt::sync_block();  // everyone's; and the other stage's tile is used up
     if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
-    if (k0 > first_query) continue;  // every key after every query of the warp
+    if (k0 >= first_query + 16 * M) continue;  // every key after every query of the warp
 
-    float s[1][K / 8][4], ds[1][K / 8][4];  // S, then P; dP, then dS
+    float s[M][K / 8][4], ds[M][K / 8][4];  // S, then P; dP, then dS
     FUSOR_UNROLL
-    for (int nt = 0; nt < K / 8; ++nt)
+    for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) s[0][nt][i] = ds[0][nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, 1>(s, q_rows, k_rows + current * stage);
-    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, 1>(ds, dy_rows, v_rows + current * stage);
+      for (int nt = 0; nt < K / 8; ++nt)
+        FUSOR_UNROLL
+        for (int i = 0; i < 4; ++i) s[m][nt][i] = ds[m][nt][i] = 0.0f;
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
+    warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(ds, dy_rows, v_rows + current * stage);
 
     const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
     FUSOR_UNROLL
-    for (int nt = 0; nt < K / 8; ++nt)
+    for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int r = i >> 1;
-        const index_t key = k0 + nt * 8 + quad * 2 + (i & 1);
-        const float p = diagonal && key > query[r] ? 0.0f : Simt::exp2(s[0][nt][i] * scale_log2 - lse[r]);
-        ds[0][nt][i] = p * (ds[0][nt][i] - row_delta[r]);
-      }
-    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld, 1>(dq, ds, k_columns + current * stage);
+      for (int nt = 0; nt < K / 8; ++nt)
+        FUSOR_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int r = i >> 1;
+          const index_t key = k0 + nt * 8 + quad * 2 + (i & 1);
+          const float p =
+              diagonal && key > query[m][r] ? 0.0f : Simt::exp2(s[m][nt][i] * scale_log2 - lse[m][r]);
+          ds[m][nt][i] = p * (ds[m][nt][i] - row_delta[m][r]);
+        }
+    warp_registers_times_rows<Simt, T, K / 16, D / 8, ld, M>(dq, ds, k_columns + current * stage);
   }
   const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale};
-  store_warp_rows<D, DQKV>(dq[0], query, g.time, d, quad, scales,
-                           [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });
+  FUSOR_UNROLL
+  for (int m = 0; m < M; ++m)
+    store_warp_rows<D, DQKV>(dq[m], query[m], g.time, d, quad, scales,
+                             [&](index_t t) { return w.dqkv.row(b, t) + g.query_column(h); });
 }
 
 // Whether the flash backward takes these operands (the types aside): as the
