@@ -7,9 +7,9 @@
 // 128 keys (64 at head_dim 128) of a key/value head forms dK and dV, summed
 // over the group's query heads and every query tile from the diagonal on; one
 // block per 128 (64) queries of a head forms dQ over the key tiles up to the
-// diagonal. Both recompute
-// P = exp(S - lse) from the forward's log-sum-exp and take delta =
-// rowsum(dY * Y) (attention_delta_kernel, attention_cuda.hpp). Per row tile
+// diagonal. Both recompute P = exp(S - lse) from the forward's log-sum-exp
+// and take delta = rowsum(dY * Y) (attention_delta_kernel,
+// attention_cuda.hpp). Per row tile
 // of 16, with mma.m16n8k16 from ldmatrix'd tiles:
 //   keys:    S^T = K Q^T, dP^T = V dY^T, dS^T = P^T (dP^T - delta);
 //            dV += P^T dY, dK += dS^T Q (P^T and dS^T rounded to the data
