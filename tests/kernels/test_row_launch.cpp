@@ -99,6 +99,8 @@ void check_slots(int threads, index_t n) {
   CHECK(padded >= n);
   CHECK(padded % (index_t(threads) * V) == 0);
   CHECK(padded - n < index_t(threads) * V);
+  CHECK(detail::accumulator_row_width<V, false>(n, threads) == padded);    // rmsnorm: dweight's slots
+  CHECK(detail::accumulator_row_width<V, true>(n, threads) == 2 * padded);  // layernorm: and dbias's
   std::vector<int> column_of(std::size_t(padded), -1);
   int wrong = 0;
   for (int lane = 0; lane < threads; ++lane)

@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
   const index_t padded = accumulator_padded<V>(n, group::threads());
-  const index_t width = Centered ? 2 * padded : padded;  // one group's accumulator row
+  const index_t width = accumulator_row_width<V, Centered>(n, group::threads());
   S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
   S* const acc = Accumulate ? block_accumulators + group::index() * width : nullptr;
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
@@ -431,15 +431,14 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   constexpr auto rows_only = norm_backward_kernel<Group, Centered, false, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
   const index_t width = Centered ? 2 * n : n;  // a partial row
-  const index_t padded = accumulator_padded<V>(n, shape.group_threads());
   const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
 
   int device = 0, shared_limit = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const std::size_t static_bytes = gpu::static_shared_bytes(accumulating);
-  const std::size_t shared_bytes =
-      std::size_t(Group::per_block) * std::size_t(Centered ? 2 * padded : padded) * sizeof(S);
+  const std::size_t shared_bytes = std::size_t(Group::per_block) *
+                                   std::size_t(accumulator_row_width<V, Centered>(n, shape.group_threads())) * sizeof(S);
   int partial_rows = 0;
   buffer<device_space> partials;
   if (shape.cluster_blocks == 1 && shared_bytes + static_bytes <= std::size_t(shared_limit)) {

@@ -100,6 +100,12 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n, int t
   const index_t step = index_t(threads) * V;
   return (n + step - 1) / step * step;
 }
+// The length of one group's accumulator row: dweight's padded slots, and
+// dbias's after them where the norm is centered (layernorm; rmsnorm has no bias).
+template <int V, bool Centered>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_row_width(index_t n, int threads) {
+  return (Centered ? 2 : 1) * accumulator_padded<V>(n, threads);
+}
 // The slot of column c + j, c being a column that thread `lane` owns (a
 // multiple of V): with item c / V = k threads + lane, (k V + j) threads + lane
 // without a division by the run-time group size.
