@@ -248,12 +248,9 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
     Simt::sync_block();  // everyone's; and the other stage's tile is used up
     if (k0 + K < block_end) load_keys(k0 + K, current ^ 1);
     // Every key of the tile after every query of the warp: nothing to add.
-    // Otherwise each row has seen a key at or before it (key 0 on the first
-    // tile), so its running maximum is finite; a row all of whose keys in
-    // this tile are masked adds zeros.
     if (k0 >= first_query + 16 * M) continue;
 
-    // S = Q K^T: M row tiles of 16 x 64, eight 8-key accumulators each.
+    // S = Q K^T: M row tiles of 16 x K, K / 8 accumulators of 8 keys each.
     float s[M][K / 8][4];
     FUSOR_UNROLL
     for (int m = 0; m < M; ++m)
@@ -261,33 +258,48 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
       for (int nt = 0; nt < K / 8; ++nt) s[m][nt][0] = s[m][nt][1] = s[m][nt][2] = s[m][nt][3] = 0.0f;
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
 
-    // The online softmax of each row (its 64 columns over the lane's quad).
-    const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
+    // The causal mask, on the diagonal's tiles only: a key after the row's
+    // query gets -inf. Offsets from k0 in int, one compare an element.
+    if (k0 + K - 1 > first_query) {
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m)
+        FUSOR_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          const int last = int(query[m][r] - k0) - quad * 2;  // the last key it sees, from this lane's first
+          FUSOR_UNROLL
+          for (int nt = 0; nt < K / 8; ++nt)
+            FUSOR_UNROLL
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e > last) s[m][nt][2 * r + e] = minus_infinity;
+        }
+    }
+
+    // The online softmax of each row (its K columns over the lane's quad), in
+    // log2 units: the maximum of the raw scores, then exp2(x scale - max), one FFMA.
     FUSOR_UNROLL
     for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
       for (int r = 0; r < 2; ++r) {
-        float x_max = row_max[m][r];
+        float x_max = minus_infinity;
         FUSOR_UNROLL
         for (int nt = 0; nt < K / 8; ++nt)
           FUSOR_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[m][nt][2 * r + e];
-            const index_t key = k0 + nt * 8 + quad * 2 + e;
-            x = diagonal && key > query[m][r] ? minus_infinity : x * scale;
-            x_max = ::cuda::std::fmax(x_max, x);
-          }
+          for (int e = 0; e < 2; ++e) x_max = ::cuda::std::fmax(x_max, s[m][nt][2 * r + e]);
         x_max = ::cuda::std::fmax(x_max, Simt::shfl_xor(x_max, 1));
         x_max = ::cuda::std::fmax(x_max, Simt::shfl_xor(x_max, 2));
-        const float correction = Simt::exp2(row_max[m][r] - x_max);  // 0 on the first tile (from -inf)
-        row_max[m][r] = x_max;
+        // Each row has seen a key at or before it (key 0 on the first tile),
+        // so its running maximum is finite; a row all of whose keys in this
+        // tile are masked keeps it and adds zeros.
+        const float new_max = ::cuda::std::fmax(row_max[m][r], x_max * scale);
+        const float correction = Simt::exp2(row_max[m][r] - new_max);  // 0 on the first tile (from -inf)
+        row_max[m][r] = new_max;
         float sum = 0.0f;
         FUSOR_UNROLL
         for (int nt = 0; nt < K / 8; ++nt)
           FUSOR_UNROLL
           for (int e = 0; e < 2; ++e) {
             float& x = s[m][nt][2 * r + e];
-            x = Simt::exp2(x - x_max);
+            x = Simt::exp2(x * scale - new_max);
             sum += x;
           }
         row_sum[m][r] = row_sum[m][r] * correction + sum;  // the quad's share; summed at the end

@@ -72,6 +72,7 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   using tiles = flash_backward_tiles<D>;
   constexpr int ld = tiles::ld, N = tiles::queries, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
+  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const index_t bg = Simt::block_x(), b = bg / g.kv_heads, kv = bg % g.kv_heads;
@@ -152,7 +153,21 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(st, k_rows, q + at.b);
     warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(dst, v_rows, dy + at.b);
 
-    const bool diagonal = t0 < first_key + 16 * M;  // some query before some key: mask
+    // The causal mask, on the diagonal's tiles only: a query before the
+    // row's key gets S = -inf (P = 0). Offsets from t0 in int.
+    if (t0 < first_key + 16 * M) {
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m)
+        FUSOR_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          const int first_seen = int(key[m][r] - t0) - quad * 2;  // from this lane's first column
+          FUSOR_UNROLL
+          for (int nt = 0; nt < N / 8; ++nt)
+            FUSOR_UNROLL
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e < first_seen) st[m][nt][2 * r + e] = minus_infinity;
+        }
+    }
     FUSOR_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
       FUSOR_UNROLL
@@ -164,8 +179,7 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
           FUSOR_UNROLL
           for (int r = 0; r < 2; ++r) {
             const int i = 2 * r + e;
-            const bool hidden = diagonal && key[m][r] > t0 + c;
-            const float p = hidden ? 0.0f : Simt::exp2(st[m][nt][i] * scale_log2 - lse_c);
+            const float p = Simt::exp2(st[m][nt][i] * scale_log2 - lse_c);  // lse +inf past the end: 0
             st[m][nt][i] = p;
             dst[m][nt][i] = p * (dst[m][nt][i] - delta_c);
           }
@@ -193,6 +207,7 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   using tiles = flash_backward_tiles<D>;
   constexpr int ld = tiles::ld, K = tiles::keys, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
+  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const index_t bh = Simt::block_x(), b = bh / g.heads, h = bh % g.heads, kv = h / g.group();
@@ -258,7 +273,21 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(ds, dy_rows, v_rows + current * stage);
 
-    const bool diagonal = k0 + K - 1 > first_query;  // some key after some query: mask
+    // The causal mask, on the diagonal's tiles only: a key after the row's
+    // query gets S = -inf (P = 0). Offsets from k0 in int.
+    if (k0 + K - 1 > first_query) {
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m)
+        FUSOR_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          const int last = int(query[m][r] - k0) - quad * 2;  // the last key it sees, from this lane's first
+          FUSOR_UNROLL
+          for (int nt = 0; nt < K / 8; ++nt)
+            FUSOR_UNROLL
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e > last) s[m][nt][2 * r + e] = minus_infinity;
+        }
+    }
     FUSOR_UNROLL
     for (int m = 0; m < M; ++m)
       FUSOR_UNROLL
@@ -266,9 +295,7 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
         FUSOR_UNROLL
         for (int i = 0; i < 4; ++i) {
           const int r = i >> 1;
-          const index_t key = k0 + nt * 8 + quad * 2 + (i & 1);
-          const float p =
-              diagonal && key > query[m][r] ? 0.0f : Simt::exp2(s[m][nt][i] * scale_log2 - lse[m][r]);
+          const float p = Simt::exp2(s[m][nt][i] * scale_log2 - lse[m][r]);  // lse +inf past the end: 0
           ds[m][nt][i] = p * (ds[m][nt][i] - row_delta[m][r]);
         }
     warp_registers_times_rows<Simt, T, K / 16, D / 8, ld, M>(dq, ds, k_columns + current * stage);
