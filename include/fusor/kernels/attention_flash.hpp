@@ -69,19 +69,27 @@ struct flash_tiles {
   }
 };
 
-// Starts copying rows t0 + [0, rows) of one head's D columns (from `column`)
+// Starts copying rows t0 + [0, Rows) of one head's D columns (from `column`)
 // into a tile; rows past `time` and columns past d (a multiple of 8) are
 // zeros. The copies land at Simt::wait_async, the others' after a sync_block.
-template <class Simt, int D, class T>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, int rows, const attention_rows<const T>& qkv, index_t b,
+// A thread's pieces are a fixed count, unrolled, and their rows are counted
+// in int from t0.
+template <class Simt, int D, int Rows, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, const attention_rows<const T>& qkv, index_t b,
                                                      index_t t0, index_t time, index_t column, int d) {
-  constexpr int chunks = D / 8;  // 16-byte pieces of a row
-  for (int i = Simt::thread(); i < rows * chunks; i += flash_tiles<D>::threads) {
+  constexpr int chunks = D / 8, pieces = Rows * chunks;  // 16-byte pieces of a row, of the tile
+  constexpr int threads = flash_tiles<D>::threads;
+  const index_t left = time - t0;  // rows of the tile below `time`: [0, Rows]
+  const int rows_inside = left <= 0 ? 0 : left >= Rows ? Rows : int(left);
+  const T* const first = qkv.data + b * qkv.batch_stride + t0 * qkv.time_stride + column;
+  FUSOR_UNROLL
+  for (int k = 0; k < (pieces + threads - 1) / threads; ++k) {
+    const int i = Simt::thread() + k * threads;
+    if (pieces % threads != 0 && i >= pieces) break;
     const int row = i / chunks, col = (i % chunks) * 8;
     T* to = tile + row * flash_tiles<D>::ld + col;
-    const index_t t = t0 + row;
-    if (t < time && col < d)
-      Simt::copy_async_16(to, qkv.row(b, t) + column + col);
+    if (row < rows_inside && col < d)
+      Simt::copy_async_16(to, first + row * qkv.time_stride + col);
     else
       Simt::zero_shared_16(to);
   }
@@ -185,8 +193,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_key_value_stage(T* k_tile, T* v_tile, 
                                                           const attention_geometry& g, index_t b, index_t kv,
                                                           index_t k0) {
   const int d = int(g.head_dim);
-  load_flash_tile<Simt, D>(k_tile + into * stride, Keys, qkv, b, k0, g.time, g.key_column(kv), d);
-  load_flash_tile<Simt, D>(v_tile + into * stride, Keys, qkv, b, k0, g.time, g.value_column(kv), d);
+  load_flash_tile<Simt, D, Keys>(k_tile + into * stride, qkv, b, k0, g.time, g.key_column(kv), d);
+  load_flash_tile<Simt, D, Keys>(v_tile + into * stride, qkv, b, k0, g.time, g.value_column(kv), d);
   Simt::commit_async();
 }
 
@@ -215,7 +223,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   auto load_keys = [&](index_t k0, int into) {
     load_key_value_stage<Simt, D, K>(k_tile, v_tile, stage, into, f.qkv, g, b, kv, k0);
   };
-  load_flash_tile<Simt, D>(q_tile, tiles::queries, f.qkv, b, q0, g.time, g.query_column(h), d);
+  load_flash_tile<Simt, D, tiles::queries>(q_tile, f.qkv, b, q0, g.time, g.query_column(h), d);
   load_keys(0, 0);
 
   // S = Q K^T from Q's rows and K's; O += P V from V's columns.

@@ -94,8 +94,8 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   const index_t start = k0 / N * N, per_head = (g.time - start + N - 1) / N, steps = g.group() * per_head;
   auto load_step = [&](index_t i, int stage) {
     const index_t h = kv * g.group() + i / per_head, t0 = start + i % per_head * N;
-    load_flash_tile<Simt, D>(q_tile(stage), N, w.qkv, b, t0, g.time, g.query_column(h), d);
-    load_flash_tile<Simt, D>(dy_tile(stage), N, w.dy, b, t0, g.time, g.query_column(h), d);
+    load_flash_tile<Simt, D, N>(q_tile(stage), w.qkv, b, t0, g.time, g.query_column(h), d);
+    load_flash_tile<Simt, D, N>(dy_tile(stage), w.dy, b, t0, g.time, g.query_column(h), d);
     Simt::commit_async();
     for (int c = thread; c < N; c += tiles::threads) {
       const index_t t = t0 + c;
@@ -104,8 +104,8 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
       Simt::store_shared(delta_tile(stage) + c, t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f);
     }
   };
-  load_flash_tile<Simt, D>(k_tile, tiles::rows, w.qkv, b, k0, g.time, g.key_column(kv), d);
-  load_flash_tile<Simt, D>(v_tile, tiles::rows, w.qkv, b, k0, g.time, g.value_column(kv), d);
+  load_flash_tile<Simt, D, tiles::rows>(k_tile, w.qkv, b, k0, g.time, g.key_column(kv), d);
+  load_flash_tile<Simt, D, tiles::rows>(v_tile, w.qkv, b, k0, g.time, g.value_column(kv), d);
   load_step(0, 0);
 
   // S^T = K Q^T and dP^T = V dY^T from the warp's key rows and the tile's
@@ -223,8 +223,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   auto load_keys = [&](index_t k0, int into) {
     load_key_value_stage<Simt, D, K>(k_tile, v_tile, stage, into, w.qkv, g, b, kv, k0);
   };
-  load_flash_tile<Simt, D>(q_tile, tiles::rows, w.qkv, b, q0, g.time, g.query_column(h), d);
-  load_flash_tile<Simt, D>(dy_tile, tiles::rows, w.dy, b, q0, g.time, g.query_column(h), d);
+  load_flash_tile<Simt, D, tiles::rows>(q_tile, w.qkv, b, q0, g.time, g.query_column(h), d);
+  load_flash_tile<Simt, D, tiles::rows>(dy_tile, w.dy, b, q0, g.time, g.query_column(h), d);
   load_keys(0, 0);
 
   // S = Q K^T and dP = dY V^T from the warp's rows and the tile's; dQ += dS K from K's columns.
