@@ -9,12 +9,12 @@
 // 32 queries' output rows (fp32) and the running max and sum of its rows in
 // registers. For each tile of 64 keys (32 at head_dim 128) up to the
 // diagonal, the block copies K and V into shared memory (cp.async in two
-// stages: the next tile's copies in flight while this one is used); each warp
-// forms S = Q K^T (32 x 64 or 32 x 32) with mma.m16n8k16 from ldmatrix'd Q and K,
-// applies the causal mask on the diagonal tile, updates its online softmax,
-// rounds P to the data type (as FlashAttention does) and adds P V into its
-// output registers: P goes from accumulator to operand registers without
-// passing through memory.
+// stages: the next tile's copies in flight while this one is used); each
+// warp forms S = Q K^T (32 x 64 or 32 x 32) with mma.m16n8k16 from
+// ldmatrix'd Q and K, applies the causal mask on the diagonal's tiles,
+// updates its online softmax, rounds P to the data type (as FlashAttention
+// does) and adds P V into its output registers: P goes from accumulator to
+// operand registers without passing through memory.
 // The kernel it replaces (attention_cuda.hpp, still used for fp32/fp64 data
 // and operands this one does not take) kept its accumulators in shared memory.
 //
@@ -170,6 +170,29 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void store_warp_rows(const float (&acc)[D / 8][4
   }
 }
 
+// The causal mask of a warp's M row tiles of accumulators (16 rows x 8 Tiles
+// columns each; this lane's rows at rows[m][0] and rows[m][1], its columns
+// first + 8 nt + 2 quad + e): -inf where the pair is not visible. Offsets
+// from `first` in int, one compare an element.
+//   RowsAreQueries: S = Q K^T, a key (column) after the row's query is hidden;
+//   otherwise:      S^T = K Q^T, a query (column) before the row's key is hidden.
+template <bool RowsAreQueries, int M, int Tiles>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void mask_causal(float (&acc)[M][Tiles][4], const index_t (&rows)[M][2],
+                                                      index_t first, int quad) {
+  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
+  FUSOR_UNROLL
+  for (int m = 0; m < M; ++m)
+    FUSOR_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const int row = int(rows[m][r] - first) - quad * 2;  // the row's index, from this lane's first column
+      FUSOR_UNROLL
+      for (int nt = 0; nt < Tiles; ++nt)
+        FUSOR_UNROLL
+        for (int e = 0; e < 2; ++e)
+          if (RowsAreQueries ? nt * 8 + e > row : nt * 8 + e < row) acc[m][nt][2 * r + e] = minus_infinity;
+    }
+}
+
 // Where this lane points ldmatrix (lane i gives row i % 8 of matrix i / 8),
 // as element offsets in a tile of row stride ld: `a`, the four matrices of an
 // A fragment of 16 rows (rows +0/+8, columns +0/+8; add the warp's first
@@ -266,21 +289,8 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
       for (int nt = 0; nt < K / 8; ++nt) s[m][nt][0] = s[m][nt][1] = s[m][nt][2] = s[m][nt][3] = 0.0f;
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
 
-    // The causal mask, on the diagonal's tiles only: a key after the row's
-    // query gets -inf. Offsets from k0 in int, one compare an element.
-    if (k0 + K - 1 > first_query) {
-      FUSOR_UNROLL
-      for (int m = 0; m < M; ++m)
-        FUSOR_UNROLL
-        for (int r = 0; r < 2; ++r) {
-          const int last = int(query[m][r] - k0) - quad * 2;  // the last key it sees, from this lane's first
-          FUSOR_UNROLL
-          for (int nt = 0; nt < K / 8; ++nt)
-            FUSOR_UNROLL
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e > last) s[m][nt][2 * r + e] = minus_infinity;
-        }
-    }
+    // The causal mask, on the diagonal's tiles only (some key after some query).
+    if (k0 + K - 1 > first_query) mask_causal<true>(s, query, k0, quad);
 
     // The online softmax of each row (its K columns over the lane's quad), in
     // log2 units: the maximum of the raw scores, then exp2(x scale - max), one FFMA.

@@ -9,8 +9,8 @@
 // block per 128 (64) queries of a head forms dQ over the key tiles up to the
 // diagonal. Both recompute P = exp(S - lse) from the forward's log-sum-exp
 // and take delta = rowsum(dY * Y) (attention_delta_kernel,
-// attention_cuda.hpp). Per row tile
-// of 16, with mma.m16n8k16 from ldmatrix'd tiles:
+// attention_cuda.hpp). Per row tile of 16, with mma.m16n8k16 from ldmatrix'd
+// tiles:
 //   keys:    S^T = K Q^T, dP^T = V dY^T, dS^T = P^T (dP^T - delta);
 //            dV += P^T dY, dK += dS^T Q (P^T and dS^T rounded to the data
 //            type, going from accumulator to operand registers)
@@ -72,7 +72,6 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   using tiles = flash_backward_tiles<D>;
   constexpr int ld = tiles::ld, N = tiles::queries, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
-  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const index_t bg = Simt::block_x(), b = bg / g.kv_heads, kv = bg % g.kv_heads;
@@ -153,21 +152,8 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(st, k_rows, q + at.b);
     warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(dst, v_rows, dy + at.b);
 
-    // The causal mask, on the diagonal's tiles only: a query before the
-    // row's key gets S = -inf (P = 0). Offsets from t0 in int.
-    if (t0 < first_key + 16 * M) {
-      FUSOR_UNROLL
-      for (int m = 0; m < M; ++m)
-        FUSOR_UNROLL
-        for (int r = 0; r < 2; ++r) {
-          const int first_seen = int(key[m][r] - t0) - quad * 2;  // from this lane's first column
-          FUSOR_UNROLL
-          for (int nt = 0; nt < N / 8; ++nt)
-            FUSOR_UNROLL
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e < first_seen) st[m][nt][2 * r + e] = minus_infinity;
-        }
-    }
+    // The causal mask, on the diagonal's tiles only (some query before some key): P = 0 there.
+    if (t0 < first_key + 16 * M) mask_causal<false>(st, key, t0, quad);
     FUSOR_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
       FUSOR_UNROLL
@@ -207,7 +193,6 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
   using tiles = flash_backward_tiles<D>;
   constexpr int ld = tiles::ld, K = tiles::keys, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
-  constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
   const attention_geometry& g = w.shape;
   const int thread = Simt::thread(), warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const index_t bh = Simt::block_x(), b = bh / g.heads, h = bh % g.heads, kv = h / g.group();
@@ -273,21 +258,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(s, q_rows, k_rows + current * stage);
     warp_rows_times_rows<Simt, T, D / 16, K / 8, ld, M>(ds, dy_rows, v_rows + current * stage);
 
-    // The causal mask, on the diagonal's tiles only: a key after the row's
-    // query gets S = -inf (P = 0). Offsets from k0 in int.
-    if (k0 + K - 1 > first_query) {
-      FUSOR_UNROLL
-      for (int m = 0; m < M; ++m)
-        FUSOR_UNROLL
-        for (int r = 0; r < 2; ++r) {
-          const int last = int(query[m][r] - k0) - quad * 2;  // the last key it sees, from this lane's first
-          FUSOR_UNROLL
-          for (int nt = 0; nt < K / 8; ++nt)
-            FUSOR_UNROLL
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e > last) s[m][nt][2 * r + e] = minus_infinity;
-        }
-    }
+    // The causal mask, on the diagonal's tiles only (some key after some query): P = 0 there.
+    if (k0 + K - 1 > first_query) mask_causal<true>(s, query, k0, quad);
     FUSOR_UNROLL
     for (int m = 0; m < M; ++m)
       FUSOR_UNROLL

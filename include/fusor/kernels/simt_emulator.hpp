@@ -200,7 +200,9 @@ inline void note_read(block_state& s, std::size_t at, std::size_t n) {
                         (h.in_flight == s.current ? "this thread's" : "that thread's") +
                         " wait_async" + (h.in_flight == s.current ? ")" : " and a sync_block)"));
     if (h.written == byte_history::never)
-      shared_hazard(s, at, n, i, "is read before any thread of the block wrote it (a sync_block missing after the write, or a read past what the block fills)");
+      shared_hazard(s, at, n, i,
+                    "is read before any thread of the block wrote it (a sync_block missing after the write, "
+                    "or a read past what the block fills)");
     if (h.written == now && h.writer != s.current)
       shared_hazard(s, at, n, i, "is read after " + thread_name(h.writer) + " wrote it, with no sync_block between");
     if (h.read != now) {
