@@ -45,6 +45,10 @@
 
 namespace fusor::detail {
 
+// The most shared memory a block of these kernels takes: the 99 KiB a block
+// of sm_86 and sm_89 may have (sm_80: 163, sm_90: 227).
+inline constexpr std::size_t flash_shared_limit = 99 * 1024;
+
 // Shapes of a block for head_dim padded to D.
 template <int D>
 struct flash_tiles {
@@ -230,6 +234,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
   static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, "fusor: flash attention takes bf16 or fp16");
   static_assert(D % 16 == 0 && D <= 128, "fusor: flash attention pads heads to 16, 32, 64 or 128 columns");
   using tiles = flash_tiles<D>;
+  static_assert(tiles::template shared_bytes<T>() <= flash_shared_limit, "fusor: flash forward's tiles must fit sm_86/89");
   constexpr int ld = tiles::ld, K = tiles::keys;
   constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
   const attention_geometry& g = f.shape;

@@ -70,6 +70,8 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
                                            unsigned char* shared) {
   using T = QKV;
   using tiles = flash_backward_tiles<D>;
+  static_assert(tiles::template key_shared_bytes<T>() <= flash_shared_limit,
+                "fusor: flash backward's dK/dV tiles must fit sm_86/89");
   constexpr int ld = tiles::ld, N = tiles::queries, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
   const attention_geometry& g = w.shape;
@@ -191,6 +193,8 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
                                              unsigned char* shared) {
   using T = QKV;
   using tiles = flash_backward_tiles<D>;
+  static_assert(tiles::template query_shared_bytes<T>() <= flash_shared_limit,
+                "fusor: flash backward's dQ tiles must fit sm_86/89");
   constexpr int ld = tiles::ld, K = tiles::keys, M = tiles::row_tiles;
   constexpr float log2e = 1.4426950408889634f;
   const attention_geometry& g = w.shape;
