@@ -7,7 +7,8 @@
 // warp shuffles and block barriers, asynchronous copies landing at their
 // wait, and the errors it raises for a barrier some threads never reach, a
 // misaligned ldmatrix row or copy, and shared-memory races, reads of bytes
-// never written and of copies in flight. Then the kernel
+// never written and of copies in flight; ldmatrix's bank conflicts counted.
+// Then the kernel
 // against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
 // grouped-query heads and head sizes 8 to 128 (padded with zero columns),
 // forward and backward (dK and dV blocks, dQ blocks).
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fusor/kernels/attention.hpp>
@@ -132,9 +134,12 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_tiles<D>;
-    emulate_kernel({c.batch * c.heads, (c.time + tiles::queries - 1) / tiles::queries}, tiles::threads,
-                   tiles::template shared_bytes<P>(),
-                   [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D>(f, shared); });
+    const auto counted =
+        emulate_kernel({c.batch * c.heads, (c.time + tiles::queries - 1) / tiles::queries}, tiles::threads,
+                       tiles::template shared_bytes<P>(),
+                       [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D>(f, shared); });
+    CHECK(counted.ldmatrix > 0);
+    CHECK_MESSAGE(counted.ldmatrix_extra_passes == 0, what, ": the forward's ldmatrix rows share bank groups");
   });
   const auto want = reference(as_doubles(qkv), as_doubles(dy), c);
   compare(what + ", y", as_doubles(y), want.y, attention_tolerance<P>(), HD);
@@ -156,10 +161,16 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_backward_tiles<D>;
     const index_t blocks = (c.time + tiles::rows - 1) / tiles::rows;
-    emulate_kernel({c.batch * c.kv_heads, blocks}, tiles::threads, tiles::template key_shared_bytes<P>(),
-                   [&](unsigned char* shared) { fd::flash_key_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
-    emulate_kernel({c.batch * c.heads, blocks}, tiles::threads, tiles::template query_shared_bytes<P>(),
-                   [&](unsigned char* shared) { fd::flash_query_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
+    const auto keys = emulate_kernel(
+        {c.batch * c.kv_heads, blocks}, tiles::threads, tiles::template key_shared_bytes<P>(),
+        [&](unsigned char* shared) { fd::flash_key_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
+    const auto queries = emulate_kernel(
+        {c.batch * c.heads, blocks}, tiles::threads, tiles::template query_shared_bytes<P>(),
+        [&](unsigned char* shared) { fd::flash_query_gradient_block<emulated_simt, D>(w, delta.data(), shared); });
+    CHECK(keys.ldmatrix > 0);
+    CHECK(queries.ldmatrix > 0);
+    CHECK_MESSAGE(keys.ldmatrix_extra_passes + queries.ldmatrix_extra_passes == 0, what,
+                  ": the backward's ldmatrix rows share bank groups");
   });
   compare(what + ", dqkv", as_doubles(dqkv), want.dqkv, 2 * attention_tolerance<P>(), c.width());
 }
@@ -318,6 +329,22 @@ FUSOR_TEST_CASE("simt emulator: shared-memory races, reads of unwritten bytes an
       if (sim::thread() < 32) sim::ldmatrix_x4<false>(r, shared);
     });
   }, {"lane 31 fails"});
+  // ldmatrix's bank conflicts: rows 128 bytes apart all start in bank 0
+  // (eight passes a matrix, seven extra), rows 144 bytes apart in eight
+  // different groups (none), one row read by all eight lanes of a matrix once (a broadcast).
+  for (const auto& [stride, repeat, extra] : {std::tuple{128, false, 4 * 7}, std::tuple{144, false, 0},
+                                              std::tuple{144, true, 0}}) {
+    const auto counted = emulate_kernel(simt_grid{1, 1}, 32, 8 * 144 * 4, [&](unsigned char* shared) {
+      const int lane = sim::thread();
+      for (int i = lane; i < 8 * 144 * 4 / 16; i += 32) sim::zero_shared_16(shared + 16 * i);
+      sim::sync_block();
+      std::uint32_t r[4];
+      sim::ldmatrix_x4<false>(r, shared + (repeat ? 0 : lane) * stride);
+    });
+    INFO("rows ", stride, " bytes apart", repeat ? ", all the same row" : "");
+    CHECK(counted.ldmatrix == 1);
+    CHECK(counted.ldmatrix_extra_passes == std::uint64_t(extra));
+  }
   // Out of range and misaligned plain accesses.
   expect_error<fusor::error>([&] {
     run([&](unsigned char* shared) { sim::store_shared(words(shared) + 64, 1.0f); });

@@ -20,7 +20,8 @@
 // thread; nothing may touch a byte an async copy is in flight to (its own
 // thread before wait_async included); and a byte no one has written in this
 // block may not be read. Each is an error naming the block, the threads and
-// the bytes. What it does not model: timing, memory ordering between blocks,
+// the bytes. emulate_kernel returns counters that bear on speed
+// (simt_counters: ldmatrix's bank conflicts). What it does not model: timing, memory ordering between blocks,
 // the GPU's rounding inside mma (it sums each product in double and adds it
 // to the fp32 accumulator once).
 //
@@ -53,6 +54,16 @@ namespace fusor::detail {
 // A grid of blocks, as a launch's gridDim (x, y).
 struct simt_grid {
   index_t x = 1, y = 1;
+};
+
+// What a launch did that bears on its speed, counted by the emulator.
+// ldmatrix reads each of its four 8 x 8 matrices in one pass over shared
+// memory's 32 banks (128 bytes) when the matrix's eight 16-byte rows lie in
+// distinct bank groups ((address / 16) % 8); rows sharing a group take one
+// more pass each (a bank conflict), as Nsight Compute counts them.
+struct simt_counters {
+  std::uint64_t ldmatrix = 0;               // warp-wide ldmatrix.x4
+  std::uint64_t ldmatrix_extra_passes = 0;  // passes beyond one per matrix
 };
 
 namespace simt_emulation {
@@ -111,6 +122,7 @@ struct block_state {
   ucontext_t scheduler{};
   const std::function<void(unsigned char*)>* body = nullptr;
   std::exception_ptr error;
+  simt_counters counters;
 
   std::string where() const {
     return "block (" + std::to_string(x) + ", " + std::to_string(y) + "), thread " + std::to_string(current);
@@ -227,6 +239,26 @@ inline void note_write(block_state& s, std::size_t at, std::size_t n) {
       shared_hazard(s, at, n, i, "is written after " + thread_name(h.reader) + " read it, with no sync_block between");
     h.written = now;
     h.writer = s.current;
+  }
+}
+
+// Counts one warp's ldmatrix.x4 and the passes its matrices take beyond one
+// (simt_counters): per matrix, the most distinct rows in one bank group.
+inline void count_ldmatrix(block_state& s, const void* const (&rows)[32]) {
+  ++s.counters.ldmatrix;
+  for (int m = 0; m < 4; ++m) {
+    std::size_t distinct[8][8];  // per bank group, the distinct row offsets seen
+    int count[8] = {};
+    int passes = 1;
+    for (int i = 0; i < 8; ++i) {
+      const auto offset = std::size_t(static_cast<const unsigned char*>(rows[8 * m + i]) - s.shared);
+      const std::size_t group = offset / 16 % 8;
+      bool seen = false;  // the same row twice is one read (a broadcast)
+      for (int j = 0; j < count[group]; ++j) seen = seen || distinct[group][j] == offset;
+      if (!seen) distinct[group][count[group]++] = offset;
+      passes = count[group] > passes ? count[group] : passes;
+    }
+    s.counters.ldmatrix_extra_passes += std::uint64_t(passes - 1);
   }
 }
 
@@ -360,6 +392,7 @@ struct emulated_simt {
     const int lane = thread() % 32;
     w.addresses[lane] = row;
     simt_emulation::wait_warp();
+    if (lane == 0) simt_emulation::count_ldmatrix(s, w.addresses);
     auto value = [&](int matrix, int r_, int c) {
       std::uint16_t bits;
       std::memcpy(&bits, static_cast<const unsigned char*>(w.addresses[matrix * 8 + r_]) + 2 * c, 2);
@@ -404,9 +437,10 @@ struct emulated_simt {
 // Runs body(shared) in every thread of every block of `grid`, `threads` (a
 // multiple of 32) threads a block with `shared_bytes` of shared memory, as a
 // launch would; rethrows the first error a thread raised, and throws one
-// where threads wait at a barrier the others never reach.
-inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes,
-                           const std::function<void(unsigned char*)>& body) {
+// where threads wait at a barrier the others never reach. Returns the
+// launch's counters.
+inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes,
+                                    const std::function<void(unsigned char*)>& body) {
   if (threads <= 0 || threads % 32 != 0 || threads > 1024)
     throw error("fusor: simt emulator: blocks of " + std::to_string(threads) +
                 " threads; it runs whole warps, up to 1024 threads");
@@ -459,6 +493,7 @@ inline void emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes
                       std::to_string(s.live) + " threads wait at a barrier or warp collective the others never reach");
       }
     }
+  return s.counters;
 }
 
 }  // namespace fusor::detail
