@@ -68,7 +68,7 @@ struct flash_tiles {
   static constexpr int ld = D + 8;
   // Q, then two stages of K and V: the next tile's copies fly while this one is used.
   template <class T>
-  static constexpr std::size_t shared_bytes() {
+  FUSOR_HOST_DEVICE static constexpr std::size_t shared_bytes() {
     return std::size_t(queries + 2 * 2 * keys) * ld * sizeof(T);
   }
 };

@@ -53,11 +53,11 @@ struct flash_backward_tiles {
     return 2 * queries * ld * int(sizeof(T)) + 2 * queries * int(sizeof(float));
   }
   template <class T>
-  static constexpr std::size_t key_shared_bytes() {  // K, V; two stages
+  FUSOR_HOST_DEVICE static constexpr std::size_t key_shared_bytes() {  // K, V; two stages
     return std::size_t(2 * rows * ld) * sizeof(T) + 2 * std::size_t(key_stage_bytes<T>());
   }
   template <class T>
-  static constexpr std::size_t query_shared_bytes() {  // Q, dY; two stages of K and V
+  FUSOR_HOST_DEVICE static constexpr std::size_t query_shared_bytes() {  // Q, dY; two stages of K and V
     return std::size_t(2 * rows + 2 * 2 * keys) * ld * sizeof(T);
   }
 };
