@@ -8,10 +8,10 @@
 // wait, and the errors it raises for a barrier some threads never reach, a
 // misaligned ldmatrix row or copy, and shared-memory races, reads of bytes
 // never written and of copies in flight; ldmatrix's bank conflicts counted.
-// Then the kernel
-// against the fp64 reference, bf16 and fp16, for T = 1 up to three blocks,
-// grouped-query heads and head sizes 8 to 128 (padded with zero columns),
-// forward and backward (dK and dV blocks, dQ blocks).
+// Then the kernels against the fp64 reference, bf16 and fp16, for T = 1 up
+// to three blocks, grouped-query heads and head sizes 8 to 128 (padded with
+// zero columns), forward and backward (dK and dV blocks, dQ blocks), with no
+// shared-memory hazard and no ldmatrix bank conflict.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -59,7 +59,8 @@ void check_mma_against_product() {
     T* const bs = bts + 8 * bt_ld;
     if (lane == 0) {
       for (int m = 0; m < 16; ++m)
-        for (int k = 0; k < 16; ++k) emulated_simt::store_shared(as + m * a_ld + k, convert<T>(a[std::size_t(m * 16 + k)]));
+        for (int k = 0; k < 16; ++k)
+          emulated_simt::store_shared(as + m * a_ld + k, convert<T>(a[std::size_t(m * 16 + k)]));
       for (int k = 0; k < 16; ++k)
         for (int n = 0; n < 8; ++n) {
           emulated_simt::store_shared(bts + n * bt_ld + k, convert<T>(bm[std::size_t(k * 8 + n)]));
@@ -359,12 +360,12 @@ FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, em
   const std::vector<attention_case> cases = {
       {2, 1, 2, 2, 16},    // T = 1
       {1, 37, 3, 3, 24},   // inside one block, head_dim padded 24 -> 32
-      {1, 64, 2, 2, 64},   // exactly one block
-      {1, 130, 4, 2, 32},  // grouped-query, three blocks, a tail
+      {1, 128, 2, 2, 64},  // exactly one block of 128 rows
+      {1, 130, 4, 2, 32},  // grouped-query, two blocks, the second of two rows
       {1, 70, 2, 1, 128},  // multi-query, the largest head
-      {1, 150, 1, 1, 128}, // the largest head over two forward blocks and a tail (its key tiles are 32 rows)
+      {1, 150, 1, 1, 128}, // the largest head: two forward blocks, three backward ones (64 rows), tiles of 32
       {1, 20, 2, 2, 8},    // head_dim 8 padded to 16
-      {1, 260, 2, 1, 64},  // five blocks and a tail: key tiles walked through both stages, several times
+      {1, 260, 2, 1, 64},  // three blocks, the last of four rows: tiles walked through both stages, many times
   };
   for (const auto& c : cases) check_flash<bfloat16>(c, seed += 2, true);
   check_flash<float16>({1, 97, 2, 2, 64}, 390, true);
