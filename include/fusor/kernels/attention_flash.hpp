@@ -314,6 +314,7 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
         // so its running maximum is finite; a row all of whose keys in this
         // tile are masked keeps it and adds zeros.
         const float new_max = ::cuda::std::fmax(row_max[m][r], x_max * scale);
+        const bool grew = new_max != row_max[m][r];
         const float correction = Simt::exp2(row_max[m][r] - new_max);  // 0 on the first tile (from -inf)
         row_max[m][r] = new_max;
         float sum = 0.0f;
@@ -326,10 +327,15 @@ FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsig
             sum += x;
           }
         row_sum[m][r] = row_sum[m][r] * correction + sum;  // the quad's share; summed at the end
-        FUSOR_UNROLL
-        for (int dn = 0; dn < D / 8; ++dn) {
-          o[m][dn][2 * r] *= correction;
-          o[m][dn][2 * r + 1] *= correction;
+        // The output row rescaled only where the maximum grew (correction 1
+        // otherwise): a warp none of whose rows grew skips it, as most do
+        // once a row has seen many keys.
+        if (grew) {
+          FUSOR_UNROLL
+          for (int dn = 0; dn < D / 8; ++dn) {
+            o[m][dn][2 * r] *= correction;
+            o[m][dn][2 * r + 1] *= correction;
+          }
         }
       }
 
