@@ -85,7 +85,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, const attention_ro
   constexpr int threads = flash_tiles<D>::threads;
   const index_t left = time - t0;  // rows of the tile below `time`: [0, Rows]
   const int rows_inside = left <= 0 ? 0 : left >= Rows ? Rows : int(left);
-  const T* const first = qkv.data + b * qkv.batch_stride + t0 * qkv.time_stride + column;
+  const T* const first = qkv.row(b, t0) + column;
   FUSOR_UNROLL
   for (int k = 0; k < (pieces + threads - 1) / threads; ++k) {
     const int i = Simt::thread() + k * threads;

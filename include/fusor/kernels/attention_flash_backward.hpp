@@ -62,6 +62,20 @@ struct flash_backward_tiles {
   }
 };
 
+// Query t of head h's log-sum-exp in log2 units and its delta, or +inf and 0
+// past the end (so that P = exp2(S - lse) is 0 there): both kernels' view of
+// the forward's statistics.
+struct flash_query_statistics {
+  float lse_log2, delta;
+};
+template <class DQKV, class QKV, class Y, class L>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE flash_query_statistics flash_query_statistics_of(
+    const attention_backward<DQKV, QKV, QKV, Y, L>& w, const float* delta, index_t b, index_t h, index_t t) {
+  const attention_geometry& g = w.shape;
+  if (t >= g.time) return {::cuda::std::numeric_limits<float>::infinity(), 0.0f};
+  return {convert<float>(w.lse.at(b, h, t)) * 1.4426950408889634f, delta[(b * g.heads + h) * g.time + t]};
+}
+
 // dK and dV of keys [R block_y, + R) of key/value head block_x % G of sample
 // block_x / G, R = flash_backward_tiles<D>::rows. `shared`:
 // key_shared_bytes<T>() bytes, 16-byte aligned.
@@ -99,10 +113,9 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     load_flash_tile<Simt, D, N>(dy_tile(stage), w.dy, b, t0, g.time, g.query_column(h), d);
     Simt::commit_async();
     for (int c = thread; c < N; c += tiles::threads) {
-      const index_t t = t0 + c;
-      Simt::store_shared(lse_tile(stage) + c, t < g.time ? convert<float>(w.lse.at(b, h, t)) * log2e
-                                                       : ::cuda::std::numeric_limits<float>::infinity());
-      Simt::store_shared(delta_tile(stage) + c, t < g.time ? delta[(b * g.heads + h) * g.time + t] : 0.0f);
+      const flash_query_statistics q = flash_query_statistics_of(w, delta, b, h, t0 + c);
+      Simt::store_shared(lse_tile(stage) + c, q.lse_log2);
+      Simt::store_shared(delta_tile(stage) + c, q.delta);
     }
   };
   load_flash_tile<Simt, D, tiles::rows>(k_tile, w.qkv, b, k0, g.time, g.key_column(kv), d);
@@ -234,10 +247,9 @@ FUSOR_DEVICE void flash_query_gradient_block(const attention_backward<DQKV, QKV,
     FUSOR_UNROLL
     for (int r = 0; r < 2; ++r) {
       query[m][r] = first_query + 16 * m + group + 8 * r;
-      const bool inside = query[m][r] < g.time;
-      lse[m][r] = inside ? convert<float>(w.lse.at(b, h, query[m][r])) * log2e
-                         : ::cuda::std::numeric_limits<float>::infinity();
-      row_delta[m][r] = inside ? delta[(b * g.heads + h) * g.time + query[m][r]] : 0.0f;
+      const flash_query_statistics q = flash_query_statistics_of(w, delta, b, h, query[m][r]);
+      lse[m][r] = q.lse_log2;
+      row_delta[m][r] = q.delta;
     }
     FUSOR_UNROLL
     for (int dn = 0; dn < D / 8; ++dn) dq[m][dn][0] = dq[m][dn][1] = dq[m][dn][2] = dq[m][dn][3] = 0.0f;
