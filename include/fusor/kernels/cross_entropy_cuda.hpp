@@ -105,22 +105,21 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
                          const per_row<T> targets, const index_t ignore_index, const index_t* count,
                          const float grad_scale) {
-  using group = Group;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   const int n = int(logits.length);
-  const bool fits = n <= group::template capacity<V, cached_bytes<X>>();
+  const bool fits = n <= Group::template capacity<V, cached_bytes<X>>();
   const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
-  for (index_t r = group::first_row(); r < logits.rows; r += group::row_step()) {
+  for (index_t r = Group::first_row(); r < logits.rows; r += Group::row_step()) {
     const index_t target = index_t(targets[r]);
     const X* in = logits.row(r);
     G* grad = WithGradient ? dlogits.row(r) : nullptr;
     if (target == ignore_index) {  // not read: zero loss, zero gradient
-      if (group::lane() == 0) losses[r] = convert<L>(0.0f);
+      if (Group::lane() == 0) losses[r] = convert<L>(0.0f);
       if constexpr (WithGradient) {
         const bool contiguous = dlogits.vector_row(grad);
         const lanes<S, V> zeros{};
-        for (int c = group::template column<V>(0); c < n; c += group::threads() * V) {
+        for (int c = Group::template column<V>(0); c < n; c += Group::threads() * V) {
           if (contiguous)
             store_columns<true, V>(grad, c, n, 1, zeros);
           else
@@ -131,11 +130,11 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     }
     const bool contiguous = logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad));
     if (contiguous && fits)
-      cross_entropy_row<group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
+      cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
     else if (contiguous)
-      cross_entropy_row<group, true, false, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
+      cross_entropy_row<Group, true, false, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
     else
-      cross_entropy_row<group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,
+      cross_entropy_row<Group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,
                                                            logits.column_stride, n, target, scale);
   }
 }

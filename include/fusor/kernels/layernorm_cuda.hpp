@@ -155,17 +155,16 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
 template <class Group, bool Centered, class Y, class M, class R, class X, class W, class B>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
-  using group = Group;
-  const bool fits = f.x.length <= group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>();
+  const bool fits = f.x.length <= Group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>();
   const bool parameters_contiguous = f.weight.vector_ok() && (!Centered || f.bias.vector_ok());
-  for (index_t r = group::first_row(); r < f.x.rows; r += group::row_step()) {
+  for (index_t r = Group::first_row(); r < f.x.rows; r += Group::row_step()) {
     const bool contiguous = parameters_contiguous && f.x.vector_row(f.x.row(r)) && f.y.vector_row(f.y.row(r));
     if (contiguous && fits)
-      norm_forward_row<group, Centered, true, true>(f, r, epsilon);
+      norm_forward_row<Group, Centered, true, true>(f, r, epsilon);
     else if (contiguous)
-      norm_forward_row<group, Centered, true, false>(f, r, epsilon);
+      norm_forward_row<Group, Centered, true, false>(f, r, epsilon);
     else
-      norm_forward_row<group, Centered, false, false>(f, r, epsilon);
+      norm_forward_row<Group, Centered, false, false>(f, r, epsilon);
   }
 }
 
@@ -272,38 +271,37 @@ template <class Group, bool Centered, bool Accumulate, class DX, class DW, class
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
   using S = statistic_t<X>;
-  using group = Group;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
-  const index_t padded = accumulator_padded<V>(n, group::threads());
-  const index_t width = accumulator_row_width<V, Centered>(n, group::threads());
+  const index_t padded = accumulator_padded<V>(n, Group::threads());
+  const index_t width = accumulator_row_width<V, Centered>(n, Group::threads());
   S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
-  S* const acc = Accumulate ? block_accumulators + group::index() * width : nullptr;
+  S* const acc = Accumulate ? block_accumulators + Group::index() * width : nullptr;
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
-    for (index_t slot = group::lane(); slot < width; slot += group::threads()) acc[slot] = S(0);
+    for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) acc[slot] = S(0);
   }
 
-  const bool fits = n <= group::template capacity<V, cached_bytes<X, DY>>();
-  for (index_t r = group::first_row(); r < b.x.rows; r += group::row_step()) {
+  const bool fits = n <= Group::template capacity<V, cached_bytes<X, DY>>();
+  for (index_t r = Group::first_row(); r < b.x.rows; r += Group::row_step()) {
     const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
                             b.dx.vector_row(b.dx.row(r));
     if (contiguous && fits)
-      norm_backward_row<group, Centered, true, true, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, true, true, Accumulate>(b, r, acc);
     else if (contiguous)
-      norm_backward_row<group, Centered, true, false, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, true, false, Accumulate>(b, r, acc);
     else
-      norm_backward_row<group, Centered, false, false, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc);
   }
   if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
     __syncthreads();
     const index_t partial_width = Centered ? 2 * index_t(n) : index_t(n);
     for (index_t slot = threadIdx.x; slot < width; slot += blockDim.x) {
       const bool bias = slot >= padded;
-      const index_t c = accumulator_column<V>(int(bias ? slot - padded : slot), group::threads());
+      const index_t c = accumulator_column<V>(int(bias ? slot - padded : slot), Group::threads());
       if (c >= n) continue;
       S total = 0;
-      for (int g = 0; g < group::per_block; ++g) total += block_accumulators[g * width + slot];
+      for (int g = 0; g < Group::per_block; ++g) total += block_accumulators[g * width + slot];
       partials[index_t(blockIdx.x) * partial_width + (bias ? index_t(n) : 0) + c] = total;
     }
   }

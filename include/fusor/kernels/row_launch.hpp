@@ -62,6 +62,11 @@ struct row_launch {
   }
 };
 
+// A warp a row, eight rows a 256-thread block; a 512-thread block a row
+// (rows it does not hold are read twice).
+inline constexpr row_launch warp_row_launch{warp_rows_block_threads, 1, warp_rows_block_threads / 32};
+inline constexpr row_launch block_row_launch{block_row_threads, 1, 1};
+
 // The launch for rows of `length` whose items are V columns, each counting
 // ElementBytes of a thread's cache: a warp, the smallest block of 64 to 1024
 // threads whose registers hold the row, the smallest cluster of 512-thread
@@ -70,8 +75,7 @@ struct row_launch {
 // the row twice.
 template <int V, int ElementBytes>
 constexpr row_launch row_launch_for(index_t length) {
-  if (length <= group_capacity<V, ElementBytes>(32))
-    return {warp_rows_block_threads, 1, warp_rows_block_threads / 32};
+  if (length <= group_capacity<V, ElementBytes>(32)) return warp_row_launch;
   for (int threads = 64; threads <= 1024; threads *= 2)
     if (length <= group_capacity<V, ElementBytes>(threads)) return {threads, 1, 1};
   const index_t per_block = group_capacity<V, ElementBytes>(block_row_threads);

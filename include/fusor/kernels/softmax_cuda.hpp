@@ -98,19 +98,18 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
 template <class Group, bool Log, class Y, class X>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
-  using group = Group;
   const int n = int(x.length);
-  const bool fits = n <= group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>();
-  for (index_t r = group::first_row(); r < x.rows; r += group::row_step()) {
+  const bool fits = n <= Group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>();
+  for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
     const bool contiguous = x.vector_row(in) && y.vector_row(out);
     if (contiguous && fits)
-      softmax_row_cached<group, true, Log>(out, in, n, 1, 1);
+      softmax_row_cached<Group, true, Log>(out, in, n, 1, 1);
     else if (contiguous)
-      softmax_row_looped<group, true, Log>(out, in, n, 1, 1);
+      softmax_row_looped<Group, true, Log>(out, in, n, 1, 1);
     else
-      softmax_row_looped<group, false, Log>(out, in, n, y.column_stride, x.column_stride);
+      softmax_row_looped<Group, false, Log>(out, in, n, y.column_stride, x.column_stride);
   }
 }
 
@@ -118,10 +117,9 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
 template <class Group, bool Log, class Y, class E, std::size_t Rank>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
-  using group = Group;
   const int n = int(y.length);
-  for (index_t r = group::first_row(); r < y.rows; r += group::row_step())
-    softmax_row_looped<group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
+  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
+    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
 }
 
 // dx for one row; the row is cached in registers when it fits.
@@ -184,16 +182,15 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
 template <class Group, bool Log, class DX, class Y, class DY>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
-  using group = Group;
   const int n = int(y.length);
-  for (index_t r = group::first_row(); r < y.rows; r += group::row_step()) {
+  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step()) {
     const Y* yr = y.row(r);
     const DY* dyr = dy.row(r);
     DX* dxr = dx.row(r);
     if (y.vector_row(yr) && dy.vector_row(dyr) && dx.vector_row(dxr))
-      softmax_backward_row<group, true, Log>(dxr, yr, dyr, n, dx, y, dy);
+      softmax_backward_row<Group, true, Log>(dxr, yr, dyr, n, dx, y, dy);
     else
-      softmax_backward_row<group, false, Log>(dxr, yr, dyr, n, dx, y, dy);
+      softmax_backward_row<Group, false, Log>(dxr, yr, dyr, n, dx, y, dy);
   }
 }
 
@@ -210,12 +207,11 @@ template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
+  // Rows read twice: a warp each up to 1024 elements, else a block.
   if (y.length <= 1024)
-    launch_rows<softmax_expression_kernel<warp_rows, Log, Y, E, Rank>>(
-        row_launch{warp_rows::block_threads, 1, warp_rows::per_block}, y.rows, 0, ex.stream, y, x);
+    launch_rows<softmax_expression_kernel<warp_rows, Log, Y, E, Rank>>(warp_row_launch, y.rows, 0, ex.stream, y, x);
   else
-    launch_rows<softmax_expression_kernel<block_rows, Log, Y, E, Rank>>(row_launch{block_row_threads, 1, 1}, y.rows,
-                                                                        0, ex.stream, y, x);
+    launch_rows<softmax_expression_kernel<block_rows, Log, Y, E, Rank>>(block_row_launch, y.rows, 0, ex.stream, y, x);
 }
 
 template <bool Log, class DX, class Y, class DY>
