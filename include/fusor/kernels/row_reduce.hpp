@@ -355,8 +355,14 @@ bool runs_in_clusters(const cudaLaunchConfig_t& config, int cluster_blocks) {
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   return known[cluster_blocks].get(device, [&] {
     if (!gpu::code_version_at_least(Kernel, 90)) return false;
+    // An error (a cluster size the device refuses, as drivers may answer
+    // instead of 0) means no: the blocks' fallback is always right, and a
+    // broken device reports itself at the launch that follows.
     int clusters = 0;
-    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config));
+    if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config) != cudaSuccess) {
+      gpu::forget_reported_error();
+      return false;
+    }
     return clusters > 0;
   });
 }
@@ -387,7 +393,7 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
       gpu::cluster_launch_counter().fetch_add(1);
       return;
     }
-    shape = {block_row_threads, 1, 1};
+    shape = block_row_launch;
   }
   launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
 }
