@@ -36,6 +36,7 @@
 // register m; with Trans, ((2 (t % 4))..+1, t / 4), the transposed matrix's.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -76,7 +77,8 @@ struct device_simt {
   __device__ static void copy_async_16(void* to, const void* from) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned address = unsigned(__cvta_generic_to_shared(to));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(from));
+    const std::size_t source = __cvta_generic_to_global(from);  // the instruction takes a global address
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(source));
 #else
     (void)to, (void)from;
     __trap();  // launched only on sm_80 and later
