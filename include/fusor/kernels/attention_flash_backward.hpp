@@ -103,24 +103,44 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
   auto dy_tile = [&](int stage) { return q_tile(stage) + N * ld; };
   auto lse_tile = [&](int stage) { return reinterpret_cast<float*>(dy_tile(stage) + N * ld); };
   auto delta_tile = [&](int stage) { return lse_tile(stage) + N; };
-  // Step i of the walk: query head kv G + i / per_head (G query heads a
-  // key/value head), queries from start + (i % per_head) N: from the
-  // diagonal's tile on.
+  // The walk: each query head of key/value head kv (kv G to kv G + G - 1),
+  // its query tiles from the diagonal's (start) to the last, one a step;
+  // positions advance by addition (a division a step cost ~40 instructions).
+  struct walk_position {
+    index_t head, first_query;
+  };
   const index_t start = k0 / N * N, per_head = (g.time - start + N - 1) / N, steps = g.group() * per_head;
-  auto load_step = [&](index_t i, int stage) {
-    const index_t h = kv * g.group() + i / per_head, t0 = start + i % per_head * N;
-    load_flash_tile<Simt, D, N>(q_tile(stage), w.qkv, b, t0, g.time, g.query_column(h), d);
-    load_flash_tile<Simt, D, N>(dy_tile(stage), w.dy, b, t0, g.time, g.query_column(h), d);
+  auto advance = [&](walk_position p) {
+    p.first_query += N;
+    if (p.first_query >= g.time) p.first_query = start, ++p.head;
+    return p;
+  };
+  // A step's Q and dY tiles are copied asynchronously; thread c < N reads
+  // query c's statistics into registers (read_statistics) during the step
+  // before and stores them into the stage at that step's end
+  // (store_statistics), so their global loads' latency hides behind that
+  // step's products instead of stalling the first warp.
+  static_assert(N <= tiles::threads, "fusor: a thread per query of the tile reads its statistics");
+  auto load_tiles = [&](walk_position p, int stage) {
+    load_flash_tile<Simt, D, N>(q_tile(stage), w.qkv, b, p.first_query, g.time, g.query_column(p.head), d);
+    load_flash_tile<Simt, D, N>(dy_tile(stage), w.dy, b, p.first_query, g.time, g.query_column(p.head), d);
     Simt::commit_async();
-    for (int c = thread; c < N; c += tiles::threads) {
-      const flash_query_statistics q = flash_query_statistics_of(w, delta, b, h, t0 + c);
-      Simt::store_shared(lse_tile(stage) + c, q.lse_log2);
-      Simt::store_shared(delta_tile(stage) + c, q.delta);
+  };
+  auto read_statistics = [&](walk_position p) {
+    return thread < N ? flash_query_statistics_of(w, delta, b, p.head, p.first_query + thread)
+                      : flash_query_statistics{};
+  };
+  auto store_statistics = [&](int stage, const flash_query_statistics& q) {
+    if (thread < N) {
+      Simt::store_shared(lse_tile(stage) + thread, q.lse_log2);
+      Simt::store_shared(delta_tile(stage) + thread, q.delta);
     }
   };
   load_flash_tile<Simt, D, tiles::rows>(k_tile, w.qkv, b, k0, g.time, g.key_column(kv), d);
   load_flash_tile<Simt, D, tiles::rows>(v_tile, w.qkv, b, k0, g.time, g.value_column(kv), d);
-  load_step(0, 0);
+  walk_position here{kv * g.group(), start};
+  load_tiles(here, 0);
+  store_statistics(0, read_statistics(here));
 
   // S^T = K Q^T and dP^T = V dY^T from the warp's key rows and the tile's
   // rows; dV += P^T dY and dK += dS^T Q from the tile's columns.
@@ -147,46 +167,55 @@ FUSOR_DEVICE void flash_key_gradient_block(const attention_backward<DQKV, QKV, Q
     const int current = int(step & 1);
     Simt::wait_async();  // this thread's copies of this step's tiles (and of K, V)
     Simt::sync_block();  // everyone's; and the other stage is used up
-    if (step + 1 < steps) load_step(step + 1, current ^ 1);
-    const index_t t0 = start + step % per_head * N;
+    const bool more = step + 1 < steps;
+    flash_query_statistics next_statistics{};
+    if (more) {
+      const walk_position next = advance(here);
+      load_tiles(next, current ^ 1);
+      next_statistics = read_statistics(next);
+    }
+    const index_t t0 = here.first_query;
     // t0 and first_key are multiples of 16: a tile either ends before the
     // warp's first key (nothing visible) or its queries reach them.
-    if (t0 + N <= first_key) continue;
-    const T* const q = q_tile(current);
-    const T* const dy = dy_tile(current);
-    const float* const lse_of = lse_tile(current);
-    const float* const delta_of = delta_tile(current);
+    if (t0 + N > first_key) {
+      const T* const q = q_tile(current);
+      const T* const dy = dy_tile(current);
+      const float* const lse_of = lse_tile(current);
+      const float* const delta_of = delta_tile(current);
 
-    float st[M][N / 8][4], dst[M][N / 8][4];  // S^T, then P^T; dP^T, then dS^T
-    FUSOR_UNROLL
-    for (int m = 0; m < M; ++m)
+      float st[M][N / 8][4], dst[M][N / 8][4];  // S^T, then P^T; dP^T, then dS^T
+      FUSOR_UNROLL
+      for (int m = 0; m < M; ++m)
+        FUSOR_UNROLL
+        for (int nt = 0; nt < N / 8; ++nt)
+          FUSOR_UNROLL
+          for (int i = 0; i < 4; ++i) st[m][nt][i] = dst[m][nt][i] = 0.0f;
+      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(st, k_rows, q + at.b);
+      warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(dst, v_rows, dy + at.b);
+
+      // The causal mask, on the diagonal's tiles only (some query before some key): P = 0 there.
+      if (t0 < first_key + 16 * M) mask_causal<false>(st, key, t0, quad);
       FUSOR_UNROLL
       for (int nt = 0; nt < N / 8; ++nt)
         FUSOR_UNROLL
-        for (int i = 0; i < 4; ++i) st[m][nt][i] = dst[m][nt][i] = 0.0f;
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(st, k_rows, q + at.b);
-    warp_rows_times_rows<Simt, T, D / 16, N / 8, ld, M>(dst, v_rows, dy + at.b);
-
-    // The causal mask, on the diagonal's tiles only (some query before some key): P = 0 there.
-    if (t0 < first_key + 16 * M) mask_causal<false>(st, key, t0, quad);
-    FUSOR_UNROLL
-    for (int nt = 0; nt < N / 8; ++nt)
-      FUSOR_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        const int c = nt * 8 + quad * 2 + e;  // the query's column in the tile
-        const float lse_c = Simt::load_shared(lse_of + c), delta_c = Simt::load_shared(delta_of + c);
-        FUSOR_UNROLL
-        for (int m = 0; m < M; ++m)
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + quad * 2 + e;  // the query's column in the tile
+          const float lse_c = Simt::load_shared(lse_of + c), delta_c = Simt::load_shared(delta_of + c);
           FUSOR_UNROLL
-          for (int r = 0; r < 2; ++r) {
-            const int i = 2 * r + e;
-            const float p = Simt::exp2(st[m][nt][i] * scale_log2 - lse_c);  // lse +inf past the end: 0
-            st[m][nt][i] = p;
-            dst[m][nt][i] = p * (dst[m][nt][i] - delta_c);
-          }
-      }
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dv, st, dy + at.b_columns);
-    warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dk, dst, q + at.b_columns);
+          for (int m = 0; m < M; ++m)
+            FUSOR_UNROLL
+            for (int r = 0; r < 2; ++r) {
+              const int i = 2 * r + e;
+              const float p = Simt::exp2(st[m][nt][i] * scale_log2 - lse_c);  // lse +inf past the end: 0
+              st[m][nt][i] = p;
+              dst[m][nt][i] = p * (dst[m][nt][i] - delta_c);
+            }
+        }
+      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dv, st, dy + at.b_columns);
+      warp_registers_times_rows<Simt, T, N / 16, D / 8, ld, M>(dk, dst, q + at.b_columns);
+    }
+    if (more) store_statistics(current ^ 1, next_statistics);
+    here = advance(here);  // recomputed: one position less live through the step's products
   }
   const float scale = 1.0f / ::cuda::std::sqrt(float(d)), scales[2] = {scale, scale}, ones[2] = {1.0f, 1.0f};
   FUSOR_UNROLL
