@@ -25,6 +25,7 @@
 #include <fusor/kernels/simt_emulator.hpp>
 
 #include "kernels/attention_reference.hpp"
+#include "kernels/warp_mma_probe.hpp"
 
 using namespace attention_test;
 using fusor::detail::emulate_kernel;
@@ -33,86 +34,17 @@ using fusor::detail::simt_grid;
 
 namespace {
 
-// A (16 x 16) and B (16 x 8) with small random values exact in T.
-template <class T>
-void random_matrix(std::vector<float>& m, std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(-8, 8);
-  m.resize(n);
-  for (float& x : m) x = float(dist(rng)) / 4.0f;  // exact in bf16 and fp16
-}
-
+// One warp's mma and ldmatrix under the emulator (warp_mma_probe.hpp; the
+// CUDA test runs the same probe on the GPU).
 template <class T>
 void check_mma_against_product() {
-  std::vector<float> a, bm;
-  random_matrix<T>(a, 16 * 16, 1);
-  random_matrix<T>(bm, 16 * 8, 2);
-  std::vector<float> d(16 * 8, std::nanf("")), via_ldmatrix(16 * 8, std::nanf(""));
-  // Shared memory: A row-major (16 x 16), B stored as its transpose (8 rows of
-  // 16: the K tile's layout) and as itself (16 rows of 8: V's), 16-byte rows.
-  constexpr int a_ld = 24, bt_ld = 24, b_ld = 8;
-  const std::size_t bytes = (16 * a_ld + 8 * bt_ld + 16 * b_ld) * 2;
-  emulate_kernel(simt_grid{1, 1}, 32, bytes, [&](unsigned char* shared) {
-    const int lane = emulated_simt::thread(), g = lane / 4, q = lane % 4;
-    T* const as = reinterpret_cast<T*>(shared);
-    T* const bts = as + 16 * a_ld;
-    T* const bs = bts + 8 * bt_ld;
-    if (lane == 0) {
-      for (int m = 0; m < 16; ++m)
-        for (int k = 0; k < 16; ++k)
-          emulated_simt::store_shared(as + m * a_ld + k, convert<T>(a[std::size_t(m * 16 + k)]));
-      for (int k = 0; k < 16; ++k)
-        for (int n = 0; n < 8; ++n) {
-          emulated_simt::store_shared(bts + n * bt_ld + k, convert<T>(bm[std::size_t(k * 8 + n)]));
-          emulated_simt::store_shared(bs + k * b_ld + n, convert<T>(bm[std::size_t(k * 8 + n)]));
-        }
-    }
-    emulated_simt::sync_block();
-    // Fragments by the PTX ISA's formula.
-    auto A = [&](int m, int k) { return a[std::size_t(m * 16 + k)]; };
-    auto B = [&](int k, int n) { return bm[std::size_t(k * 8 + n)]; };
-    const std::uint32_t fa[4] = {
-        fusor::detail::pack_pair<T>(A(g, 2 * q), A(g, 2 * q + 1)),
-        fusor::detail::pack_pair<T>(A(g + 8, 2 * q), A(g + 8, 2 * q + 1)),
-        fusor::detail::pack_pair<T>(A(g, 2 * q + 8), A(g, 2 * q + 9)),
-        fusor::detail::pack_pair<T>(A(g + 8, 2 * q + 8), A(g + 8, 2 * q + 9)),
-    };
-    const std::uint32_t fb0 = fusor::detail::pack_pair<T>(B(2 * q, g), B(2 * q + 1, g)),
-                        fb1 = fusor::detail::pack_pair<T>(B(2 * q + 8, g), B(2 * q + 9, g));
-    float acc[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    emulated_simt::mma<T>(acc, fa, fb0, fb1);
-    d[std::size_t(g * 8 + 2 * q)] = acc[0], d[std::size_t(g * 8 + 2 * q + 1)] = acc[1];
-    d[std::size_t((g + 8) * 8 + 2 * q)] = acc[2], d[std::size_t((g + 8) * 8 + 2 * q + 1)] = acc[3];
-
-    // The same product from shared memory: A and B^T by ldmatrix, B by ldmatrix.trans.
-    const int row8 = lane & 7, bit3 = (lane >> 3) & 1, bit4 = (lane >> 4) & 1;
-    std::uint32_t la[4], lbt[4], lb[4];
-    emulated_simt::ldmatrix_x4<false>(la, as + (row8 + bit3 * 8) * a_ld + bit4 * 8);
-    // Matrices 2 and 3 repeat 0 and 1: x4 loads with 8 rows of B^T.
-    emulated_simt::ldmatrix_x4<false>(lbt, bts + row8 * bt_ld + bit3 * 8);
-    emulated_simt::ldmatrix_x4<true>(lb, bs + (bit3 * 8 + row8) * b_ld);
-    CHECK(la[0] == fa[0]);
-    CHECK(la[1] == fa[1]);
-    CHECK(la[2] == fa[2]);
-    CHECK(la[3] == fa[3]);
-    CHECK(lbt[0] == fb0);
-    CHECK(lbt[1] == fb1);
-    CHECK(lb[0] == fb0);
-    CHECK(lb[1] == fb1);
-    float acc2[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    emulated_simt::mma<T>(acc2, la, lb[0], lb[1]);
-    via_ldmatrix[std::size_t(g * 8 + 2 * q)] = acc2[0], via_ldmatrix[std::size_t(g * 8 + 2 * q + 1)] = acc2[1];
-    via_ldmatrix[std::size_t((g + 8) * 8 + 2 * q)] = acc2[2];
-    via_ldmatrix[std::size_t((g + 8) * 8 + 2 * q + 1)] = acc2[3];
+  const std::vector<float> a = warp_mma_probe::random_exact_matrix(16 * 16, 1),
+                           b = warp_mma_probe::random_exact_matrix(16 * 8, 2);
+  warp_mma_probe::results r = warp_mma_probe::poisoned_results();
+  emulate_kernel(simt_grid{1, 1}, 32, warp_mma_probe::shared_bytes<T>, [&](unsigned char* shared) {
+    warp_mma_probe::run<emulated_simt, T>(a.data(), b.data(), shared, r);
   });
-  for (int m = 0; m < 16; ++m)
-    for (int n = 0; n < 8; ++n) {
-      double want = 0.5;
-      for (int k = 0; k < 16; ++k) want += double(a[std::size_t(m * 16 + k)]) * double(bm[std::size_t(k * 8 + n)]);
-      INFO("D(", m, ", ", n, ")");
-      CHECK(double(d[std::size_t(m * 8 + n)]) == want);  // small integers / 16: exact
-      CHECK(double(via_ldmatrix[std::size_t(m * 8 + n)]) == want);
-    }
+  warp_mma_probe::check(a, b, r, std::string("emulated ") + precision_name<T>());
 }
 
 // y, lse (and with `backward`, dqkv) of the flash kernels, emulated, against

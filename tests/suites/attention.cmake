@@ -2,7 +2,8 @@
 # against an fp64 softmax under every executor, rotary embeddings, and the
 # nn::causal_attention layer's gradients against central differences (fp64,
 # host; with the projections around it, so with OpenBLAS only); the
-# tensor-core flash forward run on the host by the SIMT emulator.
+# tensor-core flash kernels run on the host by the SIMT emulator, and on the
+# GPU the warp instructions they use against the emulator's (test_warp_mma.cu).
 set(_attention_host_tests)
 set(_attention_libraries)
 if(FUSOR_BLAS_FOUND)
@@ -17,5 +18,7 @@ fusor_add_test_suite(attention
   HOST_TESTS
     kernels/test_attention_flash_emulated.cpp
     ${_attention_host_tests}
+  CUDA_TESTS
+    kernels/test_warp_mma.cu
   LIBRARIES ${_attention_libraries}
 )
