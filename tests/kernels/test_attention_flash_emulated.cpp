@@ -151,19 +151,26 @@ FUSOR_TEST_CASE("simt emulator: a barrier some threads skip and misaligned rows 
   alignas(16) static const unsigned char global[32] = {};
   auto misaligned_copy = [](unsigned char* shared) { emulated_simt::copy_async_16(shared, global + 4); };
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 256, misaligned_copy); }, {"16-byte aligned"});
-  // A copy lands at its thread's wait, not before: shared memory still holds its NaN bytes until then.
-  bool before_wait_unchanged = false, after_wait_copied = false;
+  // A copy lands at its thread's wait, not before: shared memory still holds
+  // its NaN bytes until then. A zero-filling copy (not inside) likewise, and
+  // it reads nothing from its source.
+  bool before_wait_unchanged = false, after_wait_copied = false, zeros_before_wait_unchanged = false,
+       after_wait_zeros = false;
   alignas(16) static const unsigned char ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   emulate_kernel(simt_grid{1, 1}, 32, 512, [&](unsigned char* shared) {
     const int t = emulated_simt::thread();
-    emulated_simt::copy_async_16(shared + 16 * t, ones);
+    emulated_simt::copy_async_16_or_zero(shared + 16 * t, ones, t % 2 == 0);
     emulated_simt::commit_async();
     if (t == 0) before_wait_unchanged = shared[0] == 0xff;
+    if (t == 1) zeros_before_wait_unchanged = shared[16] == 0xff;
     emulated_simt::wait_async();
     if (t == 0) after_wait_copied = shared[0] == 1 && shared[15] == 1;
+    if (t == 1) after_wait_zeros = shared[16] == 0 && shared[31] == 0;
   });
   CHECK(before_wait_unchanged);
   CHECK(after_wait_copied);
+  CHECK(zeros_before_wait_unchanged);
+  CHECK(after_wait_zeros);
 }
 
 FUSOR_TEST_CASE("simt emulator: shared-memory races, reads of unwritten bytes and of copies in flight are errors") {

@@ -76,26 +76,29 @@ struct flash_tiles {
 // Starts copying rows t0 + [0, Rows) of one head's D columns (from `column`)
 // into a tile; rows past `time` and columns past d (a multiple of 8) are
 // zeros. The copies land at Simt::wait_async, the others' after a sync_block.
-// A thread's pieces are a fixed count, unrolled, and their rows are counted
-// in int from t0.
+// Thread i copies 16-byte piece i % chunks of rows i / chunks + k (threads /
+// chunks), k = 0, 1, ...: a fixed, unrolled count, each piece's source an
+// addition from the thread's first (no 64-bit multiplication a piece), and
+// pieces outside one zero-filling copy (no branch, no separate store).
 template <class Simt, int D, int Rows, class T>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void load_flash_tile(T* tile, const attention_rows<const T>& qkv, index_t b,
                                                      index_t t0, index_t time, index_t column, int d) {
   constexpr int chunks = D / 8, pieces = Rows * chunks;  // 16-byte pieces of a row, of the tile
-  constexpr int threads = flash_tiles<D>::threads;
+  constexpr int threads = flash_tiles<D>::threads, rows_per_pass = threads / chunks;
+  static_assert(threads % chunks == 0, "fusor: a thread's pieces keep one column");
   const index_t left = time - t0;  // rows of the tile below `time`: [0, Rows]
   const int rows_inside = left <= 0 ? 0 : left >= Rows ? Rows : int(left);
-  const T* const first = qkv.row(b, t0) + column;
+  const int first_row = Simt::thread() / chunks, col = (Simt::thread() % chunks) * 8;
+  const T* const valid = qkv.row(b, 0) + column;  // read from nowhere when outside: any valid address
+  const T* from = qkv.row(b, t0) + column + col + first_row * qkv.time_stride;
+  const index_t from_step = rows_per_pass * qkv.time_stride;
+  T* const to = tile + first_row * flash_tiles<D>::ld + col;
   FUSOR_UNROLL
-  for (int k = 0; k < (pieces + threads - 1) / threads; ++k) {
-    const int i = Simt::thread() + k * threads;
-    if (pieces % threads != 0 && i >= pieces) break;
-    const int row = i / chunks, col = (i % chunks) * 8;
-    T* to = tile + row * flash_tiles<D>::ld + col;
-    if (row < rows_inside && col < d)
-      Simt::copy_async_16(to, first + row * qkv.time_stride + col);
-    else
-      Simt::zero_shared_16(to);
+  for (int k = 0; k < (pieces + threads - 1) / threads; ++k, from += from_step) {
+    const int row = first_row + k * rows_per_pass;
+    if (pieces % threads != 0 && row >= Rows) break;
+    const bool inside = row < rows_inside && col < d;
+    Simt::copy_async_16_or_zero(to + k * rows_per_pass * flash_tiles<D>::ld, inside ? from : valid, inside);
   }
 }
 

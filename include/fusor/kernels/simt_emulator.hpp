@@ -13,7 +13,7 @@
 // not before.
 //
 // Every shared-memory access made through the policy (ldmatrix,
-// copy_async_16, load_shared, store_shared, zero_shared_16) is also checked
+// copy_async_16 and _or_zero, load_shared, store_shared, zero_shared_16) is also checked
 // byte by byte, as compute-sanitizer's racecheck and initcheck would on a
 // GPU, and whatever order the fibers happen to run in: between two barriers,
 // a byte one thread writes may be neither read nor written by another
@@ -75,8 +75,8 @@ enum class wait_kind { none, warp, block };
 // A copy_async in flight: done by wait_async, so a read before the wait sees
 // what shared memory held before (as it may on a GPU).
 struct pending_copy {
-  std::size_t at;  // offset in shared memory
-  const void* from;
+  std::size_t at;     // offset in shared memory
+  const void* from;   // null: 16 zero bytes (copy_async_16_or_zero outside)
 };
 
 // What happened to one byte of shared memory in this block: the barrier
@@ -334,7 +334,9 @@ struct emulated_simt {
     return theirs;
   }
 
-  static void copy_async_16(void* to, const void* from) {
+  static void copy_async_16(void* to, const void* from) { copy_async_16_or_zero(to, from, true); }
+  // Zeros where not inside (nothing read from `from`), landing at the wait as a copy does.
+  static void copy_async_16_or_zero(void* to, const void* from, bool inside) {
     simt_emulation::block_state& s = simt_emulation::state();
     const std::size_t at = simt_emulation::shared_offset(s, to, 16, 16, "copy_async_16");
     if (reinterpret_cast<std::uintptr_t>(from) % 16 != 0)
@@ -342,14 +344,15 @@ struct emulated_simt {
                   " from a global address not 16-byte aligned");
     simt_emulation::note_write(s, at, 16);  // it may land at once
     for (std::size_t i = at; i < at + 16; ++i) s.history[i].in_flight = s.current;
-    s.fibers[std::size_t(s.current)].copies.push_back({at, from});
+    s.fibers[std::size_t(s.current)].copies.push_back({at, inside ? from : nullptr});
   }
   static void commit_async() {}
   static void wait_async() {
     simt_emulation::block_state& s = simt_emulation::state();
     auto& copies = s.fibers[std::size_t(s.current)].copies;
     for (const auto& c : copies) {
-      std::memcpy(s.shared + c.at, c.from, 16);
+      if (c.from) std::memcpy(s.shared + c.at, c.from, 16);
+      else std::memset(s.shared + c.at, 0, 16);
       for (std::size_t i = c.at; i < c.at + 16; ++i) {
         simt_emulation::byte_history& h = s.history[i];
         h.in_flight = -1;

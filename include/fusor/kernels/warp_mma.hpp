@@ -18,6 +18,8 @@
 //   mma<T>(d, a, b0, b1)              d (16 x 8, fp32) += a (16 x 16) b (16 x 8), T bf16 or fp16
 //   copy_async_16(to, from)           16 bytes global -> shared, in flight until
 //                                     wait_async (cp.async.cg); commit_async() closes a group
+//   copy_async_16_or_zero(to, from, inside)  the same, or 16 zero bytes where
+//                                     not inside (one instruction: source size 0)
 //   wait_async()                      this thread's copies have landed (a
 //                                     sync_block after it shows them to the others)
 //   load_shared(p), store_shared(p, v) a plain read or write of shared memory
@@ -81,6 +83,20 @@ struct device_simt {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(source));
 #else
     (void)to, (void)from;
+    __trap();  // launched only on sm_80 and later
+#endif
+  }
+  // copy_async_16 where `inside`, else 16 zero bytes, landing alike: one
+  // instruction either way (cp.async's source size 0 reads nothing and
+  // fills zeros). `from` must be a valid address even when not inside.
+  __device__ static void copy_async_16_or_zero(void* to, const void* from, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned address = unsigned(__cvta_generic_to_shared(to));
+    const std::size_t source = __cvta_generic_to_global(from);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(source),
+                 "r"(inside ? 16u : 0u));
+#else
+    (void)to, (void)from, (void)inside;
     __trap();  // launched only on sm_80 and later
 #endif
   }
