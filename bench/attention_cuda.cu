@@ -14,10 +14,14 @@
 // in fp32 on the same bf16 inputs, over the first batch item (‖got − want‖ /
 // ‖want‖ under 2e-2 for y and dqkv), so a fast wrong answer fails instead of
 // winning. Median of 20 timed runs (CUDA events) after 3 warm-up runs.
-// Prints a Markdown table; exits 77 without a GPU, 1 when a check fails.
+// A second table times the forward's two key-tile sizes at heads up to 64
+// (flash_tiles: 64, the default, and 128, FlashAttention-2's), each checked
+// the same way, so one GPU run says which to keep.
+// Prints Markdown tables; exits 77 without a GPU, 1 when a check fails.
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -76,7 +80,13 @@ void host_reference(const host_cube<bf16>& qkv, const host_cube<bf16>& dy, const
   fusor::causal_attention_backward(dqkv, d, q, y, lse, heads, fusor::host_executor{8});
 }
 
-bool run(const shape& s, cudaStream_t stream) {
+// The forward's key tiles at heads up to 64: each size's time and error.
+struct key_tile_row {
+  std::string shape;
+  double ms[2] = {0, 0}, error[2] = {0, 0};
+};
+
+bool run(const shape& s, cudaStream_t stream, std::vector<key_tile_row>& key_tiles) {
   const fusor::cuda_executor ex{stream};
   const index_t width = 3 * s.heads * s.head_dim, channels = s.heads * s.head_dim;
   const auto hqkv = random_cube(s.batch, s.time, width, 1), hdy = random_cube(s.batch, s.time, channels, 2);
@@ -103,10 +113,31 @@ bool run(const shape& s, cudaStream_t stream) {
     fusor::causal_attention_backward(dqkv, dy, qkv, y, lse, heads, ex);
   });
   const double flops = 4.0 * double(s.batch * s.heads) * double(s.time) * double(s.time) * double(s.head_dim) / 2;
+  bool tiles_ok = true;
+  if (s.head_dim <= 64) {
+    key_tile_row row;
+    row.shape = std::to_string(s.batch) + " x " + std::to_string(s.time) + " x " + std::to_string(s.heads) + " x " +
+                std::to_string(s.head_dim);
+    const auto f = fusor::detail::attention_forward_operands(y.view(), lse.view(), qkv.view(), heads);
+    auto time_keys = [&](auto keys, int at) {
+      constexpr int K = decltype(keys)::value;
+      // y poisoned first (0xffff: NaN in bf16), so an element the variant does not write shows.
+      FUSOR_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, std::size_t(y.size()) * sizeof(bf16), stream));
+      tiles_ok = fusor::detail::attention_forward_flash_cuda<K>(f, ex) && tiles_ok;  // false: it did not launch
+      FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+      row.error[at] = relative_error(y, want_y, s.time * channels);
+      tiles_ok = row.error[at] < 2e-2 && tiles_ok;
+      row.ms[at] = fusor_bench::median_ms(warmup_runs, timed_runs, stream,
+                                          [&] { fusor::detail::attention_forward_flash_cuda<K>(f, ex); });
+    };
+    time_keys(std::integral_constant<int, 64>{}, 0);
+    time_keys(std::integral_constant<int, 128>{}, 1);
+    key_tiles.push_back(row);
+  }
   std::printf("| %lld x %lld x %lld x %lld | %8.3f | %6.1f | %8.3f | %6.1f | %.1e / %.1e %s |\n", (long long)s.batch,
               (long long)s.time, (long long)s.heads, (long long)s.head_dim, forward, flops / forward * 1e-9, both,
               3.5 * flops / both * 1e-9, error_y, error_dqkv, ok ? "ok" : "WRONG");
-  return ok;
+  return ok && tiles_ok;
 }
 
 }  // namespace
@@ -124,7 +155,15 @@ int main() {
   std::printf("| B x T x heads x head_dim | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | error y / dqkv |\n"
               "|---|---:|---:|---:|---:|---|\n");
   bool ok = true;
-  for (const shape& s : {shape{8, 1024, 12, 64}, shape{4, 2048, 12, 64}, shape{4, 1024, 8, 128}}) ok = run(s, stream) && ok;
+  std::vector<key_tile_row> key_tiles;
+  for (const shape& s : {shape{8, 1024, 12, 64}, shape{4, 2048, 12, 64}, shape{4, 1024, 8, 128}})
+    ok = run(s, stream, key_tiles) && ok;
+  std::printf("\nForward key tiles at heads up to 64 (flash_tiles' KeysUpTo64; above 1: 128 faster)\n\n"
+              "| B x T x heads x head_dim | keys 64 ms | keys 128 ms | 64 / 128 | error y (64 / 128) |\n"
+              "|---|---:|---:|---:|---|\n");
+  for (const key_tile_row& r : key_tiles)
+    std::printf("| %s | %8.3f | %8.3f | %5.2f | %.1e / %.1e %s |\n", r.shape.c_str(), r.ms[0], r.ms[1],
+                r.ms[0] / r.ms[1], r.error[0], r.error[1], r.error[0] < 2e-2 && r.error[1] < 2e-2 ? "ok" : "WRONG");
   FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
   return ok ? 0 : 1;
 }

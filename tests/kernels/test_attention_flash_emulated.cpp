@@ -50,7 +50,8 @@ void check_mma_against_product() {
 // y, lse (and with `backward`, dqkv) of the flash kernels, emulated, against
 // the fp64 reference; delta = rowsum(dy * y) formed here, as the GPU's small
 // kernel does.
-template <class P>
+// KeysUpTo64: the forward's key tiles at heads up to 64 (flash_tiles).
+template <class P, int KeysUpTo64 = 64>
 void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   namespace fd = fusor::detail;
   const std::string what = std::string(precision_name<P>()) + " flash (emulated) " + c.name();
@@ -66,11 +67,11 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   REQUIRE(fd::flash_forward_takes(f));
   fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
-    using tiles = fd::flash_tiles<D>;
-    const auto counted =
-        emulate_kernel({c.batch * c.heads, (c.time + tiles::queries - 1) / tiles::queries}, tiles::threads,
-                       tiles::template shared_bytes<P>(),
-                       [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D>(f, shared); });
+    using tiles = fd::flash_tiles<D, KeysUpTo64>;
+    const auto counted = emulate_kernel(
+        {c.batch * c.heads, (c.time + tiles::queries - 1) / tiles::queries}, tiles::threads,
+        tiles::template shared_bytes<P>(),
+        [&](unsigned char* shared) { fd::flash_forward_block<emulated_simt, D, KeysUpTo64>(f, shared); });
     CHECK(counted.ldmatrix > 0);
     CHECK_MESSAGE(counted.ldmatrix_extra_passes == 0, what, ": the forward's ldmatrix rows share bank groups");
   });
@@ -308,6 +309,17 @@ FUSOR_TEST_CASE("flash attention forward and backward (tensor-core fragments, em
   };
   for (const auto& c : cases) check_flash<bfloat16>(c, seed += 2, true);
   check_flash<float16>({1, 97, 2, 2, 64}, 390, true);
+}
+
+FUSOR_TEST_CASE("flash attention forward with 128-key tiles (the benchmark's variant), emulated, against the fp64 softmax") {
+  std::uint32_t seed = 500;
+  const std::vector<attention_case> cases = {
+      {1, 37, 2, 2, 24},   // inside one tile, head_dim padded 24 -> 32
+      {1, 300, 2, 1, 64},  // three blocks, tiles through both stages, a partial last tile
+      {2, 130, 2, 2, 16},  // two blocks, the second of two rows
+  };
+  for (const auto& c : cases) check_flash<bfloat16, 128>(c, seed += 2, false);
+  check_flash<float16, 128>({1, 200, 1, 1, 64}, 590, false);
 }
 
 FUSOR_TEST_CASE("flash attention takes heads of a multiple of 8 columns in 16-byte aligned rows, and nothing else") {

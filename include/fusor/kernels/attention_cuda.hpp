@@ -330,7 +330,8 @@ void launch_attention_kernel(const char* what, index_t x, index_t y, int threads
 
 // The tensor-core forward (attention_flash.hpp) where it takes the operands
 // and its code for this GPU is sm_80 or newer; false where it did not launch.
-template <class Y, class L, class QKV>
+// KeysUpTo64: flash_tiles' key tiles at heads up to 64 (the benchmark builds 128 too).
+template <int KeysUpTo64 = 64, class Y, class L, class QKV>
 bool attention_forward_flash_cuda(const attention_forward<Y, L, QKV>& f, const cuda_executor& ex) {
   if constexpr (std::is_same_v<QKV, bfloat16> || std::is_same_v<QKV, float16>) {
     if (!flash_forward_takes(f)) return false;
@@ -338,8 +339,8 @@ bool attention_forward_flash_cuda(const attention_forward<Y, L, QKV>& f, const c
     bool launched = false;
     with_padded_head_dim("causal_attention", g.head_dim, [&](auto padded) {
       constexpr int D = decltype(padded)::value;
-      using tiles = flash_tiles<D>;
-      constexpr auto kernel = attention_flash_forward_kernel<D, Y, L, QKV>;
+      using tiles = flash_tiles<D, KeysUpTo64>;
+      constexpr auto kernel = attention_flash_forward_kernel<D, KeysUpTo64, Y, L, QKV>;
       if (!runs_tensor_core_mma<kernel>()) return;
       launch_attention_kernel<kernel>("causal_attention", g.batch * g.heads, (g.time + tiles::queries - 1) / tiles::queries,
                                       tiles::threads, tiles::template shared_bytes<QKV>(), ex.stream, f);

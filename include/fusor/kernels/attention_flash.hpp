@@ -49,8 +49,11 @@ namespace fusor::detail {
 // of sm_86 and sm_89 may have (sm_80: 163, sm_90: 227).
 inline constexpr std::size_t flash_shared_limit = 99 * 1024;
 
-// Shapes of a block for head_dim padded to D.
-template <int D>
+// Shapes of a block for head_dim padded to D. KeysUpTo64: the forward's key
+// tiles where D <= 64, 64 by default; 128 (FlashAttention-2's choice at
+// head_dim 64: fewer barriers and Q fragments a key, more masked work on the
+// diagonal) is built beside it for the GPU benchmark to compare.
+template <int D, int KeysUpTo64 = 64>
 struct flash_tiles {
   static constexpr int warps = 4;
   static constexpr int threads = 32 * warps;
@@ -62,7 +65,7 @@ struct flash_tiles {
   // A tile of keys (and values): 32 at head_dim 128, where the output rows
   // take 128 registers and two stages of 64-key K and V tiles beside Q would
   // pass the 99 KiB a block of sm_86 and sm_89 may have (104 KiB; 70 with 32).
-  static constexpr int keys = D <= 64 ? 64 : 32;
+  static constexpr int keys = D <= 64 ? KeysUpTo64 : 32;
   // Elements a tile row takes in shared memory: 16 bytes past D, so the eight
   // rows an ldmatrix reads start in different banks.
   static constexpr int ld = D + 8;
@@ -231,12 +234,12 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void load_key_value_stage(T* k_tile, T* v_tile, 
 // One block of the forward pass: queries [q0, q0 + flash_tiles<D>::queries)
 // of head block_x % H of sample block_x / H, q0 from block_y (the longest
 // blocks first).
-// `shared`: flash_tiles<D>::shared_bytes<T>() bytes, 16-byte aligned.
-template <class Simt, int D, class Y, class L, class T>
+// `shared`: flash_tiles<D, KeysUpTo64>::shared_bytes<T>() bytes, 16-byte aligned.
+template <class Simt, int D, int KeysUpTo64 = 64, class Y, class L, class T>
 FUSOR_DEVICE void flash_forward_block(const attention_forward<Y, L, T>& f, unsigned char* shared) {
   static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, "fusor: flash attention takes bf16 or fp16");
   static_assert(D % 16 == 0 && D <= 128, "fusor: flash attention pads heads to 16, 32, 64 or 128 columns");
-  using tiles = flash_tiles<D>;
+  using tiles = flash_tiles<D, KeysUpTo64>;
   static_assert(tiles::template shared_bytes<T>() <= flash_shared_limit, "fusor: flash forward's tiles must fit sm_86/89");
   constexpr int ld = tiles::ld, K = tiles::keys;
   constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
@@ -382,11 +385,11 @@ bool flash_forward_takes(const attention_forward<Y, L, T>& f) {
 }
 
 #if FUSOR_HAS_CUDA
-template <int D, class Y, class L, class T>
+template <int D, int KeysUpTo64, class Y, class L, class T>
 __global__ void __launch_bounds__(flash_tiles<D>::threads, 2)
     attention_flash_forward_kernel(const attention_forward<Y, L, T> f) {
   extern __shared__ __align__(128) unsigned char flash_shared[];
-  flash_forward_block<device_simt, D>(f, flash_shared);
+  flash_forward_block<device_simt, D, KeysUpTo64>(f, flash_shared);
 }
 
 // Whether Kernel's code for the current device is sm_80 or newer (mma.sync
