@@ -68,6 +68,7 @@
 #include "fusor/kernels/attention_cuda_tiles.hpp"
 #include "fusor/kernels/attention_flash.hpp"
 #include "fusor/kernels/attention_flash_backward.hpp"
+#include "fusor/kernels/attention_flash_delta.hpp"
 #include "fusor/kernels/attention_host.hpp"
 #include "fusor/kernels/attention_host_blocks.hpp"
 #include "fusor/kernels/attention_operands.hpp"

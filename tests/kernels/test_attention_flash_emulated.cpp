@@ -10,8 +10,8 @@
 // never written and of copies in flight; ldmatrix's bank conflicts counted.
 // Then the kernels against the fp64 reference, bf16 and fp16, for T = 1 up
 // to three blocks, grouped-query heads and head sizes 8 to 128 (padded with
-// zero columns), forward and backward (dK and dV blocks, dQ blocks), with no
-// shared-memory hazard and no ldmatrix bank conflict.
+// zero columns), forward and backward (delta, dK and dV blocks, dQ blocks),
+// with no shared-memory hazard and no ldmatrix bank conflict.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -22,6 +22,7 @@
 #include <fusor/kernels/attention.hpp>
 #include <fusor/kernels/attention_flash.hpp>
 #include <fusor/kernels/attention_flash_backward.hpp>
+#include <fusor/kernels/attention_flash_delta.hpp>
 #include <fusor/kernels/simt_emulator.hpp>
 
 #include "kernels/attention_reference.hpp"
@@ -48,8 +49,8 @@ void check_mma_against_product() {
 }
 
 // y, lse (and with `backward`, dqkv) of the flash kernels, emulated, against
-// the fp64 reference; delta = rowsum(dy * y) formed here, as the GPU's small
-// kernel does.
+// the fp64 reference; with `backward`, delta = rowsum(dy * y) by its kernel
+// (attention_flash_delta.hpp), emulated too, against a sum in double.
 // KeysUpTo64: the forward's key tiles at heads up to 64 (flash_tiles).
 template <class P, int KeysUpTo64 = 64>
 void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
@@ -80,17 +81,30 @@ void check_flash(const attention_case& c, std::uint32_t seed, bool backward) {
   compare(what + ", lse", as_doubles(lse), want.lse, 2e-3, c.time);
   if (!backward) return;
 
-  std::vector<float> delta(std::size_t(c.batch * c.heads * c.time));
+  // delta = rowsum(dy * y) by the GPU's kernel (emulated; poisoned first),
+  // against the sum formed here in double.
+  const auto w = fd::attention_backward_operands(dqkv.view(), dy.view(), qkv.view(), y.view(), lse.view(), heads);
+  REQUIRE(fd::flash_backward_takes(w));
+  REQUIRE(fd::flash_delta_takes(w));
+  std::vector<float> delta(std::size_t(c.batch * c.heads * c.time), std::nanf(""));
+  const index_t delta_rows = fd::flash_delta_rows_per_block(c.head_dim);
+  emulate_kernel({c.batch * c.heads, (c.time + delta_rows - 1) / delta_rows}, fd::flash_delta_threads, 0,
+                 [&](unsigned char*) { fd::flash_delta_block<emulated_simt>(w, delta.data()); });
   for (index_t b = 0; b < c.batch; ++b)
     for (index_t h = 0; h < c.heads; ++h)
       for (index_t t = 0; t < c.time; ++t) {
-        float sum = 0;
-        for (index_t x = 0; x < c.head_dim; ++x)
-          sum += convert<float>(dy(b, t, h * c.head_dim + x)) * convert<float>(y(b, t, h * c.head_dim + x));
-        delta[std::size_t((b * c.heads + h) * c.time + t)] = sum;
+        double sum = 0, magnitude = 0;
+        for (index_t x = 0; x < c.head_dim; ++x) {
+          const double term =
+              convert<double>(dy(b, t, h * c.head_dim + x)) * convert<double>(y(b, t, h * c.head_dim + x));
+          sum += term, magnitude += std::abs(term);
+        }
+        const float got = delta[std::size_t((b * c.heads + h) * c.time + t)];
+        if (!(std::abs(double(got) - sum) <= 1e-5 * magnitude + 1e-30)) {  // fp32 sums of exact products
+          FAIL_CHECK(what, ": delta at b ", b, ", h ", h, ", t ", t, " is ", got, ", expected ", sum);
+          return;
+        }
       }
-  const auto w = fd::attention_backward_operands(dqkv.view(), dy.view(), qkv.view(), y.view(), lse.view(), heads);
-  REQUIRE(fd::flash_backward_takes(w));
   fd::with_padded_head_dim("flash attention (emulated)", c.head_dim, [&](auto padded) {
     constexpr int D = decltype(padded)::value;
     using tiles = fd::flash_backward_tiles<D>;

@@ -12,8 +12,9 @@
 #   PowerSGD, batch_rows                                 parallel/test_data_parallel_single.cpp
 #   rmsnorm                                              nn/test_token_layer_gradients.cpp
 #   app/fit (the training loop: CSV, resume, early stop) train/test_fit.cpp
-#   simt_emulator, warp_mma, attention_flash (the
-#   tensor-core forward run by the emulator)             kernels/test_attention_flash_emulated.cpp
+#   simt_emulator, warp_mma, attention_flash,
+#   attention_flash_backward, attention_flash_delta
+#   (the tensor-core kernels run by the emulator)        kernels/test_attention_flash_emulated.cpp
 #     (ASan warns that it does not fully support swapcontext; no report so far)
 # In the plain build these sources run in their own suites (nn, gpt,
 # composition, matmul, parallel_data, tokens, train, attention).

@@ -54,6 +54,7 @@
 #include "fusor/kernels/attention_cuda_tiles.hpp"
 #include "fusor/kernels/attention_flash.hpp"
 #include "fusor/kernels/attention_flash_backward.hpp"
+#include "fusor/kernels/attention_flash_delta.hpp"
 #include "fusor/kernels/attention_operands.hpp"
 #include "fusor/kernels/row_reduce.hpp"
 
@@ -407,8 +408,22 @@ void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, c
   using S = typename attention_tiles<QKV, 16>::S;
   const index_t rows = g.batch * g.heads * g.time;
   buffer<device_space> delta(std::size_t(rows) * sizeof(S), ex.stream);
-  const int delta_grid = int(std::min<index_t>((rows + 7) / 8, index_t(gpu::multiprocessor_count()) * 32));
-  launch_kernel<attention_delta_kernel<DQKV, DY, QKV, Y, L, S>>(delta_grid, 256, 0, ex.stream, w, delta.as<S>());
+  // delta = rowsum(dY * Y): 16-byte pieces a thread where dY and Y are 16-bit
+  // and aligned (attention_flash_delta.hpp), else a warp a row.
+  bool delta_done = false;
+  if constexpr (std::is_same_v<S, float>) {
+    if (flash_delta_takes(w)) {
+      launch_attention_kernel<attention_flash_delta_kernel<DQKV, DY, QKV, Y, L>>(
+          "causal_attention_backward", g.batch * g.heads,
+          (g.time + flash_delta_rows_per_block(g.head_dim) - 1) / flash_delta_rows_per_block(g.head_dim),
+          flash_delta_threads, 0, ex.stream, w, delta.as<float>());
+      delta_done = true;
+    }
+  }
+  if (!delta_done) {
+    const int delta_grid = int(std::min<index_t>((rows + 7) / 8, index_t(gpu::multiprocessor_count()) * 32));
+    launch_kernel<attention_delta_kernel<DQKV, DY, QKV, Y, L, S>>(delta_grid, 256, 0, ex.stream, w, delta.as<S>());
+  }
   if (attention_backward_flash_cuda(w, static_cast<const S*>(delta.as<S>()), ex)) return;
   with_padded_head_dim("causal_attention_backward", g.head_dim, [&](auto padded) {
     constexpr int Dp = decltype(padded)::value;
