@@ -411,7 +411,7 @@ void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, c
   // delta = rowsum(dY * Y): 16-byte pieces a thread where dY and Y are 16-bit
   // and aligned (attention_flash_delta.hpp), else a warp a row.
   bool delta_done = false;
-  if constexpr (std::is_same_v<S, float>) {
+  if constexpr (std::is_same_v<S, float> && sizeof(DY) == 2 && sizeof(Y) == 2) {
     if (flash_delta_takes(w)) {
       launch_attention_kernel<attention_flash_delta_kernel<DQKV, DY, QKV, Y, L>>(
           "causal_attention_backward", g.batch * g.heads,
