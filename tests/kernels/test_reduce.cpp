@@ -295,6 +295,15 @@ FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, lon
     check_every_kind<float, 2>(x32.view(), logical_values(h32.view()), shape, "fp32");
     check_every_kind<float, 2>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
     check_every_kind<float, 2>(xh.view(), logical_values(hh.view()), shape, "fp16 -> fp32");
+    // Two widths alike laid out: on the GPU a row that starts on a 16-byte
+    // boundary is read 8 elements a load (16 bytes of bf16 x, 32 of fp32 y).
+    const auto vx = logical_values(h16.view()), vy = logical_values(h32.view());
+    std::vector<double> fused(vx.size()), fused_error(vx.size());
+    for (std::size_t i = 0; i < vx.size(); ++i) {
+      fused[i] = vx[i] * vy[i] + 1.0;
+      fused_error[i] = 0x1p-23 * (std::fabs(vx[i] * vy[i]) + 1.0);  // one or two fp32 roundings
+    }
+    check_every_kind<float, 2>(x16.view() * x32.view() + 1, fused, shape, "bf16 x * fp32 y + 1", fused_error);
   }
 }
 
