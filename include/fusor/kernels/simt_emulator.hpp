@@ -13,9 +13,10 @@
 // not before.
 //
 // Every shared-memory access made through the policy (ldmatrix,
-// copy_async_16 and _or_zero, load_shared, store_shared, zero_shared_16) is also checked
-// byte by byte, as compute-sanitizer's racecheck and initcheck would on a
-// GPU, and whatever order the fibers happen to run in: between two barriers,
+// copy_async_16 and copy_async_16_or_zero, load_shared, store_shared,
+// zero_shared_16) is also checked byte by byte, as compute-sanitizer's
+// racecheck and initcheck would on a GPU, and whatever order the fibers
+// happen to run in: between two barriers,
 // a byte one thread writes may be neither read nor written by another
 // thread; nothing may touch a byte an async copy is in flight to (its own
 // thread before wait_async included); and a byte no one has written in this
