@@ -76,23 +76,14 @@ struct device_simt {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
   }
-  __device__ static void copy_async_16(void* to, const void* from) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned address = unsigned(__cvta_generic_to_shared(to));
-    const std::size_t source = __cvta_generic_to_global(from);  // the instruction takes a global address
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(source));
-#else
-    (void)to, (void)from;
-    __trap();  // launched only on sm_80 and later
-#endif
-  }
+  __device__ static void copy_async_16(void* to, const void* from) { copy_async_16_or_zero(to, from, true); }
   // copy_async_16 where `inside`, else 16 zero bytes, landing alike: one
   // instruction either way (cp.async's source size 0 reads nothing and
   // fills zeros). `from` must be a valid address even when not inside.
   __device__ static void copy_async_16_or_zero(void* to, const void* from, bool inside) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned address = unsigned(__cvta_generic_to_shared(to));
-    const std::size_t source = __cvta_generic_to_global(from);
+    const std::size_t source = __cvta_generic_to_global(from);  // the instruction takes a global address
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(source),
                  "r"(inside ? 16u : 0u));
 #else
