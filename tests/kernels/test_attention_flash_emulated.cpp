@@ -4,10 +4,11 @@
 // arithmetic is checked where there is no GPU.
 // First the emulator itself: mma fragments built by the PTX ISA's formula
 // against a plain product, ldmatrix (plain and transposed) feeding mma,
-// warp shuffles and block barriers, asynchronous copies landing at their
-// wait, and the errors it raises for a barrier some threads never reach, a
-// misaligned ldmatrix row or copy, and shared-memory races, reads of bytes
-// never written and of copies in flight; ldmatrix's bank conflicts counted.
+// warp shuffles (of any value) and block barriers, static shared arrays,
+// asynchronous copies landing at their wait, and the errors it raises for a
+// barrier some threads never reach, a misaligned ldmatrix row or copy,
+// shared-memory races, reads of bytes never written and of copies in flight,
+// and a cluster; ldmatrix's bank conflicts counted.
 // Then the kernels against the fp64 reference, bf16 and fp16, for T = 1 up
 // to three blocks, grouped-query heads and head sizes 8 to 128 (padded with
 // zero columns), forward and backward (delta, dK and dV blocks, dQ blocks),
@@ -150,6 +151,63 @@ FUSOR_TEST_CASE("simt emulator: warp shuffles and block barriers") {
     CHECK(sums[std::size_t(t)] == float(32 * 31 / 2 + 32 * 32 * warp));
     CHECK(neighbours[std::size_t(t)] == float((t + 1) % 64 + 100));
   }
+}
+
+// What the row kernels use (row_reduce.hpp): shuffles of a struct,
+// broadcasts, grid and block sizes, static shared arrays (one per
+// instantiation, poisoned, race-checked, bounded), and no clusters.
+FUSOR_TEST_CASE("simt emulator: shuffles of any value, static shared arrays, sizes; clusters are refused") {
+  using sim = emulated_simt;
+  struct triple {
+    double a;
+    float b;
+    int c;
+  };
+  struct tag_a {};
+  struct tag_b {};
+  std::vector<triple> got(3 * 64, triple{-1.0, -1.0f, -1});
+  std::vector<int> from_shared(3 * 64, -1), sizes(3 * 64, -1);
+  emulate_kernel(simt_grid{3, 1}, 64, 16, [&](unsigned char*) {
+    const int t = sim::thread();
+    const triple mine{t + 0.25, float(2 * t), 3 * t};
+    const triple neighbour = sim::shfl_xor(mine, 5);
+    const triple lane_7 = sim::shfl(mine, 7);
+    int* const a = sim::shared_array<int, 64, tag_a>();
+    int* const b = sim::shared_array<int, 64, tag_b>();
+    if (a == sim::shared_array<int, 64, tag_a>() && a != b) {  // one array per instantiation
+      sim::store_shared(a + t, 10 * t);
+      sim::store_shared(b + t, 20 * t);
+      sim::sync_block();
+      from_shared[std::size_t(64 * sim::block_x() + t)] = sim::load_shared(a + (t + 1) % 64) + sim::load_shared(b + t);
+    }
+    got[std::size_t(64 * sim::block_x() + t)] = triple{neighbour.a, lane_7.b, neighbour.c + lane_7.c};
+    sizes[std::size_t(64 * sim::block_x() + t)] = sim::block_threads() * 100 + int(sim::grid_x()) * 10 +
+                                                  sim::cluster_blocks() + sim::cluster_rank();
+  });
+  for (int x = 0; x < 3; ++x)
+    for (int t = 0; t < 64; ++t) {
+      const std::size_t i = std::size_t(64 * x + t);
+      const int partner = t ^ 5, lane_7 = t / 32 * 32 + 7;
+      CHECK(got[i].a == partner + 0.25);
+      CHECK(got[i].b == float(2 * lane_7));
+      CHECK(got[i].c == 3 * partner + 3 * lane_7);
+      CHECK(from_shared[i] == 10 * ((t + 1) % 64) + 20 * t);
+      CHECK(sizes[i] == 64 * 100 + 3 * 10 + 1);
+    }
+  // Static arrays start unwritten in every block (read before a write: an
+  // error), race like the rest, and are bounded.
+  auto unwritten = [](unsigned char*) {
+    if (sim::thread() != 0) return;
+    if (sim::block_x() == 0) sim::store_shared(sim::shared_array<int, 4, tag_a>(), 1);
+    else (void)sim::load_shared(sim::shared_array<int, 4, tag_a>());
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{2, 1}, 32, 0, unwritten); }, {"before any thread"});
+  auto racing = [](unsigned char*) { sim::store_shared(sim::shared_array<int, 4, tag_a>(), sim::thread()); };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, racing); }, {"no sync_block"});
+  auto too_big = [](unsigned char*) { (void)sim::shared_array<double, 1024, tag_a>(); };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, too_big); }, {"static shared arrays"});
+  auto clustered = [](unsigned char*) { sim::cluster_sync(); };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, clustered); }, {"clusters are not emulated"});
 }
 
 FUSOR_TEST_CASE("simt emulator: a barrier some threads skip and misaligned rows are errors; copies land at the wait") {

@@ -10,11 +10,51 @@
 
 #include <fusor/kernels/softmax.hpp>
 
+#include "kernels/row_kernels_emulated.hpp"
 #include "kernels/rowwise_support.hpp"
 
 using namespace rowwise_test;
 
 namespace {
+
+// How a test runs softmax: the library's calls on the tested executor (one
+// launch a call on the GPU), or in host builds the CUDA kernels' code under
+// the SIMT emulator (row_kernels_emulated.hpp).
+struct library_softmax {
+  template <bool Log, class Y, class X>
+  static void forward(Y& y, const X& x) {
+    executor ex{};
+    const auto before = launches();
+    if (Log) log_softmax(y, x, ex);
+    else softmax(y, x, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 1);
+  }
+  template <bool Log, class DX, class Y, class DY>
+  static void backward(DX& dx, const Y& y, const DY& dy) {
+    executor ex{};
+    const auto before = launches();
+    if (Log) log_softmax_backward(dx, y, dy, ex);
+    else softmax_backward(dx, y, dy, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 1);
+  }
+};
+#if !FUSOR_HAS_CUDA
+namespace fd = fusor::detail;
+
+struct emulated_softmax {
+  template <bool Log, class Y, class X>
+  static void forward(Y& y, const X& x) {
+    emulated::softmax<Log>(fd::rows_of(y.view()), fd::as_input(fd::rows_of(x.view())));
+  }
+  template <bool Log, class DX, class Y, class DY>
+  static void backward(DX& dx, const Y& y, const DY& dy) {
+    emulated::softmax_backward<Log>(fd::rows_of(dx.view()), fd::as_input(fd::rows_of(y.view())),
+                                    fd::as_input(fd::rows_of(dy.view())));
+  }
+};
+#endif
 
 // Softmax (or log-softmax) of each row of a rows x n matrix, in double. The
 // same formula as the kernels: max passes over NaN, which then reaches the sum.
@@ -43,19 +83,15 @@ void check_forward(const std::vector<double>& got, const std::vector<double>& x,
   check.finish();
 }
 
-template <class P>
+template <class P, class Run = library_softmax>
 void forward_against_reference() {
   for (const auto [rows, n] : row_shapes()) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(1000 + n), -8.0, 8.0);
     const auto x = to_space(hx);
     space_tensor<P, matrix_extents> y(rows, n), log_y(rows, n);
     poison(y), poison(log_y);
-    executor ex{};
-    const auto before = launches();
-    softmax(y, x, ex);
-    log_softmax(log_y, x, ex);
-    finish(ex);
-    if (counts_launches) CHECK(launches() - before == 2);
+    Run::template forward<false>(y, x);
+    Run::template forward<true>(log_y, x);
     const std::string what = std::string(precision_name<P>()) + " rows " + std::to_string(rows) + " x " + std::to_string(n);
     const auto xs = as_doubles(hx);
     check_forward(as_doubles(y), xs, rows, n, false, row_tolerance<P>(), row_floor<P>(), "softmax " + what);
@@ -63,7 +99,7 @@ void forward_against_reference() {
   }
 }
 
-template <class P>
+template <class P, class Run = library_softmax>
 void backward_against_reference() {
   for (const auto [rows, n] : row_shapes()) {
     // y: a real softmax / log-softmax output rounded into P; dy: random.
@@ -79,12 +115,8 @@ void backward_against_reference() {
       const auto dy = to_space(hdy);
       space_tensor<P, matrix_extents> dx(rows, n);
       poison(dx);
-      executor ex{};
-      const auto before = launches();
-      if (log) log_softmax_backward(dx, y, dy, ex);
-      else softmax_backward(dx, y, dy, ex);
-      finish(ex);
-      if (counts_launches) CHECK(launches() - before == 1);
+      if (log) Run::template backward<true>(dx, y, dy);
+      else Run::template backward<false>(dx, y, dy);
       const auto got = as_doubles(dx);
       checker check(std::string(log ? "log_softmax_backward " : "softmax_backward ") + precision_name<P>() + " rows " +
                     std::to_string(rows) + " x " + std::to_string(n));
@@ -119,6 +151,17 @@ FUSOR_TEST_CASE("softmax and log_softmax: every row length, fp32/bf16/fp16, agai
 FUSOR_TEST_CASE("softmax_backward and log_softmax_backward: every row length against the analytic fp64 result") {
   for_each_precision([](auto type) { backward_against_reference<typename decltype(type)::type>(); });
 }
+
+#if !FUSOR_HAS_CUDA
+// The CUDA kernels' code (warps, blocks of 64 to 1024 threads, rows read once
+// or twice) on the host: no GPU needed to find a wrong column, lane or barrier.
+FUSOR_TEST_CASE("softmax's CUDA kernels under the SIMT emulator: every row length, forward and backward") {
+  for_each_precision([](auto type) {
+    forward_against_reference<typename decltype(type)::type, emulated_softmax>();
+    backward_against_reference<typename decltype(type)::type, emulated_softmax>();
+  });
+}
+#endif
 
 // Finite differences of L(x) = sum(R * forward(x)) in fp64, with the forward
 // and backward kernels under test (fp64 storage) on the tested executor:

@@ -8,6 +8,7 @@
 #include "fusor/config.hpp"
 
 #if FUSOR_HAS_CUDA
+#include <cub/block/block_reduce.cuh>
 #include <cuda/std/cmath>
 #include <cuda/std/limits>
 
@@ -183,7 +184,7 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
   if (mean)
     launch_kernel<count_targets_kernel<T>>(1, reduce_block_threads, 0, ex.stream, targets, logits.rows, ignore_index,
                                            count.as<index_t>());
-  with_row_group<vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group, row_launch shape) {
+  with_row_group<device_simt, vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group, row_launch shape) {
     launch_rows<cross_entropy_kernel<decltype(group), WithGradient, G, L, X, T>>(
         shape, logits.rows, 0, ex.stream, dlogits, losses, logits, targets, ignore_index, count.as<const index_t>(),
         grad_scale);

@@ -172,7 +172,7 @@ template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, const cuda_executor& ex) {
   gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
   if (f.x.rows == 0 || f.x.length == 0) return;
-  with_row_group<vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group, row_launch shape) {
+  with_row_group<device_simt, vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group, row_launch shape) {
     launch_rows<norm_forward_kernel<decltype(group), Centered, Y, M, R, X, W, B>>(shape, f.x.rows, 0, ex.stream, f,
                                                                                   epsilon);
   });
@@ -472,7 +472,7 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
                                     ex.stream);
     return;
   }
-  with_row_group<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(b.x.length, [&](auto group, row_launch shape) {
+  with_row_group<device_simt, vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(b.x.length, [&](auto group, row_launch shape) {
     norm_backward_launch<decltype(group), Centered>(b, shape, ex);
   });
 }

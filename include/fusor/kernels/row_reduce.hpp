@@ -1,9 +1,12 @@
-// fusor/kernels/row_reduce.hpp — the CUDA building blocks of the row-wise
+// fusor/kernels/row_reduce.hpp — the building blocks of the row-wise CUDA
 // kernels: a row handled by a warp (short rows), a block, or on sm_90 a
-// cluster of blocks (long rows); reductions over that group (cub::WarpReduce,
-// then across warps and the cluster's blocks) whose result every thread of
-// the group receives; a row cached in registers; and reads and writes of V
+// cluster of blocks (long rows); reductions over that group (shuffles, then
+// across warps and the cluster's blocks) whose result every thread of the
+// group receives; a row cached in registers; and reads and writes of V
 // consecutive columns that are 16-byte vector accesses where the row allows.
+// The groups are written against a Simt policy (warp_mma.hpp), so the kernels
+// built on them run on the host under the SIMT emulator too; the launches
+// (CUDA only) are at the end.
 //
 // Thread `lane` of a group owns columns (k * threads + lane) * V + [0, V) for
 // k = 0, 1, ...; a row of at most threads * cached_row_elements elements is
@@ -16,24 +19,24 @@
 
 #include "fusor/config.hpp"
 
-#if FUSOR_HAS_CUDA
-#include <cuda_runtime.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <type_traits>
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/util_ptx.cuh>
-#include <cub/util_type.cuh>
-#include <cub/warp/warp_reduce.cuh>
 #include <cuda/std/cmath>
 
-#include "fusor/core/cuda_runtime.hpp"
 #include "fusor/core/vector_access.hpp"
-#include "fusor/exec/launch_shape.hpp"
 #include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"
+#include "fusor/kernels/warp_mma.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "fusor/core/cuda_runtime.hpp"
+#include "fusor/exec/launch_shape.hpp"
+#endif
 
 namespace fusor::detail {
 
@@ -47,107 +50,106 @@ inline constexpr int looped_batch_bytes = 32;
 // owns columns (k threads() + lane()) V + [0, V) for k = 0, 1, ...; the
 // same columns on every row, which the normalisation backward passes'
 // parameter-gradient accumulators rely on. all_reduce's tree is fixed for a
-// given group size: results are deterministic run to run.
+// given group size: results are deterministic run to run. Written against a
+// Simt policy (warp_mma.hpp): device_simt on the GPU, the emulator's on the
+// host (simt_emulator.hpp), so the host tests run the row kernels' CUDA code.
+
+// Whether op(a, b) and op(b, a) are the same bits: a butterfly then leaves
+// the same result in every lane. Not so for a combination with products
+// (nvcc may contract one side into an fma) or Welford's.
+template <class Op>
+inline constexpr bool symmetric_op = false;
+
+// The reduction of `value` over groups of `Lanes` consecutive lanes of a warp
+// (a power of two, at most 32), in every lane of the group: a butterfly of
+// shuffles, and lane 0's result handed to the others where op is not symmetric.
+template <class Simt, int Lanes = 32, class T, class Op>
+FUSOR_DEVICE FUSOR_FORCE_INLINE T lanes_all_reduce(T value, Op op) {
+  static_assert(Lanes >= 1 && Lanes <= 32 && (Lanes & (Lanes - 1)) == 0, "fusor: lanes_all_reduce over 2^k lanes");
+  FUSOR_UNROLL
+  for (int mask = Lanes / 2; mask > 0; mask /= 2) value = op(value, Simt::shfl_xor(value, mask));
+  if constexpr (!symmetric_op<Op> && Lanes > 1) value = Simt::shfl(value, Simt::thread() % 32 / Lanes * Lanes);
+  return value;
+}
 
 // A warp per row, eight rows a block.
-struct warp_rows {
+template <class Simt>
+struct warp_row_group {
   static constexpr int block_threads = warp_rows_block_threads;
   static constexpr int per_block = block_threads / 32;
   // Launch bounds: 64 registers a thread at most, so 32 warps fit on a multiprocessor.
   static constexpr int max_block_threads = block_threads;
   static constexpr int min_blocks = 1024 / block_threads;
 
-  __device__ static constexpr int threads() { return 32; }
-  __device__ static int lane() { return int(threadIdx.x) % 32; }
-  __device__ static int index() { return int(threadIdx.x) / 32; }
-  __device__ static index_t first_row() { return index_t(blockIdx.x) * per_block + index(); }
-  __device__ static index_t row_step() { return index_t(gridDim.x) * per_block; }
+  FUSOR_DEVICE static constexpr int threads() { return 32; }
+  FUSOR_DEVICE static int lane() { return Simt::thread() % 32; }
+  FUSOR_DEVICE static int index() { return Simt::thread() / 32; }
+  FUSOR_DEVICE static index_t first_row() { return Simt::block_x() * per_block + index(); }
+  FUSOR_DEVICE static index_t row_step() { return Simt::grid_x() * per_block; }
   template <int V>
-  __device__ static int column(int k) { return (k * 32 + lane()) * V; }
+  FUSOR_DEVICE static int column(int k) { return (k * 32 + lane()) * V; }
   template <int V, int ElementBytes>
-  __device__ static constexpr index_t capacity() { return group_capacity<V, ElementBytes>(32); }
+  FUSOR_DEVICE static constexpr index_t capacity() { return group_capacity<V, ElementBytes>(32); }
 
   // The reduction of `value` over the warp, in every thread of it.
   template <class T, class Op>
-  __device__ static T all_reduce(const T& value, Op op) {
-    using warp_reduce = cub::WarpReduce<T>;
-    __shared__ typename warp_reduce::TempStorage temp[per_block];
-    const T result = warp_reduce(temp[index()]).Reduce(value, op);
-    __syncwarp();
-    return cub::ShuffleIndex<32>(result, 0, 0xffffffffu);
+  FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
+    return lanes_all_reduce<Simt>(value, op);
   }
 };
 
 // A block per row, or on sm_90 a cluster of blocks per row: its size is read
-// at run time (blockDim.x, the cluster's block count), so one kernel serves
-// every block size (each size a template once cost nvcc a kernel apiece).
-struct block_rows {
+// at run time (the block's threads, a power of two from 64 to 1024, and the
+// cluster's block count), so one kernel serves every block size (each size a
+// template once cost nvcc a kernel apiece).
+template <class Simt>
+struct block_row_group {
   static constexpr int per_block = 1;
   static constexpr int max_block_threads = 1024;
   static constexpr int min_blocks = 1;  // with 1024 threads: 64 registers a thread
 
-  // Blocks of this row's cluster (1 without one) and this block's rank in it.
-  __device__ static int cluster_blocks() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return int(__clusterSizeInBlocks());
-#else
-    return 1;  // clusters are launched only for sm_90 code (launch_rows)
-#endif
-  }
-  __device__ static int cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return int(__clusterRelativeBlockRank());
-#else
-    return 0;
-#endif
-  }
-  __device__ static int threads() { return int(blockDim.x) * cluster_blocks(); }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A barrier of every thread of the cluster; its writes to shared memory are
-  // visible to the others' reads after it (release, then acquire).
-  __device__ static void cluster_sync() {
-    __cluster_barrier_arrive();
-    __cluster_barrier_wait();
-  }
-#endif
-  __device__ static int lane() { return cluster_rank() * int(blockDim.x) + int(threadIdx.x); }
-  __device__ static int index() { return 0; }
-  __device__ static index_t first_row() { return index_t(blockIdx.x) / cluster_blocks(); }
-  __device__ static index_t row_step() { return index_t(gridDim.x) / cluster_blocks(); }
+  FUSOR_DEVICE static int threads() { return Simt::block_threads() * Simt::cluster_blocks(); }
+  FUSOR_DEVICE static int lane() { return Simt::cluster_rank() * Simt::block_threads() + Simt::thread(); }
+  FUSOR_DEVICE static int index() { return 0; }
+  FUSOR_DEVICE static index_t first_row() { return Simt::block_x() / Simt::cluster_blocks(); }
+  FUSOR_DEVICE static index_t row_step() { return Simt::grid_x() / Simt::cluster_blocks(); }
   template <int V>
-  __device__ static int column(int k) { return (k * threads() + lane()) * V; }
+  FUSOR_DEVICE static int column(int k) { return (k * threads() + lane()) * V; }
   template <int V, int ElementBytes>
-  __device__ static index_t capacity() { return group_capacity<V, ElementBytes>(threads()); }
+  FUSOR_DEVICE static index_t capacity() { return group_capacity<V, ElementBytes>(threads()); }
 
   // The reduction of `value` over the block (the cluster), in every thread of
   // it. Every thread of the block (the cluster) must call it. Each warp
-  // reduces, then every warp reduces the warps' results alike (no broadcast
-  // needed), then every block the cluster's blocks' results.
+  // reduces; then every warp reduces the warps' results alike, lane i taking
+  // warp i % warps's (no broadcast needed across warps); then every thread
+  // folds the cluster's blocks' results in rank order.
   template <class T, class Op>
-  __device__ static T all_reduce(const T& value, Op op) {
-    using warp_reduce = cub::WarpReduce<T>;
-    __shared__ typename warp_reduce::TempStorage temp[max_block_threads / 32];
-    __shared__ cub::Uninitialized<T> warp_results[max_block_threads / 32];
-    const int warp = int(threadIdx.x) / 32, lane_in_warp = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
-    const T mine = warp_reduce(temp[warp]).Reduce(value, op);
-    if (lane_in_warp == 0) warp_results[warp].Alias() = mine;
-    __syncthreads();
-    const T block_result =
-        warp_reduce(temp[warp]).Reduce(warp_results[lane_in_warp < warps ? lane_in_warp : 0].Alias(), op, warps);
-    const T out = cub::ShuffleIndex<32>(block_result, 0, 0xffffffffu);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (const int blocks = cluster_blocks(); blocks > 1) {
-      __shared__ cub::Uninitialized<T> cluster_slot;
-      if (threadIdx.x == 0) cluster_slot.Alias() = out;
-      cluster_sync();  // every block's result written (and warp_results read)
-      const unsigned rank = lane_in_warp < blocks ? unsigned(lane_in_warp) : 0u;
-      const T theirs = *static_cast<const T*>(__cluster_map_shared_rank(&cluster_slot.Alias(), rank));
-      const T total = cub::ShuffleIndex<32>(warp_reduce(temp[warp]).Reduce(theirs, op, blocks), 0, 0xffffffffu);
-      cluster_sync();  // every block has read the slots: they may be written again, or the block exit
+  FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
+    T* const warp_results = Simt::template shared_array<T, max_block_threads / 32, block_row_group>();
+    const int thread = Simt::thread(), warp = thread / 32, warps = Simt::block_threads() / 32;
+    const T mine = lanes_all_reduce<Simt>(value, op);
+    if (thread % 32 == 0) Simt::store_shared(&warp_results[warp], mine);
+    Simt::sync_block();
+    const T theirs = Simt::load_shared(&warp_results[thread % 32 & (warps - 1)]);
+    T out = theirs;
+    // The butterfly over `warps` lanes (2 to 32), unrolled for each size.
+    FUSOR_UNROLL
+    for (int mask = 16; mask > 0; mask /= 2)
+      if (mask < warps) out = op(out, Simt::shfl_xor(out, mask));
+    if constexpr (!symmetric_op<Op>) out = Simt::shfl(out, 0);
+    if (const int blocks = Simt::cluster_blocks(); blocks > 1) {
+      T* const slot = Simt::template shared_array<T, 1, block_row_group>();
+      if (thread == 0) Simt::store_shared(slot, out);
+      Simt::cluster_sync();  // every block's result written (and warp_results read)
+      // Lane r reads block r's result (one remote load a thread, all in
+      // flight together); every thread folds them in rank order by shuffles.
+      const T block_r = Simt::load_cluster_shared(slot, thread % 32 < blocks ? thread % 32 : 0);
+      T total = Simt::shfl(block_r, 0);
+      for (int rank = 1; rank < blocks; ++rank) total = op(total, Simt::shfl(block_r, rank));
+      Simt::cluster_sync();  // every block has read the slots: they may be written again, or the block exit
       return total;
     }
-#endif
-    __syncthreads();  // warp_results may be written by the next reduction
+    Simt::sync_block();  // warp_results may be written by the next reduction
     return out;
   }
 };
@@ -162,6 +164,10 @@ struct max_op {
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T operator()(const T& a, const T& b) const { return ::cuda::std::fmax(a, b); }
 };
+template <>
+inline constexpr bool symmetric_op<sum_op> = true;
+template <>
+inline constexpr bool symmetric_op<max_op> = true;
 
 // exp(x) in a row kernel. Fast: for results stored in 16 bits only, the
 // multi-function unit's ex2.approx.ftz of x log2(e): two instructions where
@@ -171,11 +177,15 @@ struct max_op {
 // 2^-12); results under 2^-126 become 0 (also beneath what 16 bits keep
 // apart from 0 in the sums). Results stored in fp32 or fp64 keep the accurate exp.
 template <bool Fast, class S>
-__device__ FUSOR_FORCE_INLINE S row_exp(S x) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE S row_exp(S x) {
   if constexpr (Fast && std::is_same_v<S, float>) {
+#if FUSOR_DEVICE_PASS
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
     return y;
+#else
+    return std::exp2(x * 1.4426950408889634f);  // the emulator's (simt_emulator.hpp)
+#endif
   } else {
     return ::cuda::std::exp(x);
   }
@@ -193,11 +203,11 @@ template <class S, bool FastExp = false>
 struct max_and_sum {
   S max;
   S sum;
-  __device__ FUSOR_FORCE_INLINE static S rescale(S from, S to) {
+  FUSOR_DEVICE FUSOR_FORCE_INLINE static S rescale(S from, S to) {
     return from == to ? S(1) : row_exp<FastExp>(from - to);  // == also covers -inf -> -inf
   }
   template <int V, class T>
-  __device__ FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
+  FUSOR_DEVICE FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
     S m = max;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j)
@@ -212,7 +222,7 @@ struct max_and_sum {
 };
 struct combine_max_and_sum {
   template <class S, bool FastExp>
-  __device__ FUSOR_FORCE_INLINE max_and_sum<S, FastExp> operator()(const max_and_sum<S, FastExp>& a,
+  FUSOR_DEVICE FUSOR_FORCE_INLINE max_and_sum<S, FastExp> operator()(const max_and_sum<S, FastExp>& a,
                                                                    const max_and_sum<S, FastExp>& b) const {
     using stats = max_and_sum<S, FastExp>;
     const S m = ::cuda::std::fmax(a.max, b.max);
@@ -258,7 +268,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int valid_columns(int c, int length, int V)
 // the row has unit stride and a 16-byte-aligned start, and V columns inside it
 // move as 16-byte vectors. Otherwise one element access per column.
 template <bool Contiguous, int V, class T>
-__device__ FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_columns(T* row, int c, int length,
+FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_columns(T* row, int c, int length,
                                                                             index_t stride) {
   using E = std::remove_const_t<T>;
   if constexpr (Contiguous) {
@@ -273,7 +283,7 @@ __device__ FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_columns(T* r
 
 // Columns [c, c + V) of an expression's row (expression_rows::reader).
 template <bool Contiguous, int V, class Reader>
-__device__ FUSOR_FORCE_INLINE lanes<row_value_t<Reader>, V> load_columns(const Reader& row, int c, int length,
+FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<row_value_t<Reader>, V> load_columns(const Reader& row, int c, int length,
                                                                           index_t) {
   using E = row_value_t<Reader>;
   lanes<E, V> out;
@@ -283,7 +293,7 @@ __device__ FUSOR_FORCE_INLINE lanes<row_value_t<Reader>, V> load_columns(const R
 }
 
 template <bool Contiguous, int V, class T, class Value>
-__device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, index_t stride,
+FUSOR_DEVICE FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, index_t stride,
                                                  const lanes<Value, V>& values) {
   lanes<T, V> raw;
   FUSOR_UNROLL
@@ -305,7 +315,7 @@ __device__ FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, inde
 // past the end read zeros and are not used. Each thread uses only the columns
 // it loaded, so an output may be its input (in place).
 template <class Group, int V, class Load, class Use>
-__device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load, const Use& use) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load, const Use& use) {
   const int step = Group::threads() * V;
   using item = decltype(load(0));
   constexpr int batch = sizeof(item) >= looped_batch_bytes ? 1 : int(looped_batch_bytes / sizeof(item));
@@ -320,18 +330,23 @@ __device__ FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& load
   }
 }
 
-// ---- launches ---------------------------------------------------------------------------
 // launch(Group{}, shape) with the group and launch shape row_launch_for
-// chooses for rows of `length` (row_launch.hpp): warp_rows, or block_rows for
-// a block or a cluster.
-template <int V, int ElementBytes, class Launch>
+// chooses for rows of `length` (row_launch.hpp): a warp_row_group, or a
+// block_row_group for a block or a cluster, on Simt's threads.
+template <class Simt, int V, int ElementBytes, class Launch>
 void with_row_group(index_t length, const Launch& launch) {
   const row_launch shape = row_launch_for<V, ElementBytes>(length);
   if (shape.rows_per_block > 1)
-    launch(warp_rows{}, shape);
+    launch(warp_row_group<Simt>{}, shape);
   else
-    launch(block_rows{}, shape);
+    launch(block_row_group<Simt>{}, shape);
 }
+
+#if FUSOR_HAS_CUDA
+// ---- launches ---------------------------------------------------------------------------
+// The groups on the GPU's own threads.
+using warp_rows = warp_row_group<device_simt>;
+using block_rows = block_row_group<device_simt>;
 
 // One launch of Kernel, checked and counted.
 template <auto Kernel, class... Args>
@@ -398,6 +413,6 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
   launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
 }
 
-}  // namespace fusor::detail
-
 #endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

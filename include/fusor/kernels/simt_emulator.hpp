@@ -1,8 +1,9 @@
 // fusor/kernels/simt_emulator.hpp — runs a kernel written against a Simt
-// policy (warp_mma.hpp) on the CPU, so that tensor-core kernels are tested
-// where there is no GPU: every thread of a block is a fiber (POSIX ucontext)
-// of one host thread, switched at barriers and warp collectives, blocks one
-// after another. Slow (microseconds a collective) and meant for tests.
+// policy (warp_mma.hpp) on the CPU, so that its kernels (tensor-core and
+// row-wise) are tested where there is no GPU: every thread of a block is a
+// fiber (POSIX ucontext) of one host thread, switched at barriers and warp
+// collectives, blocks one after another. Slow (microseconds a collective)
+// and meant for tests.
 //
 // It checks what a GPU would leave undefined: a barrier or warp collective
 // some threads never reach (an error naming the block, not a hang), a warp
@@ -12,7 +13,9 @@
 // fp16 and fp32), and an asynchronous copy lands at its thread's wait_async,
 // not before.
 //
-// Every shared-memory access made through the policy (ldmatrix,
+// Static shared memory (shared_array) comes from a 4 KiB region after the
+// launch's dynamic shared memory; clusters are not emulated (cluster_blocks()
+// is 1). Every shared-memory access made through the policy (ldmatrix,
 // copy_async_16 and copy_async_16_or_zero, load_shared, store_shared,
 // zero_shared_16) is also checked byte by byte, as compute-sanitizer's
 // racecheck and initcheck would on a GPU, and whatever order the fibers
@@ -43,6 +46,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusor/core/error.hpp"
@@ -102,9 +106,10 @@ struct fiber {
 
 // What the lanes of a warp hand each other at a collective.
 struct warp_exchange {
+  static constexpr std::size_t value_bytes = 32;  // the largest value a shuffle moves
   int live = 32, arrived = 0;
   std::uint64_t generation = 0;
-  float values[32];
+  unsigned char values[32][value_bytes];
   std::uint32_t words[32][6];
   const void* addresses[32];
 };
@@ -114,7 +119,11 @@ struct block_state {
   simt_grid grid;
   int threads = 0, live = 0, current = 0;
   unsigned char* shared = nullptr;
-  std::size_t shared_bytes = 0;
+  std::size_t shared_bytes = 0;  // dynamic shared memory, from `shared`
+  // Static shared memory (shared_array), after the dynamic: each array's
+  // key (one per instantiation) and offset; bytes taken so far.
+  std::size_t static_begin = 0, static_used = 0;
+  std::vector<std::pair<const void*, std::size_t>> static_arrays;
   std::vector<byte_history> history;  // one per byte of shared memory
   std::vector<fiber> fibers;
   std::vector<warp_exchange> warps;
@@ -177,11 +186,18 @@ inline void wait_warp() {
   suspend(wait_kind::warp, w.generation);
 }
 
-// The offset of [p, p + n) in shared memory, which it must lie in, aligned to `align` bytes.
+// Bytes of static shared memory (shared_array) a launch may take.
+inline constexpr std::size_t static_shared_capacity = 4096;
+
+// The offset of [p, p + n) in shared memory, which it must lie in (the
+// dynamic, or the static arrays taken so far), aligned to `align` bytes.
 inline std::size_t shared_offset(const block_state& s, const void* p, std::size_t n, std::size_t align,
                                  const char* what) {
   const auto* b = static_cast<const unsigned char*>(p);
-  if (b < s.shared || b + n > s.shared + s.shared_bytes || std::size_t(b - s.shared) % align != 0)
+  const unsigned char* statics = s.shared + s.static_begin;
+  const bool inside = (b >= s.shared && b + n <= s.shared + s.shared_bytes) ||
+                      (b >= statics && b + n <= statics + s.static_used);
+  if (!inside || std::size_t(b - s.shared) % align != 0)
     throw error("fusor: simt emulator: " + std::string(what) + " in " + s.where() + " at " +
                 (b < s.shared || b >= s.shared + s.shared_bytes
                      ? std::string("an address outside the block's shared memory")
@@ -319,20 +335,65 @@ float half_of(std::uint32_t word, int half) {
 // The Simt policy of kernels run by emulate_kernel (see warp_mma.hpp).
 struct emulated_simt {
   static int thread() { return simt_emulation::state().current; }
+  static int block_threads() { return simt_emulation::state().threads; }
   static index_t block_x() { return simt_emulation::state().x; }
   static index_t block_y() { return simt_emulation::state().y; }
+  static index_t grid_x() { return simt_emulation::state().grid.x; }
   static index_t grid_y() { return simt_emulation::state().grid.y; }
   static void sync_block() { simt_emulation::wait_block(); }
   static float exp2(float x) { return std::exp2(x); }
 
-  static float shfl_xor(float v, int mask) {
+  template <class T>
+  static T shfl_xor(const T& v, int mask) {
+    return shuffle(v, (thread() % 32) ^ (mask & 31));
+  }
+  template <class T>
+  static T shfl(const T& v, int lane) {
+    return shuffle(v, lane & 31);
+  }
+  // Lane `from`'s v, every lane of the warp taking part.
+  template <class T>
+  static T shuffle(const T& v, int from) {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= simt_emulation::warp_exchange::value_bytes,
+                  "fusor: simt emulator: shuffles move trivially copyable values of up to 32 bytes");
     simt_emulation::warp_exchange& w = simt_emulation::this_warp();
     const int lane = thread() % 32;
-    w.values[lane] = v;
+    std::memcpy(w.values[lane], &v, sizeof(T));
     simt_emulation::wait_warp();
-    const float theirs = w.values[lane ^ (mask & 31)];
+    T theirs;
+    std::memcpy(static_cast<void*>(&theirs), w.values[from], sizeof(T));
     simt_emulation::wait_warp();  // every lane has read before the next collective writes
     return theirs;
+  }
+
+  // A block's static shared array, one per instantiation (as a __shared__
+  // variable): taken from the launch's static region at its first call,
+  // filled with 0xff bytes in every block like the rest.
+  template <class T, int N, class Tag>
+  static T* shared_array() {
+    static const char key = 0;
+    simt_emulation::block_state& s = simt_emulation::state();
+    for (const auto& [k, offset] : s.static_arrays)
+      if (k == &key) return reinterpret_cast<T*>(s.shared + offset);
+    const std::size_t at = (s.static_used + 15) / 16 * 16, bytes = sizeof(T) * std::size_t(N);
+    if (at + bytes > simt_emulation::static_shared_capacity)
+      throw error("fusor: simt emulator: static shared arrays of more than " +
+                  std::to_string(simt_emulation::static_shared_capacity) + " bytes in " + s.where());
+    s.static_used = at + bytes;
+    s.static_arrays.emplace_back(&key, s.static_begin + at);
+    return reinterpret_cast<T*>(s.shared + s.static_begin + at);
+  }
+
+  // One block a cluster, always.
+  static int cluster_blocks() { return 1; }
+  static int cluster_rank() { return 0; }
+  static void cluster_sync() { clusters_not_emulated(); }
+  template <class T>
+  static T load_cluster_shared(const T*, int) {
+    clusters_not_emulated();
+  }
+  [[noreturn]] static void clusters_not_emulated() {
+    throw error("fusor: simt emulator: clusters are not emulated (cluster_blocks() is 1)");
   }
 
   static void copy_async_16(void* to, const void* from) { copy_async_16_or_zero(to, from, true); }
@@ -449,13 +510,16 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
     throw error("fusor: simt emulator: blocks of " + std::to_string(threads) +
                 " threads; it runs whole warps, up to 1024 threads");
   namespace se = simt_emulation;
-  std::vector<unsigned char> shared_storage(shared_bytes + 128);
+  const std::size_t static_begin = (shared_bytes + 127) / 128 * 128,
+                    all_bytes = static_begin + se::static_shared_capacity;
+  std::vector<unsigned char> shared_storage(all_bytes + 128);
   unsigned char* shared = shared_storage.data() + (128 - reinterpret_cast<std::uintptr_t>(shared_storage.data()) % 128);
   se::block_state s;
   s.grid = grid;
   s.threads = threads;
   s.shared = shared;
   s.shared_bytes = shared_bytes;
+  s.static_begin = static_begin;
   s.body = &body;
   s.fibers.resize(std::size_t(threads));
   for (se::fiber& f : s.fibers) f.stack.reset(new char[se::stack_bytes]);
@@ -473,8 +537,8 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
       s.live = threads;
       s.block_arrived = 0;
       s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
-      std::memset(shared, 0xff, shared_bytes);
-      s.history.assign(shared_bytes, se::byte_history{});
+      std::memset(shared, 0xff, all_bytes);
+      s.history.assign(all_bytes, se::byte_history{});
       for (int i = 0; i < threads; ++i) {
         se::fiber& f = s.fibers[std::size_t(i)];
         f.done = false;

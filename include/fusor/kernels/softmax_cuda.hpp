@@ -6,19 +6,25 @@
 // contiguous row that fits in registers is read once: max, then the sum of
 // exp(x - max), both over the cached values, then the outputs. Any other row
 // (longer, strided, unaligned, or an expression) is read twice, several items
-// a thread at a time: an online max and sum in one pass, then the outputs. Softmax stored in bf16 or fp16
-// takes exp's fast form (row_exp in row_reduce.hpp); fp32 and log-softmax the
-// accurate one. One launch per call.
+// a thread at a time: an online max and sum in one pass, then the outputs.
+// Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
+// row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
+//
+// The kernels' bodies (softmax_rows, softmax_backward_rows) take the group as
+// a template parameter and the group its Simt policy: the host tests run them
+// under the SIMT emulator (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
 #include "fusor/config.hpp"
 
-#if FUSOR_HAS_CUDA
 #include <cuda/std/cmath>
 #include <cuda/std/limits>
 
-#include "fusor/exec/cuda.hpp"
 #include "fusor/kernels/row_reduce.hpp"
+
+#if FUSOR_HAS_CUDA
+#include "fusor/exec/cuda.hpp"
+#endif
 
 namespace fusor::detail {
 
@@ -26,7 +32,7 @@ namespace fusor::detail {
 // fp32 values; softmax keeps exp(x - max) there after the sum, so each
 // element's exp is computed once (bf16 rows were bound by computing it twice).
 template <class Group, bool Contiguous, bool Log, class Y, class X>
-__device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
                                                       index_t in_stride) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<X, Y>;
@@ -72,7 +78,7 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n
 
 // One row of any length, read twice: online max and sum, then the outputs.
 template <class Group, bool Contiguous, bool Log, class Y, class In>
-__device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int n, index_t out_stride,
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int n, index_t out_stride,
                                                       index_t in_stride) {
   using X = row_value_t<In>;
   using S = statistic_t<X>;
@@ -94,10 +100,11 @@ __device__ FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int 
   });
 }
 
-// Contiguous rows that fit are cached; any other row is read twice.
+// The rows of this thread's group: contiguous rows that fit are cached; any
+// other row is read twice. The body of softmax_kernel (and of the emulated
+// kernel the host tests run).
 template <class Group, bool Log, class Y, class X>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const row_matrix<const X>& x) {
   const int n = int(x.length);
   const bool fits = n <= Group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>();
   for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
@@ -113,18 +120,9 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   }
 }
 
-// softmax of an expression: every row read twice, element by element.
-template <class Group, bool Log, class Y, class E, std::size_t Rank>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
-  const int n = int(y.length);
-  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
-    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
-}
-
 // dx for one row; the row is cached in registers when it fits.
 template <class Group, bool Contiguous, bool Log, class DX, class Y, class DY>
-__device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, const DY* dyr, int n,
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, const DY* dyr, int n,
                                                         const row_matrix<DX>& dx, const row_matrix<const Y>& y,
                                                         const row_matrix<const DY>& dy) {
   using S = statistic_t<Y>;
@@ -179,9 +177,10 @@ __device__ FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, co
   }
 }
 
+// The rows of this thread's group: the body of softmax_backward_kernel.
 template <class Group, bool Log, class DX, class Y, class DY>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>& dx, const row_matrix<const Y>& y,
+                                                           const row_matrix<const DY>& dy) {
   const int n = int(y.length);
   for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step()) {
     const Y* yr = y.row(r);
@@ -194,11 +193,33 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   }
 }
 
+#if FUSOR_HAS_CUDA
+template <class Group, bool Log, class Y, class X>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
+  softmax_rows<Group, Log>(y, x);
+}
+
+// softmax of an expression: every row read twice, element by element.
+template <class Group, bool Log, class Y, class E, std::size_t Rank>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
+  const int n = int(y.length);
+  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
+    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
+}
+
+template <class Group, bool Log, class DX, class Y, class DY>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    softmax_backward_kernel(const row_matrix<DX> dx, const row_matrix<const Y> y, const row_matrix<const DY> dy) {
+  softmax_backward_rows<Group, Log>(dx, y, dy);
+}
+
 template <bool Log, class Y, class X>
 void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (x.rows == 0 || x.length == 0) return;
-  with_row_group<vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group, row_launch shape) {
+  with_row_group<device_simt, vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group, row_launch shape) {
     launch_rows<softmax_kernel<decltype(group), Log, Y, X>>(shape, x.rows, 0, ex.stream, y, x);
   });
 }
@@ -219,11 +240,11 @@ void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& 
                            const cuda_executor& ex) {
   gpu::require("softmax_backward on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  with_row_group<vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group, row_launch shape) {
+  with_row_group<device_simt, vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group, row_launch shape) {
     launch_rows<softmax_backward_kernel<decltype(group), Log, DX, Y, DY>>(shape, y.rows, 0, ex.stream, dx, y, dy);
   });
 }
 
-}  // namespace fusor::detail
-
 #endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

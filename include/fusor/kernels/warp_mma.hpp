@@ -8,9 +8,18 @@
 // tested on a machine without a GPU. The policy:
 //
 //   int thread()                      this thread's index in its block (x only)
-//   index_t block_x(), block_y(), grid_y()
+//   int block_threads()               the block's threads (blockDim.x)
+//   index_t block_x(), block_y(), grid_x(), grid_y()
 //   void sync_block()                 __syncthreads
-//   float shfl_xor(float v, int mask) __shfl_xor_sync over the whole warp
+//   T shfl_xor(T v, int mask)         __shfl_xor_sync over the whole warp, any
+//   T shfl(T v, int lane)             trivially copyable T (word by word); shfl
+//                                     takes lane `lane`'s v
+//   T* shared_array<T, N, Tag>()      a block's static shared array of N T, one
+//                                     per <T, N, Tag> (a __shared__ variable)
+//   int cluster_blocks(), cluster_rank()  the cluster's blocks (1 without one,
+//                                     and always under the emulator), this block's rank
+//   void cluster_sync()               a barrier of the cluster's threads (release, acquire)
+//   T load_cluster_shared(const T* p, int rank)  p's T in block `rank`'s shared memory
 //   float exp2(float)                 2^x (the GPU's ex2.approx.ftz)
 //   ldmatrix_x4<Trans>(r, row)        four 8 x 8 matrices of 16-bit values
 //                                     from shared memory; lane i gives the
@@ -66,11 +75,77 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE std::uint32_t pack_pair(float low, float hi
 // host launches kernels using them only there (flash attention's launcher).
 struct device_simt {
   __device__ static int thread() { return int(threadIdx.x); }
+  __device__ static int block_threads() { return int(blockDim.x); }
   __device__ static index_t block_x() { return index_t(blockIdx.x); }
   __device__ static index_t block_y() { return index_t(blockIdx.y); }
+  __device__ static index_t grid_x() { return index_t(gridDim.x); }
   __device__ static index_t grid_y() { return index_t(gridDim.y); }
   __device__ static void sync_block() { __syncthreads(); }
-  __device__ static float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+
+  // Shuffles: one instruction for a float or an int, else one per 4-byte word.
+  template <class T>
+  __device__ static T shfl_xor(const T& v, int mask) {
+    return shuffle_words(v, [mask](auto w) { return __shfl_xor_sync(0xffffffffu, w, mask); });
+  }
+  template <class T>
+  __device__ static T shfl(const T& v, int lane) {
+    return shuffle_words(v, [lane](auto w) { return __shfl_sync(0xffffffffu, w, lane); });
+  }
+  template <class T, class Shuffle>
+  __device__ static T shuffle_words(const T& v, const Shuffle& shuffle) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, int> || std::is_same_v<T, unsigned>) {
+      return shuffle(v);
+    } else {
+      static_assert(std::is_trivially_copyable_v<T> && sizeof(T) % 4 == 0,
+                    "fusor: shuffles move trivially copyable values of whole 4-byte words");
+      unsigned words[sizeof(T) / 4];
+      std::memcpy(words, &v, sizeof(T));
+      FUSOR_UNROLL
+      for (unsigned& w : words) w = shuffle(w);
+      T out;
+      std::memcpy(&out, words, sizeof(T));
+      return out;
+    }
+  }
+
+  // A __shared__ variable of this instantiation: one per <T, N, Tag> and block.
+  template <class T, int N, class Tag>
+  __device__ static T* shared_array() {
+    __shared__ __align__(16) unsigned char bytes[sizeof(T) * N];
+    return reinterpret_cast<T*>(bytes);
+  }
+
+  // Clusters (sm_90; launch_rows launches them only for sm_90 code).
+  __device__ static int cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(__clusterSizeInBlocks());
+#else
+    return 1;
+#endif
+  }
+  __device__ static int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(__clusterRelativeBlockRank());
+#else
+    return 0;
+#endif
+  }
+  // Writes to shared memory before it are visible to the cluster's reads after it.
+  __device__ static void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+#endif
+  }
+  template <class T>
+  __device__ static T load_cluster_shared(const T* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return *static_cast<const T*>(__cluster_map_shared_rank(const_cast<T*>(p), unsigned(rank)));
+#else
+    (void)rank;
+    return *p;  // no cluster: the block's own
+#endif
+  }
   __device__ static float exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
