@@ -1,5 +1,5 @@
 // tests/kernels/row_kernels_emulated.hpp — the row-wise CUDA kernels' bodies
-// (softmax_cuda.hpp, ...) run on the host by the SIMT emulator
+// (softmax_cuda.hpp, cross_entropy_cuda.hpp, layernorm_cuda.hpp) run on the host by the SIMT emulator
 // (simt_emulator.hpp), launched as launch_rows launches them on a GPU without
 // clusters: the group and launch shape with_row_group chooses, a row too long
 // for one block's registers going to 512-thread blocks that read it twice.
@@ -9,6 +9,12 @@
 #include <fusor/config.hpp>
 
 #if !FUSOR_HAS_CUDA
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include <fusor/kernels/cross_entropy_cuda.hpp>
+#include <fusor/kernels/layernorm_cuda.hpp>
 #include <fusor/kernels/row_reduce.hpp>
 #include <fusor/kernels/simt_emulator.hpp>
 #include <fusor/kernels/softmax_cuda.hpp>
@@ -41,6 +47,66 @@ void softmax_backward(const fd::row_matrix<DX>& dx, const fd::row_matrix<const Y
       y.length, [&](auto group, fd::row_launch shape) {
         launch_rows(shape, y.rows, [&] { fd::softmax_backward_rows<decltype(group), Log>(dx, y, dy); });
       });
+}
+
+// cross_entropy_kernel's rows; `count` (rows not ignored, for the mean) as
+// the count kernel leaves it, or null for a plain grad_scale.
+template <bool WithGradient, class G, class L, class X, class T>
+void cross_entropy(const fd::row_matrix<G>& dlogits, const fd::per_row<L>& losses,
+                   const fd::row_matrix<const X>& logits, const fd::per_row<T>& targets, index_t ignore_index,
+                   const index_t* count, float grad_scale) {
+  fd::with_row_group<fd::emulated_simt, fd::vector_lanes<G, X>, fd::cached_bytes<X>>(
+      logits.length, [&](auto group, fd::row_launch shape) {
+        launch_rows(shape, logits.rows, [&] {
+          fd::cross_entropy_rows<decltype(group), WithGradient>(dlogits, losses, logits, targets, ignore_index, count,
+                                                                grad_scale);
+        });
+      });
+}
+
+template <bool Centered, class Y, class M, class R, class X, class W, class B>
+void norm_forward(const fd::norm_forward<Y, M, R, X, W, B>& f, float epsilon) {
+  fd::with_row_group<fd::emulated_simt, fd::vector_lanes<Y, X, W, B>, fd::cached_bytes<X>>(
+      f.x.length, [&](auto group, fd::row_launch shape) {
+        launch_rows(shape, f.x.rows, [&] { fd::norm_forward_rows<decltype(group), Centered>(f, epsilon); });
+      });
+}
+
+// The launches of norm_backward_launch, by plan_norm_backward for a GPU of
+// two multiprocessors, 227 KiB of shared memory a block and three blocks
+// resident (so that a group takes several rows); the sums kernel in at most
+// four blocks (it strides over the columns past them).
+template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+void norm_backward(const fd::norm_backward<DX, DW, DB, DY, X, W, M, R>& b) {
+  using S = fd::statistic_t<X>;
+  constexpr int V = fd::vector_lanes<DX, DY, X, W>;
+  const index_t n = b.x.length, width = Centered ? 2 * n : n;
+  fd::with_row_group<fd::emulated_simt, V, fd::cached_bytes<X, DY>>(n, [&](auto group, fd::row_launch shape) {
+    using Group = decltype(group);
+    const fd::norm_backward_plan plan = fd::plan_norm_backward<Group, V, Centered, S>(
+        b.x.rows, n, shape, std::size_t(227) << 10, 2,
+        [](index_t wanted, std::size_t) { return int(std::min<index_t>(wanted, 3)); });
+    std::vector<S> partials(std::size_t(plan.partial_rows * width), std::numeric_limits<S>::quiet_NaN());
+    if (plan.accumulate) {
+      fd::emulate_kernel(fd::simt_grid{plan.partial_rows, 1}, shape.block_threads, plan.shared_bytes,
+                         [&](unsigned char* shared) {
+                           fd::norm_backward_rows<Group, Centered, true>(b, partials.data(), shared);
+                         });
+    } else {
+      launch_rows(shape, b.x.rows,
+                  [&] { fd::norm_backward_rows<Group, Centered, false>(b, static_cast<S*>(nullptr), nullptr); });
+      fd::emulate_kernel(fd::simt_grid{plan.column_blocks, plan.partial_rows}, fd::parameter_threads, 0,
+                         [&](unsigned char*) {
+                           fd::norm_parameter_partials<fd::emulated_simt, Centered>(b, plan.rows_per_chunk,
+                                                                                     partials.data());
+                         });
+    }
+    fd::emulate_kernel(fd::simt_grid{std::clamp<index_t>((n + 31) / 32, 1, 4), 1}, 32 * fd::sums_slices, 0,
+                       [&](unsigned char*) {
+                         fd::norm_parameter_sums<fd::emulated_simt, Centered>(partials.data(), plan.partial_rows, n,
+                                                                              b.dweight, b.dbias);
+                       });
+  });
 }
 
 }  // namespace rowwise_test::emulated

@@ -14,6 +14,7 @@
 
 #include <fusor/kernels/cross_entropy.hpp>
 
+#include "kernels/row_kernels_emulated.hpp"
 #include "kernels/rowwise_support.hpp"
 
 using namespace rowwise_test;
@@ -82,7 +83,34 @@ void check_against_reference(const std::string& what, const host_tensor<P, matri
   check_loss.finish(), check_grad.finish();
 }
 
-template <class P>
+// How a test runs cross_entropy (mean over the rows not ignored): the
+// library's call on the tested executor (two launches on the GPU: the count,
+// then the rows), or in host builds the CUDA rows kernel's code under the
+// SIMT emulator (row_kernels_emulated.hpp) with the count made on the host.
+struct library_cross_entropy {
+  template <class L, class G, class X, class T>
+  static void run(L& losses, G& dlogits, const X& x, const T& t) {
+    executor ex{};
+    const auto before = launches();
+    cross_entropy(losses, dlogits, x, t, {}, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 2);
+  }
+};
+#if !FUSOR_HAS_CUDA
+struct emulated_cross_entropy {
+  template <class L, class G, class X, class T>
+  static void run(L& losses, G& dlogits, const X& x, const T& t) {
+    namespace fd = fusor::detail;
+    const auto [g, l, logits, targets] =
+        fd::cross_entropy_operands("cross_entropy", dlogits.view(), losses.view(), x.view(), t.view());
+    const index_t count = fd::counted_rows(targets, logits.rows, ignored);
+    emulated::cross_entropy<true>(g, l, logits, targets, ignored, &count, 1.0f);
+  }
+};
+#endif
+
+template <class P, class Run = library_cross_entropy>
 void against_reference() {
   for (const auto [rows, n] : row_shapes()) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(10 + n), -6.0, 6.0);
@@ -92,11 +120,7 @@ void against_reference() {
     space_tensor<float, vector_extents> losses(rows);
     space_tensor<P, matrix_extents> dlogits(rows, n);
     poison(losses), poison(dlogits);
-    executor ex{};
-    const auto before = launches();
-    cross_entropy(losses, dlogits, x, t, {}, ex);  // mean over the rows not ignored
-    finish(ex);
-    if (counts_launches) CHECK(launches() - before == 2);  // the count, then the rows
+    Run::run(losses, dlogits, x, t);
     check_against_reference(std::string("cross_entropy ") + precision_name<P>() + " rows " + std::to_string(rows) +
                                 " x " + std::to_string(n),
                             hx, ht, as_doubles(losses), as_doubles(dlogits), true, 1.0);
@@ -108,6 +132,12 @@ void against_reference() {
 FUSOR_TEST_CASE("cross_entropy: losses and dlogits at every row length, fp32/bf16/fp16, against fp64") {
   for_each_precision([](auto type) { against_reference<typename decltype(type)::type>(); });
 }
+
+#if !FUSOR_HAS_CUDA
+FUSOR_TEST_CASE("cross_entropy's CUDA rows kernel under the SIMT emulator: every row length, fp32/bf16/fp16") {
+  for_each_precision([](auto type) { against_reference<typename decltype(type)::type, emulated_cross_entropy>(); });
+}
+#endif
 
 FUSOR_TEST_CASE("cross_entropy: sum reduction with an upstream gradient, int64 targets, one launch") {
   const index_t rows = 9, n = 5000;

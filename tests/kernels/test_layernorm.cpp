@@ -11,6 +11,7 @@
 
 #include <fusor/kernels/layernorm.hpp>
 
+#include "kernels/row_kernels_emulated.hpp"
 #include "kernels/rowwise_support.hpp"
 
 using namespace rowwise_test;
@@ -45,7 +46,62 @@ norm_reference norm_forward_reference(const std::vector<double>& x, const std::v
   return out;
 }
 
-template <class P>
+// How a test runs the norms: the library's calls on the tested executor, or
+// in host builds the CUDA kernels' code under the SIMT emulator
+// (row_kernels_emulated.hpp).
+struct library_norms {
+  template <class Y, class M, class R, class X, class W, class B>
+  static void forward(bool centered, Y& y, M& mean, R& rstd, const X& x, const W& w, const B& b) {
+    executor ex{};
+    const auto before = launches();
+    if (centered) layernorm(y, mean, rstd, x, w, b, {epsilon}, ex);
+    else rmsnorm(y, rstd, x, w, {epsilon}, ex);
+    finish(ex);
+    if (counts_launches) CHECK(launches() - before == 1);
+  }
+  template <class DX, class DW, class DY, class X, class W, class M, class R>
+  static void backward(bool centered, DX& dx, DW& dw, DW& db, const DY& dy, const X& x, const W& w, const M& mean,
+                       const R& rstd) {
+    executor ex{};
+    const auto before = launches();
+    if (centered) layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
+    else rmsnorm_backward(dx, dw, dy, x, w, rstd, ex);
+    finish(ex);
+    // Two launches where the accumulator rows fit shared memory, three for long rows on a GPU.
+    if (counts_launches) CHECK((launches() - before == 2 || launches() - before == 3));
+  }
+};
+#if !FUSOR_HAS_CUDA
+struct emulated_norms {
+  template <class Y, class M, class R, class X, class W, class B>
+  static void forward(bool centered, Y& y, M& mean, R& rstd, const X& x, const W& w, const B& b) {
+    namespace fd = fusor::detail;
+    if (centered)
+      emulated::norm_forward<true>(fd::norm_forward_operands<true>("layernorm", y.view(), mean.view(), rstd.view(),
+                                                                   x.view(), w.view(), b.view()),
+                                   epsilon);
+    else
+      emulated::norm_forward<false>(fd::norm_forward_operands<false>("rmsnorm", y.view(), rstd.view(), rstd.view(),
+                                                                     x.view(), w.view(), w.view()),
+                                    epsilon);
+  }
+  template <class DX, class DW, class DY, class X, class W, class M, class R>
+  static void backward(bool centered, DX& dx, DW& dw, DW& db, const DY& dy, const X& x, const W& w, const M& mean,
+                       const R& rstd) {
+    namespace fd = fusor::detail;
+    if (centered)
+      emulated::norm_backward<true>(fd::norm_backward_operands<true>("layernorm_backward", dx.view(), dw.view(),
+                                                                     db.view(), dy.view(), x.view(), w.view(),
+                                                                     mean.view(), rstd.view()));
+    else
+      emulated::norm_backward<false>(fd::norm_backward_operands<false>("rmsnorm_backward", dx.view(), dw.view(),
+                                                                       dw.view(), dy.view(), x.view(), w.view(),
+                                                                       rstd.view(), rstd.view()));
+  }
+};
+#endif
+
+template <class P, class Run = library_norms>
 void forward_against_reference(bool centered) {
   for (const auto [rows, n] : row_shapes()) {
     // Rows centred near 3, so a one-pass variance would lose digits.
@@ -58,12 +114,7 @@ void forward_against_reference(bool centered) {
     space_tensor<P, matrix_extents> y(rows, n);
     space_tensor<float, vector_extents> mean(rows), rstd(rows);
     poison(y), poison(mean), poison(rstd);
-    executor ex{};
-    const auto before = launches();
-    if (centered) layernorm(y, mean, rstd, x, w, b, {epsilon}, ex);
-    else rmsnorm(y, rstd, x, w, {epsilon}, ex);
-    finish(ex);
-    if (counts_launches) CHECK(launches() - before == 1);
+    Run::forward(centered, y, mean, rstd, x, w, b);
 
     const auto xs = as_doubles(hx), ws = as_doubles(hw), bs = as_doubles(hb);
     const auto want = norm_forward_reference(xs, ws, bs, rows, n, centered);
@@ -87,7 +138,7 @@ void forward_against_reference(bool centered) {
   }
 }
 
-template <class P>
+template <class P, class Run = library_norms>
 void backward_against_reference(bool centered) {
   for (const auto [rows, n] : row_shapes()) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(400 + n), 1.0, 5.0);
@@ -109,13 +160,7 @@ void backward_against_reference(bool centered) {
     space_tensor<P, matrix_extents> dx(rows, n);
     space_tensor<P, vector_extents> dw(n), db(n);
     poison(dx), poison(dw), poison(db);
-    executor ex{};
-    const auto before = launches();
-    if (centered) layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
-    else rmsnorm_backward(dx, dw, dy, x, w, rstd, ex);
-    finish(ex);
-    // Two launches where the accumulator rows fit shared memory, three for long rows on a GPU.
-    if (counts_launches) CHECK((launches() - before == 2 || launches() - before == 3));
+    Run::backward(centered, dx, dw, db, dy, x, w, mean, rstd);
 
     const auto dxs = as_doubles(dx), dws = as_doubles(dw), dbs = as_doubles(db);
     const std::string what = std::string(centered ? "layernorm_backward " : "rmsnorm_backward ") +
@@ -168,6 +213,19 @@ FUSOR_TEST_CASE("layernorm_backward and rmsnorm_backward: every row length again
   for (const bool centered : {true, false})
     for_each_precision([&](auto type) { backward_against_reference<typename decltype(type)::type>(centered); });
 }
+
+#if !FUSOR_HAS_CUDA
+// The CUDA kernels' code on the host: the forward's rows; the backward's rows
+// accumulating dweight and dbias in shared memory (rows up to 16384), or dx
+// alone then the column kernel (longer rows); the partial rows' sums.
+FUSOR_TEST_CASE("layernorm's and rmsnorm's CUDA kernels under the SIMT emulator: every row length, both passes") {
+  for (const bool centered : {true, false})
+    for_each_precision([&](auto type) {
+      forward_against_reference<typename decltype(type)::type, emulated_norms>(centered);
+      backward_against_reference<typename decltype(type)::type, emulated_norms>(centered);
+    });
+}
+#endif
 
 // L = sum(R * y) over all rows, fp64 storage, forward and backward under the
 // tested executor. dx is checked element by element with L over the perturbed

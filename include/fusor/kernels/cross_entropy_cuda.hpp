@@ -2,29 +2,32 @@
 // softmax cross-entropy (cross_entropy.hpp): per-row loss and logits gradient
 // in one pass, the count of rows that are not ignored (for the mean), and the
 // single-block, fixed-order reduction of the losses. bf16 and fp16 logits take
-// exp's fast form (row_exp in row_reduce.hpp).
+// exp's fast form (row_exp in row_reduce.hpp). The rows' kernel body
+// (cross_entropy_rows) is written against the groups' Simt policy: the host
+// tests run it under the SIMT emulator (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
 #include "fusor/config.hpp"
 
-#if FUSOR_HAS_CUDA
-#include <cub/block/block_reduce.cuh>
 #include <cuda/std/cmath>
 #include <cuda/std/limits>
 
+#include "fusor/kernels/row_reduce.hpp"
+
+#if FUSOR_HAS_CUDA
+#include <cub/block/block_reduce.cuh>
+
 #include "fusor/core/buffer.hpp"
 #include "fusor/exec/cuda.hpp"
-#include "fusor/kernels/row_reduce.hpp"
+#endif
 
 namespace fusor::detail {
 
-inline constexpr int reduce_block_threads = 512;
-
 // Loss and gradient of one row whose target is not ignored.
 template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X>
-__device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,
-                                                     index_t in_stride, int n, index_t target,
-                                                     statistic_t<X> scale) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,
+                                                       index_t in_stride, int n, index_t target,
+                                                       statistic_t<X> scale) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
@@ -100,12 +103,12 @@ __device__ FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_strid
   }
 }
 
+// The rows of this thread's group: the body of cross_entropy_kernel.
 // `count`: rows not ignored, for the mean's scale; null for a plain grad_scale.
 template <class Group, bool WithGradient, class G, class L, class X, class T>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
-                         const per_row<T> targets, const index_t ignore_index, const index_t* count,
-                         const float grad_scale) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlogits, const per_row<L>& losses,
+                                                        const row_matrix<const X>& logits, const per_row<T>& targets,
+                                                        index_t ignore_index, const index_t* count, float grad_scale) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   const int n = int(logits.length);
@@ -138,6 +141,17 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
       cross_entropy_row<Group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,
                                                            logits.column_stride, n, target, scale);
   }
+}
+
+#if FUSOR_HAS_CUDA
+inline constexpr int reduce_block_threads = 512;
+
+template <class Group, bool WithGradient, class G, class L, class X, class T>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
+                         const per_row<T> targets, const index_t ignore_index, const index_t* count,
+                         const float grad_scale) {
+  cross_entropy_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count, grad_scale);
 }
 
 // The number of rows whose target is not ignore_index, by one block.
@@ -199,6 +213,6 @@ void cross_entropy_reduce_cuda(L* loss, const per_row<const L>& losses, const pe
                                                    ignore_index, mean);
 }
 
-}  // namespace fusor::detail
-
 #endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

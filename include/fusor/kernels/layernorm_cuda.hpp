@@ -24,19 +24,28 @@
 // Rows and element offsets are index_t (tensors past 2^31 elements); columns
 // within a row are int, rows being at most detail::max_row_length (rows.hpp,
 // checked before the launch), and an accumulator row of 2n is indexed in index_t.
+//
+// The kernels' bodies (norm_forward_rows, norm_backward_rows,
+// norm_parameter_partials, norm_parameter_sums) are written against the Simt
+// policy, every shared-memory access through it: the host tests run them
+// under the SIMT emulator (tests/kernels/row_kernels_emulated.hpp), with the
+// launch arithmetic of plan_norm_backward.
 #pragma once
 
 #include "fusor/config.hpp"
 
-#if FUSOR_HAS_CUDA
 #include <algorithm>
+#include <cstddef>
 
 #include <cuda/std/cmath>
 
-#include "fusor/core/buffer.hpp"
-#include "fusor/exec/cuda.hpp"
 #include "fusor/kernels/layernorm_host.hpp"
 #include "fusor/kernels/row_reduce.hpp"
+
+#if FUSOR_HAS_CUDA
+#include "fusor/core/buffer.hpp"
+#include "fusor/exec/cuda.hpp"
+#endif
 
 namespace fusor::detail {
 
@@ -51,11 +60,13 @@ struct add_two_sums {
     return {a.first + b.first, a.second + b.second};
   }
 };
+template <>
+inline constexpr bool symmetric_op<add_two_sums> = true;
 
 // ---- forward -----------------------------------------------------------------------------
 // Mean and rstd of one row; `Cached`: the row fits the group's registers.
 template <class Group, bool Centered, bool Contiguous, bool Cached, class F>
-__device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float epsilon) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float epsilon) {
   using X = std::remove_const_t<std::remove_pointer_t<decltype(f.x.data)>>;
   using Y = std::remove_pointer_t<decltype(f.y.data)>;
   using W = std::remove_pointer_t<decltype(f.weight.data)>;
@@ -152,9 +163,9 @@ __device__ FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float
   }
 }
 
+// The rows of this thread's group: the body of norm_forward_kernel.
 template <class Group, bool Centered, class Y, class M, class R, class X, class W, class B>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_rows(const norm_forward<Y, M, R, X, W, B>& f, float epsilon) {
   const bool fits = f.x.length <= Group::template capacity<vector_lanes<Y, X, W, B>, cached_bytes<X>>();
   const bool parameters_contiguous = f.weight.vector_ok() && (!Centered || f.bias.vector_ok());
   for (index_t r = Group::first_row(); r < f.x.rows; r += Group::row_step()) {
@@ -168,6 +179,13 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   }
 }
 
+#if FUSOR_HAS_CUDA
+template <class Group, bool Centered, class Y, class M, class R, class X, class W, class B>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
+  norm_forward_rows<Group, Centered>(f, epsilon);
+}
+
 template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, const cuda_executor& ex) {
   gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
@@ -178,6 +196,8 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
   });
 }
 
+#endif  // FUSOR_HAS_CUDA
+
 // ---- backward ------------------------------------------------------------------------------
 // The accumulators' slots: accumulator_padded, accumulator_slot and
 // accumulator_column (row_launch.hpp).
@@ -185,7 +205,8 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
 // dx of one row; with Accumulate, its terms are added into the group's
 // accumulator row `acc` at the slots of the columns this thread owns.
 template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S>
-__device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc) {
+  using Simt = typename Group::simt;
   using DX = std::remove_pointer_t<decltype(b.dx.data)>;
   using DY = std::remove_const_t<std::remove_pointer_t<decltype(b.dy.data)>>;
   using X = std::remove_const_t<std::remove_pointer_t<decltype(b.x.data)>>;
@@ -243,9 +264,12 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
       result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
       if constexpr (Accumulate) {
         if (j < valid) {
-          const index_t slot = accumulator_slot<V>(c, j, Group::threads(), Group::lane());
-          acc[slot] += g * xhat;
-          if constexpr (Centered) acc[accumulator_padded<V>(n, Group::threads()) + slot] += g;
+          S* const weight_slot = acc + accumulator_slot<V>(c, j, Group::threads(), Group::lane());
+          Simt::store_shared(weight_slot, Simt::load_shared(weight_slot) + g * xhat);
+          if constexpr (Centered) {
+            S* const bias_slot = weight_slot + accumulator_padded<V>(n, Group::threads());
+            Simt::store_shared(bias_slot, Simt::load_shared(bias_slot) + g);
+          }
         }
       }
     }
@@ -262,24 +286,25 @@ __device__ FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* 
   }
 }
 
-// dx of every row. With Accumulate, each group's accumulator row lives in
-// dynamic shared memory and the block writes the sum of its groups' rows to
-// `partials` (one row per block); without, dweight and dbias are left to
-// norm_parameter_partials_kernel.
+// dx of every row of this thread's group: the body of norm_backward_kernel.
+// With Accumulate, each group's accumulator row lives in the block's dynamic
+// shared memory (`shared`) and the block writes the sum of its groups' rows
+// to `partials` (one row per block); without, dweight and dbias are left to
+// norm_parameter_partials.
 template <class Group, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
           class M, class R>
-__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
-    norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b,
+                                                        statistic_t<X>* partials, unsigned char* shared) {
+  using Simt = typename Group::simt;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
-  extern __shared__ __align__(16) unsigned char shared_accumulators[];
   const int n = int(b.x.length);
   const index_t padded = accumulator_padded<V>(n, Group::threads());
   const index_t width = accumulator_row_width<V, Centered>(n, Group::threads());
-  S* const block_accumulators = reinterpret_cast<S*>(shared_accumulators);
+  S* const block_accumulators = reinterpret_cast<S*>(shared);
   S* const acc = Accumulate ? block_accumulators + Group::index() * width : nullptr;
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
-    for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) acc[slot] = S(0);
+    for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) Simt::store_shared(acc + slot, S(0));
   }
 
   const bool fits = n <= Group::template capacity<V, cached_bytes<X, DY>>();
@@ -294,40 +319,39 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
       norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc);
   }
   if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
-    __syncthreads();
+    Simt::sync_block();
     const index_t partial_width = Centered ? 2 * index_t(n) : index_t(n);
-    for (index_t slot = threadIdx.x; slot < width; slot += blockDim.x) {
+    for (index_t slot = Simt::thread(); slot < width; slot += Simt::block_threads()) {
       const bool bias = slot >= padded;
       const index_t c = accumulator_column<V>(int(bias ? slot - padded : slot), Group::threads());
       if (c >= n) continue;
       S total = 0;
-      for (int g = 0; g < Group::per_block; ++g) total += block_accumulators[g * width + slot];
-      partials[index_t(blockIdx.x) * partial_width + (bias ? index_t(n) : 0) + c] = total;
+      for (int g = 0; g < Group::per_block; ++g) total += Simt::load_shared(block_accumulators + g * width + slot);
+      partials[Simt::block_x() * partial_width + (bias ? index_t(n) : 0) + c] = total;
     }
   }
 }
 
 // The column kernel of long rows: block (x, y) sums dy * xhat (dweight) and dy
 // (dbias) over rows [y * rows_per_chunk, (y + 1) * rows_per_chunk) for
-// V-column items x * parameter_threads + threadIdx.x, into partial row y.
+// V-column items x * parameter_threads + thread, into partial row y.
 // Rows are loaded `parameter_rows_batch` at a time, so that several loads are
-// in flight per thread.
+// in flight per thread. The body of norm_parameter_partials_kernel.
 inline constexpr int parameter_threads = 256;
 inline constexpr int parameter_rows_batch = 4;
-template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
-__global__ void __launch_bounds__(parameter_threads, 2)
-    norm_parameter_partials_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, index_t rows_per_chunk,
-                                   statistic_t<X>* partials) {
+template <class Simt, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_parameter_partials(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b,
+                                                             index_t rows_per_chunk, statistic_t<X>* partials) {
   using S = statistic_t<X>;
   using XV = std::remove_const_t<X>;
   using DYV = std::remove_const_t<DY>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   const int n = int(b.x.length);
   const index_t width = Centered ? 2 * index_t(n) : index_t(n);
-  const index_t item = index_t(blockIdx.x) * parameter_threads + threadIdx.x;
+  const index_t item = Simt::block_x() * parameter_threads + Simt::thread();
   if (item * V >= n) return;
   const int c = int(item * V);
-  const index_t first = index_t(blockIdx.y) * rows_per_chunk;
+  const index_t first = Simt::block_y() * rows_per_chunk;
   const index_t end = first + rows_per_chunk < b.x.rows ? first + rows_per_chunk : b.x.rows;
   S dweight[V] = {}, dbias[V] = {};
   for (index_t r0 = first; r0 < end; r0 += parameter_rows_batch) {
@@ -360,7 +384,7 @@ __global__ void __launch_bounds__(parameter_threads, 2)
       }
     }
   }
-  S* const partial = partials + index_t(blockIdx.y) * width;
+  S* const partial = partials + Simt::block_y() * width;
   const int valid = valid_columns(c, n, V);
   FUSOR_UNROLL
   for (int j = 0; j < V; ++j)
@@ -376,14 +400,15 @@ __global__ void __launch_bounds__(parameter_threads, 2)
 // order. The order depends only on `rows`: deterministic. One thread per
 // column summing every partial row in turn left the GPU idle (16 blocks of
 // 256 threads for 4096 columns, each reading ~900 rows one after another).
+// The body of norm_parameter_sums_kernel.
 inline constexpr int sums_slices = 8;
-template <bool Centered, class DW, class DB, class S>
-__global__ void __launch_bounds__(32 * sums_slices)
-    norm_parameter_sums_kernel(const S* partials, int rows, index_t n, per_column<DW> dweight, per_column<DB> dbias) {
-  __shared__ two_sums<S> slices[sums_slices][32];
-  const int lane = int(threadIdx.x) % 32, slice = int(threadIdx.x) / 32;
+template <class Simt, bool Centered, class DW, class DB, class S>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_parameter_sums(const S* partials, int rows, index_t n,
+                                                         const per_column<DW>& dweight, const per_column<DB>& dbias) {
+  two_sums<S>* const slices = Simt::template shared_array<two_sums<S>, sums_slices * 32, two_sums<S>>();
+  const int lane = Simt::thread() % 32, slice = Simt::thread() / 32;
   const index_t width = Centered ? 2 * n : n;
-  for (index_t c0 = index_t(blockIdx.x) * 32; c0 < n; c0 += index_t(gridDim.x) * 32) {
+  for (index_t c0 = Simt::block_x() * 32; c0 < n; c0 += Simt::grid_x() * 32) {
     const index_t c = c0 + lane;
     two_sums<S> sums{0, 0};
     if (c < n) {
@@ -392,16 +417,75 @@ __global__ void __launch_bounds__(32 * sums_slices)
         if constexpr (Centered) sums.second += partials[row * width + n + c];
       }
     }
-    slices[slice][lane] = sums;
-    __syncthreads();
+    Simt::store_shared(slices + slice * 32 + lane, sums);
+    Simt::sync_block();
     if (slice == 0 && c < n) {
-      for (int w = 1; w < sums_slices; ++w) sums = add_two_sums{}(sums, slices[w][lane]);
+      for (int w = 1; w < sums_slices; ++w) sums = add_two_sums{}(sums, Simt::load_shared(slices + w * 32 + lane));
       dweight[c] = convert<DW>(sums.first);
       if constexpr (Centered) dbias[c] = convert<DB>(sums.second);
     }
-    __syncthreads();  // slices is reused by the next columns
+    Simt::sync_block();  // slices is reused by the next columns
   }
 }
+
+// How layernorm backward is launched over `rows` rows of n in `shape` (plain
+// arithmetic, shared by the CUDA launch and the emulated tests). Where the
+// groups' accumulator rows fit a block's shared memory (`shared_available`
+// bytes beside its static storage), the row kernel accumulates dweight and
+// dbias, in partial_rows blocks (resident_blocks(wanted, shared_bytes): those
+// that fit the GPU at once), one partial row each. Otherwise the row kernel
+// writes dx alone and the column kernel's (column_blocks x partial_rows) grid
+// sums chunks of rows_per_chunk rows: chunks enough for four blocks a
+// multiprocessor, each of at least parameter_rows_batch rows.
+struct norm_backward_plan {
+  bool accumulate = false;
+  std::size_t shared_bytes = 0;  // the accumulating row kernel's dynamic shared memory
+  int partial_rows = 0;
+  index_t column_blocks = 0, rows_per_chunk = 0;  // the column kernel's, without accumulate
+};
+template <class Group, int V, bool Centered, class S, class ResidentBlocks>
+norm_backward_plan plan_norm_backward(index_t rows, index_t n, const row_launch& shape, std::size_t shared_available,
+                                      int multiprocessors, const ResidentBlocks& resident_blocks) {
+  norm_backward_plan plan;
+  const index_t row_width = accumulator_row_width<V, Centered>(n, shape.group_threads());
+  const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(row_width) * sizeof(S);
+  if (shape.cluster_blocks == 1 && shared_bytes <= shared_available) {
+    plan.accumulate = true;
+    plan.shared_bytes = shared_bytes;
+    plan.partial_rows = resident_blocks((rows + Group::per_block - 1) / Group::per_block, shared_bytes);
+    return plan;
+  }
+  plan.column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
+  const index_t wanted_blocks = 4 * index_t(multiprocessors);
+  const index_t chunks_wanted = std::clamp<index_t>((wanted_blocks + plan.column_blocks - 1) / plan.column_blocks, 1,
+                                                    (rows + parameter_rows_batch - 1) / parameter_rows_batch);
+  plan.rows_per_chunk = (rows + chunks_wanted - 1) / chunks_wanted;
+  plan.partial_rows = int((rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk);
+  return plan;
+}
+
+#if FUSOR_HAS_CUDA
+template <class Group, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
+          class M, class R>
+__global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
+    norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
+  extern __shared__ __align__(16) unsigned char shared_accumulators[];
+  norm_backward_rows<Group, Centered, Accumulate>(b, partials, shared_accumulators);
+}
+
+template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+__global__ void __launch_bounds__(parameter_threads, 2)
+    norm_parameter_partials_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, index_t rows_per_chunk,
+                                   statistic_t<X>* partials) {
+  norm_parameter_partials<device_simt, Centered>(b, rows_per_chunk, partials);
+}
+
+template <bool Centered, class DW, class DB, class S>
+__global__ void __launch_bounds__(32 * sums_slices)
+    norm_parameter_sums_kernel(const S* partials, int rows, index_t n, per_column<DW> dweight, per_column<DB> dbias) {
+  norm_parameter_sums<device_simt, Centered>(partials, rows, n, dweight, dbias);
+}
+
 // Launches norm_parameter_sums_kernel over n columns.
 template <bool Centered, class DW, class DB, class S>
 void launch_parameter_sums(const S* partials, int rows, index_t n, const per_column<DW>& dweight,
@@ -429,38 +513,30 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   constexpr auto rows_only = norm_backward_kernel<Group, Centered, false, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
   const index_t width = Centered ? 2 * n : n;  // a partial row
-  const index_t wanted = (b.x.rows + Group::per_block - 1) / Group::per_block;
 
   int device = 0, shared_limit = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // The static part counts: 49,152 bytes of accumulators beside the reductions' static storage
+  // failed to launch when only the accumulators were weighed (rows of 4097 fp32, H200).
   const std::size_t static_bytes = gpu::static_shared_bytes(accumulating);
-  const std::size_t shared_bytes = std::size_t(Group::per_block) *
-                                   std::size_t(accumulator_row_width<V, Centered>(n, shape.group_threads())) * sizeof(S);
-  int partial_rows = 0;
-  buffer<device_space> partials;
-  if (shape.cluster_blocks == 1 && shared_bytes + static_bytes <= std::size_t(shared_limit)) {
-    // The static part counts: 49,152 bytes of accumulators beside the reductions' static storage
-    // failed to launch when only the accumulators were weighed (rows of 4097 fp32, H200).
-    gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);
-    partial_rows = resident_blocks<accumulating>(wanted, shape.block_threads, shared_bytes);
-    partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
-    launch_kernel<accumulating>(partial_rows, shape.block_threads, shared_bytes, ex.stream, b, partials.as<S>());
+  const std::size_t shared_available = std::size_t(shared_limit) > static_bytes ? shared_limit - static_bytes : 0;
+  const norm_backward_plan plan = plan_norm_backward<Group, V, Centered, S>(
+      b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(), [&](index_t wanted, std::size_t shared_bytes) {
+        gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);  // before the occupancy query
+        return resident_blocks<accumulating>(wanted, shape.block_threads, shared_bytes);
+      });
+  buffer<device_space> partials(std::size_t(plan.partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
+  if (plan.accumulate) {
+    launch_kernel<accumulating>(plan.partial_rows, shape.block_threads, plan.shared_bytes, ex.stream, b,
+                                partials.as<S>());
   } else {
     launch_rows<rows_only>(shape, b.x.rows, 0, ex.stream, b, static_cast<S*>(nullptr));
-    // Chunks of rows enough for four blocks a multiprocessor, each of at least parameter_rows_batch rows.
-    const index_t column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
-    const index_t wanted_blocks = 4 * index_t(gpu::multiprocessor_count());
-    const index_t chunks_wanted = std::clamp<index_t>((wanted_blocks + column_blocks - 1) / column_blocks, 1,
-                                                      (b.x.rows + parameter_rows_batch - 1) / parameter_rows_batch);
-    const index_t rows_per_chunk = (b.x.rows + chunks_wanted - 1) / chunks_wanted;
-    partial_rows = int((b.x.rows + rows_per_chunk - 1) / rows_per_chunk);
-    partials = buffer<device_space>(std::size_t(partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
     launch_kernel<norm_parameter_partials_kernel<Centered, DX, DW, DB, DY, X, W, M, R>>(
-        dim3{unsigned(column_blocks), unsigned(partial_rows)}, parameter_threads, 0, ex.stream, b, rows_per_chunk,
-        partials.as<S>());
+        dim3{unsigned(plan.column_blocks), unsigned(plan.partial_rows)}, parameter_threads, 0, ex.stream, b,
+        plan.rows_per_chunk, partials.as<S>());
   }
-  launch_parameter_sums<Centered>(partials.as<S>(), partial_rows, n, b.dweight, b.dbias, ex.stream);
+  launch_parameter_sums<Centered>(partials.as<S>(), plan.partial_rows, n, b.dweight, b.dbias, ex.stream);
 }
 
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
@@ -472,11 +548,10 @@ void norm_backward_cuda(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, cons
                                     ex.stream);
     return;
   }
-  with_row_group<device_simt, vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(b.x.length, [&](auto group, row_launch shape) {
-    norm_backward_launch<decltype(group), Centered>(b, shape, ex);
-  });
+  with_row_group<device_simt, vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(
+      b.x.length, [&](auto group, row_launch shape) { norm_backward_launch<decltype(group), Centered>(b, shape, ex); });
 }
 
-}  // namespace fusor::detail
-
 #endif  // FUSOR_HAS_CUDA
+
+}  // namespace fusor::detail

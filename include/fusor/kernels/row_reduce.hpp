@@ -75,6 +75,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE T lanes_all_reduce(T value, Op op) {
 // A warp per row, eight rows a block.
 template <class Simt>
 struct warp_row_group {
+  using simt = Simt;
   static constexpr int block_threads = warp_rows_block_threads;
   static constexpr int per_block = block_threads / 32;
   // Launch bounds: 64 registers a thread at most, so 32 warps fit on a multiprocessor.
@@ -104,6 +105,7 @@ struct warp_row_group {
 // template once cost nvcc a kernel apiece).
 template <class Simt>
 struct block_row_group {
+  using simt = Simt;
   static constexpr int per_block = 1;
   static constexpr int max_block_threads = 1024;
   static constexpr int min_blocks = 1;  // with 1024 threads: 64 registers a thread

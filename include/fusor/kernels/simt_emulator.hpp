@@ -13,7 +13,7 @@
 // fp16 and fp32), and an asynchronous copy lands at its thread's wait_async,
 // not before.
 //
-// Static shared memory (shared_array) comes from a 4 KiB region after the
+// Static shared memory (shared_array) comes from an 8 KiB region after the
 // launch's dynamic shared memory; clusters are not emulated (cluster_blocks()
 // is 1). Every shared-memory access made through the policy (ldmatrix,
 // copy_async_16 and copy_async_16_or_zero, load_shared, store_shared,
@@ -187,7 +187,7 @@ inline void wait_warp() {
 }
 
 // Bytes of static shared memory (shared_array) a launch may take.
-inline constexpr std::size_t static_shared_capacity = 4096;
+inline constexpr std::size_t static_shared_capacity = 8192;
 
 // The offset of [p, p + n) in shared memory, which it must lie in (the
 // dynamic, or the static arrays taken so far), aligned to `align` bytes.

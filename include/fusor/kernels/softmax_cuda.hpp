@@ -240,9 +240,10 @@ void softmax_backward_cuda(const row_matrix<DX>& dx, const row_matrix<const Y>& 
                            const cuda_executor& ex) {
   gpu::require("softmax_backward on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  with_row_group<device_simt, vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(y.length, [&](auto group, row_launch shape) {
-    launch_rows<softmax_backward_kernel<decltype(group), Log, DX, Y, DY>>(shape, y.rows, 0, ex.stream, dx, y, dy);
-  });
+  with_row_group<device_simt, vector_lanes<DX, Y, DY>, cached_bytes<Y, DY>>(
+      y.length, [&](auto group, row_launch shape) {
+        launch_rows<softmax_backward_kernel<decltype(group), Log, DX, Y, DY>>(shape, y.rows, 0, ex.stream, dx, y, dy);
+      });
 }
 
 #endif  // FUSOR_HAS_CUDA
