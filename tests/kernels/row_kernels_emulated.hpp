@@ -1,9 +1,8 @@
 // tests/kernels/row_kernels_emulated.hpp — the row-wise CUDA kernels' bodies
-// (softmax_cuda.hpp, cross_entropy_cuda.hpp, layernorm_cuda.hpp) run on the host by the SIMT emulator
-// (simt_emulator.hpp), launched as launch_rows launches them on a GPU without
-// clusters: the group and launch shape with_row_group chooses, a row too long
-// for one block's registers going to 512-thread blocks that read it twice.
-// Host builds only.
+// (softmax_cuda.hpp, cross_entropy_cuda.hpp, layernorm_cuda.hpp) run on the
+// host by the SIMT emulator (simt_emulator.hpp), launched as launch_rows
+// launches them on an sm_90 GPU: the group and launch shape with_row_group
+// chooses, clusters of blocks included. Host builds only.
 #pragma once
 
 #include <fusor/config.hpp>
@@ -24,12 +23,12 @@ namespace rowwise_test::emulated {
 namespace fd = fusor::detail;
 using fusor::index_t;
 
-// body() in every thread of the grid `shape` takes over `rows` rows.
+// body() in every thread of the grid `shape` takes over `rows` rows, in
+// clusters where the shape has them (as on an sm_90 GPU that holds them).
 template <class Body>
-void launch_rows(fd::row_launch shape, index_t rows, const Body& body) {
-  if (shape.cluster_blocks > 1) shape = fd::block_row_launch;  // clusters are not emulated
+void launch_rows(const fd::row_launch& shape, index_t rows, const Body& body) {
   fd::emulate_kernel(fd::simt_grid{fd::row_grid(shape, rows), 1}, shape.block_threads, 0,
-                     [&](unsigned char*) { body(); });
+                     [&](unsigned char*) { body(); }, shape.cluster_blocks);
 }
 
 template <bool Log, class Y, class X>

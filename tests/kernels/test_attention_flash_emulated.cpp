@@ -7,8 +7,8 @@
 // warp shuffles (of any value) and block barriers, static shared arrays,
 // asynchronous copies landing at their wait, and the errors it raises for a
 // barrier some threads never reach, a misaligned ldmatrix row or copy,
-// shared-memory races, reads of bytes never written and of copies in flight,
-// and a cluster; ldmatrix's bank conflicts counted.
+// shared-memory races, reads of bytes never written and of copies in flight;
+// clusters and their hazards; ldmatrix's bank conflicts counted.
 // Then the kernels against the fp64 reference, bf16 and fp16, for T = 1 up
 // to three blocks, grouped-query heads and head sizes 8 to 128 (padded with
 // zero columns), forward and backward (delta, dK and dV blocks, dQ blocks),
@@ -155,8 +155,8 @@ FUSOR_TEST_CASE("simt emulator: warp shuffles and block barriers") {
 
 // What the row kernels use (row_reduce.hpp): shuffles of a struct,
 // broadcasts, grid and block sizes, static shared arrays (one per
-// instantiation, poisoned, race-checked, bounded), and no clusters.
-FUSOR_TEST_CASE("simt emulator: shuffles of any value, static shared arrays, sizes; clusters are refused") {
+// instantiation, poisoned, race-checked, bounded).
+FUSOR_TEST_CASE("simt emulator: shuffles of any value, static shared arrays, block and grid sizes") {
   using sim = emulated_simt;
   struct triple {
     double a;
@@ -204,10 +204,69 @@ FUSOR_TEST_CASE("simt emulator: shuffles of any value, static shared arrays, siz
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{2, 1}, 32, 0, unwritten); }, {"before any thread"});
   auto racing = [](unsigned char*) { sim::store_shared(sim::shared_array<int, 4, tag_a>(), sim::thread()); };
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, racing); }, {"no sync_block"});
-  auto too_big = [](unsigned char*) { (void)sim::shared_array<double, 1024, tag_a>(); };
+  auto too_big = [](unsigned char*) { (void)sim::shared_array<double, 2048, tag_a>(); };
   expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, too_big); }, {"static shared arrays"});
-  auto clustered = [](unsigned char*) { sim::cluster_sync(); };
-  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{1, 1}, 32, 0, clustered); }, {"clusters are not emulated"});
+}
+
+// Clusters: the blocks of one run together; each reads another's shared
+// memory written before a cluster_sync; the errors for a read with no
+// cluster_sync after the write, a write before the others' reads are
+// fenced by one, a read after the block exited, and a bad cluster shape.
+FUSOR_TEST_CASE("simt emulator: clusters share shared memory across a cluster_sync, and its hazards are errors") {
+  using sim = emulated_simt;
+  struct tag {};
+  std::vector<int> seen(4 * 64, -1), shape(4 * 64, -1);
+  emulate_kernel(
+      simt_grid{4, 1}, 64, 0,
+      [&](unsigned char*) {
+        const int t = sim::thread();
+        int* const slot = sim::shared_array<int, 64, tag>();
+        sim::store_shared(slot + t, 1000 * int(sim::block_x()) + t);
+        sim::cluster_sync();
+        const int other = (sim::cluster_rank() + 1) % sim::cluster_blocks();
+        const int theirs = sim::load_cluster_shared(slot + (t + 1) % 64, other);
+        sim::cluster_sync();  // the others have read: the slots may change, the block exit
+        sim::store_shared(slot + t, -1);
+        seen[std::size_t(64 * sim::block_x() + t)] = theirs;
+        shape[std::size_t(64 * sim::block_x() + t)] = 10 * sim::cluster_blocks() + sim::cluster_rank();
+      },
+      2);
+  for (int x = 0; x < 4; ++x)
+    for (int t = 0; t < 64; ++t) {
+      const int partner = x / 2 * 2 + (x % 2 + 1) % 2;
+      CHECK(seen[std::size_t(64 * x + t)] == 1000 * partner + (t + 1) % 64);
+      CHECK(shape[std::size_t(64 * x + t)] == 20 + x % 2);
+    }
+  auto unfenced_read = [](unsigned char*) {
+    int* const slot = sim::shared_array<int, 1, tag>();
+    if (sim::thread() == 0) sim::store_shared(slot, 1);
+    sim::sync_block();
+    if (sim::cluster_rank() == 1) (void)sim::load_cluster_shared(slot, 0);  // block 0 wrote it, unfenced
+    sim::cluster_sync();
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{2, 1}, 32, 0, unfenced_read, 2); },
+                             {"block rank", "no cluster_sync between"});
+  auto early_write = [](unsigned char*) {
+    int* const slot = sim::shared_array<int, 1, tag>();
+    if (sim::thread() == 0) sim::store_shared(slot, 1);
+    sim::cluster_sync();
+    (void)sim::load_cluster_shared(slot, 1 - sim::cluster_rank());
+    sim::sync_block();
+    if (sim::thread() == 0) sim::store_shared(slot, 2);  // the other block may not have read yet
+    sim::cluster_sync();
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{2, 1}, 32, 0, early_write, 2); },
+                             {"written after block rank", "no cluster_sync between"});
+  auto read_after_exit = [](unsigned char*) {
+    int* const slot = sim::shared_array<int, 1, tag>();
+    if (sim::thread() == 0) sim::store_shared(slot, 1);
+    sim::cluster_sync();
+    if (sim::cluster_rank() == 1) (void)sim::load_cluster_shared(slot, 0);  // block 0 may have exited
+  };
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{2, 1}, 32, 0, read_after_exit, 2); },
+                             {"after that block exited"});
+  expect_error<fusor::error>([&] { emulate_kernel(simt_grid{3, 1}, 32, 0, [](unsigned char*) {}, 2); },
+                             {"clusters of 2 blocks over a grid of 3"});
 }
 
 FUSOR_TEST_CASE("simt emulator: a barrier some threads skip and misaligned rows are errors; copies land at the wait") {

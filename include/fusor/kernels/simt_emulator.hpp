@@ -14,20 +14,24 @@
 // not before.
 //
 // Static shared memory (shared_array) comes from an 8 KiB region after the
-// launch's dynamic shared memory; clusters are not emulated (cluster_blocks()
-// is 1). Every shared-memory access made through the policy (ldmatrix,
+// launch's dynamic shared memory. The blocks of a cluster run together.
+//
+// Every shared-memory access made through the policy (ldmatrix,
 // copy_async_16 and copy_async_16_or_zero, load_shared, store_shared,
-// zero_shared_16) is also checked byte by byte, as compute-sanitizer's
-// racecheck and initcheck would on a GPU, and whatever order the fibers
-// happen to run in: between two barriers,
-// a byte one thread writes may be neither read nor written by another
-// thread; nothing may touch a byte an async copy is in flight to (its own
-// thread before wait_async included); and a byte no one has written in this
-// block may not be read. Each is an error naming the block, the threads and
-// the bytes. emulate_kernel returns counters that bear on speed
-// (simt_counters: ldmatrix's bank conflicts). What it does not model: timing, memory ordering between blocks,
-// the GPU's rounding inside mma (it sums each product in double and adds it
-// to the fp32 accumulator once).
+// zero_shared_16, load_cluster_shared) is also checked byte by byte, as
+// compute-sanitizer's racecheck and initcheck would on a GPU, and whatever
+// order the fibers happen to run in: between two barriers, a byte one thread
+// writes may be neither read nor written by another thread; nothing may
+// touch a byte an async copy is in flight to (its own thread before
+// wait_async included); a byte no one has written in this block may not be
+// read; and another block of the cluster may read a byte only if it was
+// written before a cluster_sync, and only until that block exits, nor may
+// the byte be written again before the next cluster_sync. Each is an error
+// naming the block, the threads and the bytes. emulate_kernel returns
+// counters that bear on speed (simt_counters: ldmatrix's bank conflicts).
+// What it does not model: timing, memory ordering between blocks, the GPU's
+// rounding inside mma (it sums each product in double and adds it to the
+// fp32 accumulator once).
 //
 // Host translation units only (g++, clang++): under nvcc the kernels' Simt
 // code is device code, and this header declares nothing.
@@ -75,7 +79,7 @@ namespace simt_emulation {
 
 inline constexpr std::size_t stack_bytes = std::size_t(256) << 10;
 
-enum class wait_kind { none, warp, block };
+enum class wait_kind { none, warp, block, cluster };
 
 // A copy_async in flight: done by wait_async, so a read before the wait sees
 // what shared memory held before (as it may on a GPU).
@@ -86,13 +90,17 @@ struct pending_copy {
 
 // What happened to one byte of shared memory in this block: the barrier
 // epochs (block_state::block_generation) of its last write and last read,
-// and by which threads.
+// and by which threads; the cluster barrier's epochs
+// (cluster_state::generation) of its last write and of its last read by
+// another block of the cluster.
 struct byte_history {
   static constexpr std::uint64_t never = ~std::uint64_t(0);
   static constexpr int several = -2;  // readers: more than one thread this epoch
   std::uint64_t written = never, read = never;
+  std::uint64_t cluster_written = never, remote_read = never;
   int writer = -1, reader = -1;
-  int in_flight = -1;  // the thread whose copy_async to it has not landed
+  int remote_reader = -1;  // the block (its rank) that read it last
+  int in_flight = -1;      // the thread whose copy_async to it has not landed
 };
 
 struct fiber {
@@ -114,16 +122,31 @@ struct warp_exchange {
   const void* addresses[32];
 };
 
+struct block_state;
+
+// The blocks of one cluster (one block without clusters), run together: the
+// cluster barrier's count and epoch, and the static shared arrays' layout,
+// the same in every block of the launch.
+struct cluster_state {
+  std::vector<block_state*> blocks;
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  // Static shared memory (shared_array), after the dynamic: each array's
+  // key (one per instantiation) and offset; bytes taken so far.
+  std::size_t static_used = 0;
+  std::vector<std::pair<const void*, std::size_t>> static_arrays;
+  int live() const;
+};
+
 struct block_state {
   index_t x = 0, y = 0;
   simt_grid grid;
   int threads = 0, live = 0, current = 0;
+  int rank = 0;  // in its cluster
+  cluster_state* cluster = nullptr;
   unsigned char* shared = nullptr;
   std::size_t shared_bytes = 0;  // dynamic shared memory, from `shared`
-  // Static shared memory (shared_array), after the dynamic: each array's
-  // key (one per instantiation) and offset; bytes taken so far.
-  std::size_t static_begin = 0, static_used = 0;
-  std::vector<std::pair<const void*, std::size_t>> static_arrays;
+  std::size_t static_begin = 0;  // where the static arrays start
   std::vector<byte_history> history;  // one per byte of shared memory
   std::vector<fiber> fibers;
   std::vector<warp_exchange> warps;
@@ -139,18 +162,32 @@ struct block_state {
   }
 };
 
+inline int cluster_state::live() const {
+  int n = 0;
+  for (const block_state* b : blocks) n += b->live;
+  return n;
+}
+
 inline thread_local block_state* current = nullptr;
 
 inline block_state& state() { return *current; }
 
-// Releases a block barrier whose every live thread has arrived (after one
-// exits). A warp collective is not released: its lanes wait for the one
-// that left, and the scheduler reports them.
+// The cluster barrier's release: it orders every block's threads too.
+inline void release_cluster(cluster_state& c) {
+  c.arrived = 0;
+  ++c.generation;
+  for (block_state* b : c.blocks) ++b->block_generation;
+}
+
+// Releases a block or cluster barrier whose every live thread has arrived
+// (after one exits). A warp collective is not released: its lanes wait for
+// the one that left, and the scheduler reports them.
 inline void release_complete_barrier(block_state& s) {
   if (s.block_arrived > 0 && s.block_arrived == s.live) {
     s.block_arrived = 0;
     ++s.block_generation;
   }
+  if (s.cluster->arrived > 0 && s.cluster->arrived == s.cluster->live()) release_cluster(*s.cluster);
 }
 
 inline void suspend(wait_kind kind, std::uint64_t generation) {
@@ -169,6 +206,15 @@ inline void wait_block() {
     return;
   }
   suspend(wait_kind::block, s.block_generation);
+}
+
+inline void wait_cluster() {
+  cluster_state& c = *state().cluster;
+  if (++c.arrived == c.live()) {
+    release_cluster(c);
+    return;
+  }
+  suspend(wait_kind::cluster, c.generation);
 }
 
 inline warp_exchange& this_warp() { return state().warps[std::size_t(state().current / 32)]; }
@@ -196,7 +242,7 @@ inline std::size_t shared_offset(const block_state& s, const void* p, std::size_
   const auto* b = static_cast<const unsigned char*>(p);
   const unsigned char* statics = s.shared + s.static_begin;
   const bool inside = (b >= s.shared && b + n <= s.shared + s.shared_bytes) ||
-                      (b >= statics && b + n <= statics + s.static_used);
+                      (b >= statics && b + n <= statics + s.cluster->static_used);
   if (!inside || std::size_t(b - s.shared) % align != 0)
     throw error("fusor: simt emulator: " + std::string(what) + " in " + s.where() + " at " +
                 (b < s.shared || b >= s.shared + s.shared_bytes
@@ -254,8 +300,31 @@ inline void note_write(block_state& s, std::size_t at, std::size_t n) {
       shared_hazard(s, at, n, i, "is written after " + thread_name(h.writer) + " wrote it, with no sync_block between");
     if (h.read == now && h.reader != s.current)
       shared_hazard(s, at, n, i, "is written after " + thread_name(h.reader) + " read it, with no sync_block between");
+    if (h.remote_read == s.cluster->generation)
+      shared_hazard(s, at, n, i,
+                    "is written after block rank " + std::to_string(h.remote_reader) +
+                        " of the cluster read it, with no cluster_sync between");
     h.written = now;
     h.writer = s.current;
+    h.cluster_written = s.cluster->generation;
+  }
+}
+
+// This thread (of block s) reads bytes [at, at + n) of block `owner`'s shared
+// memory, another block of its cluster: written there before the last cluster barrier.
+inline void note_remote_read(block_state& s, block_state& owner, std::size_t at, std::size_t n) {
+  const cluster_state& c = *s.cluster;
+  for (std::size_t i = at; i < at + n; ++i) {
+    byte_history& h = owner.history[i];
+    const std::string there = " in block rank " + std::to_string(owner.rank) + " of the cluster";
+    if (h.in_flight >= 0) shared_hazard(s, at, n, i, "is read" + there + " while a copy_async to it is in flight");
+    if (h.written == byte_history::never)
+      shared_hazard(s, at, n, i, "is read" + there + " before any thread of that block wrote it");
+    if (h.cluster_written == c.generation)
+      shared_hazard(s, at, n, i,
+                    "is read" + there + " after its " + thread_name(h.writer) + " wrote it, with no cluster_sync between");
+    h.remote_read = c.generation;
+    h.remote_reader = s.rank;
   }
 }
 
@@ -298,6 +367,7 @@ inline bool runnable(const block_state& s, int i) {
   if (f.done) return false;
   switch (f.waiting) {
     case wait_kind::block: return f.generation != s.block_generation;
+    case wait_kind::cluster: return f.generation != s.cluster->generation;
     case wait_kind::warp: return f.generation != s.warps[std::size_t(i / 32)].generation;
     default: return true;
   }
@@ -373,27 +443,44 @@ struct emulated_simt {
   static T* shared_array() {
     static const char key = 0;
     simt_emulation::block_state& s = simt_emulation::state();
-    for (const auto& [k, offset] : s.static_arrays)
+    simt_emulation::cluster_state& c = *s.cluster;
+    for (const auto& [k, offset] : c.static_arrays)
       if (k == &key) return reinterpret_cast<T*>(s.shared + offset);
-    const std::size_t at = (s.static_used + 15) / 16 * 16, bytes = sizeof(T) * std::size_t(N);
+    const std::size_t at = (c.static_used + 15) / 16 * 16, bytes = sizeof(T) * std::size_t(N);
     if (at + bytes > simt_emulation::static_shared_capacity)
       throw error("fusor: simt emulator: static shared arrays of more than " +
                   std::to_string(simt_emulation::static_shared_capacity) + " bytes in " + s.where());
-    s.static_used = at + bytes;
-    s.static_arrays.emplace_back(&key, s.static_begin + at);
+    c.static_used = at + bytes;
+    c.static_arrays.emplace_back(&key, s.static_begin + at);
     return reinterpret_cast<T*>(s.shared + s.static_begin + at);
   }
 
-  // One block a cluster, always.
-  static int cluster_blocks() { return 1; }
-  static int cluster_rank() { return 0; }
-  static void cluster_sync() { clusters_not_emulated(); }
+  // Clusters (emulate_kernel's cluster_blocks; 1 without).
+  static int cluster_blocks() { return int(simt_emulation::state().cluster->blocks.size()); }
+  static int cluster_rank() { return simt_emulation::state().rank; }
+  static void cluster_sync() { simt_emulation::wait_cluster(); }
+  // p's T in block `rank`'s shared memory: written there before the last
+  // cluster_sync, and that block not yet exited.
   template <class T>
-  static T load_cluster_shared(const T*, int) {
-    clusters_not_emulated();
-  }
-  [[noreturn]] static void clusters_not_emulated() {
-    throw error("fusor: simt emulator: clusters are not emulated (cluster_blocks() is 1)");
+  static T load_cluster_shared(const T* p, int rank) {
+    simt_emulation::block_state& s = simt_emulation::state();
+    const std::size_t at = simt_emulation::shared_offset(s, p, sizeof(T), alignof(T), "load_cluster_shared");
+    const auto& blocks = s.cluster->blocks;
+    if (rank < 0 || rank >= int(blocks.size()))
+      throw error("fusor: simt emulator: load_cluster_shared in " + s.where() + " from block rank " +
+                  std::to_string(rank) + " of a cluster of " + std::to_string(blocks.size()));
+    simt_emulation::block_state& owner = *blocks[std::size_t(rank)];
+    if (&owner == &s) {
+      simt_emulation::note_read(s, at, sizeof(T));
+    } else {
+      if (owner.live == 0)
+        throw error("fusor: simt emulator: load_cluster_shared in " + s.where() + " from block rank " +
+                    std::to_string(rank) + " of the cluster after that block exited (a cluster_sync missing)");
+      simt_emulation::note_remote_read(s, owner, at, sizeof(T));
+    }
+    T v;
+    std::memcpy(static_cast<void*>(&v), owner.shared + at, sizeof(T));
+    return v;
   }
 
   static void copy_async_16(void* to, const void* from) { copy_async_16_or_zero(to, from, true); }
@@ -501,67 +588,93 @@ struct emulated_simt {
 
 // Runs body(shared) in every thread of every block of `grid`, `threads` (a
 // multiple of 32) threads a block with `shared_bytes` of shared memory, as a
-// launch would; rethrows the first error a thread raised, and throws one
-// where threads wait at a barrier the others never reach. Returns the
-// launch's counters.
+// launch would; with cluster_blocks > 1 (up to 8, dividing grid.x), the
+// blocks of each cluster run together (cluster_sync, load_cluster_shared).
+// Rethrows the first error a thread raised, and throws one where threads
+// wait at a barrier the others never reach. Returns the launch's counters.
 inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t shared_bytes,
-                                    const std::function<void(unsigned char*)>& body) {
+                                    const std::function<void(unsigned char*)>& body, int cluster_blocks = 1) {
   if (threads <= 0 || threads % 32 != 0 || threads > 1024)
     throw error("fusor: simt emulator: blocks of " + std::to_string(threads) +
                 " threads; it runs whole warps, up to 1024 threads");
+  if (cluster_blocks < 1 || cluster_blocks > 8 || grid.x % cluster_blocks != 0)
+    throw error("fusor: simt emulator: clusters of " + std::to_string(cluster_blocks) + " blocks over a grid of " +
+                std::to_string(grid.x) + ": a cluster is 1 to 8 blocks and divides the grid's x");
   namespace se = simt_emulation;
   const std::size_t static_begin = (shared_bytes + 127) / 128 * 128,
                     all_bytes = static_begin + se::static_shared_capacity;
-  std::vector<unsigned char> shared_storage(all_bytes + 128);
-  unsigned char* shared = shared_storage.data() + (128 - reinterpret_cast<std::uintptr_t>(shared_storage.data()) % 128);
-  se::block_state s;
-  s.grid = grid;
-  s.threads = threads;
-  s.shared = shared;
-  s.shared_bytes = shared_bytes;
-  s.static_begin = static_begin;
-  s.body = &body;
-  s.fibers.resize(std::size_t(threads));
-  for (se::fiber& f : s.fibers) f.stack.reset(new char[se::stack_bytes]);
+  se::cluster_state cluster;
+  const auto block_count = static_cast<std::size_t>(cluster_blocks);
+  std::vector<se::block_state> blocks(block_count);
+  std::vector<std::vector<unsigned char>> shared_storage(block_count);
+  simt_counters counters;
+  for (int rank = 0; rank < cluster_blocks; ++rank) {
+    se::block_state& s = blocks[std::size_t(rank)];
+    std::vector<unsigned char>& storage = shared_storage[std::size_t(rank)];
+    storage.resize(all_bytes + 128);
+    s.shared = storage.data() + (128 - reinterpret_cast<std::uintptr_t>(storage.data()) % 128);
+    s.grid = grid;
+    s.threads = threads;
+    s.rank = rank;
+    s.cluster = &cluster;
+    s.shared_bytes = shared_bytes;
+    s.static_begin = static_begin;
+    s.body = &body;
+    s.fibers.resize(std::size_t(threads));
+    for (se::fiber& f : s.fibers) f.stack.reset(new char[se::stack_bytes]);
+    cluster.blocks.push_back(&s);
+  }
   se::block_state* const outer = se::current;
-  se::current = &s;
   struct restore {
     se::block_state* outer;
     ~restore() { se::current = outer; }
   } restore_current{outer};
 
   for (index_t y = 0; y < grid.y; ++y)
-    for (index_t x = 0; x < grid.x; ++x) {
-      s.x = x;
-      s.y = y;
-      s.live = threads;
-      s.block_arrived = 0;
-      s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
-      std::memset(shared, 0xff, all_bytes);
-      s.history.assign(all_bytes, se::byte_history{});
-      for (int i = 0; i < threads; ++i) {
-        se::fiber& f = s.fibers[std::size_t(i)];
-        f.done = false;
-        f.waiting = se::wait_kind::none;
-        f.copies.clear();
-        se::start_fiber(f, s.scheduler);
-      }
-      while (s.live > 0) {
-        bool ran = false;
+    for (index_t x0 = 0; x0 < grid.x; x0 += cluster_blocks) {
+      cluster.arrived = 0;
+      for (se::block_state& s : blocks) {
+        se::current = &s;
+        s.x = x0 + s.rank;
+        s.y = y;
+        s.live = threads;
+        s.block_arrived = 0;
+        s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
+        std::memset(s.shared, 0xff, all_bytes);
+        s.history.assign(all_bytes, se::byte_history{});
         for (int i = 0; i < threads; ++i) {
-          if (!se::runnable(s, i)) continue;
-          s.fibers[std::size_t(i)].waiting = se::wait_kind::none;
-          s.current = i;
-          ran = true;
-          swapcontext(&s.scheduler, &s.fibers[std::size_t(i)].context);
-          if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
+          se::fiber& f = s.fibers[std::size_t(i)];
+          f.done = false;
+          f.waiting = se::wait_kind::none;
+          f.copies.clear();
+          se::start_fiber(f, s.scheduler);
         }
-        if (!ran && s.live > 0)
-          throw error("fusor: simt emulator: in block (" + std::to_string(x) + ", " + std::to_string(y) + "), " +
-                      std::to_string(s.live) + " threads wait at a barrier or warp collective the others never reach");
+      }
+      while (cluster.live() > 0) {
+        bool ran = false;
+        for (se::block_state& s : blocks)
+          for (int i = 0; i < threads; ++i) {
+            if (!se::runnable(s, i)) continue;
+            s.fibers[std::size_t(i)].waiting = se::wait_kind::none;
+            se::current = &s;
+            s.current = i;
+            ran = true;
+            swapcontext(&s.scheduler, &s.fibers[std::size_t(i)].context);
+            if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
+          }
+        if (!ran && cluster.live() > 0)
+          throw error("fusor: simt emulator: in block (" + std::to_string(x0) + ", " + std::to_string(y) + ")" +
+                      (cluster_blocks > 1 ? " and the rest of its cluster of " + std::to_string(cluster_blocks)
+                                          : std::string()) +
+                      ", " + std::to_string(cluster.live()) +
+                      " threads wait at a barrier or warp collective the others never reach");
       }
     }
-  return s.counters;
+  for (const se::block_state& s : blocks) {
+    counters.ldmatrix += s.counters.ldmatrix;
+    counters.ldmatrix_extra_passes += s.counters.ldmatrix_extra_passes;
+  }
+  return counters;
 }
 
 }  // namespace fusor::detail
