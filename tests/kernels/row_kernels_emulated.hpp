@@ -48,12 +48,18 @@ void softmax_backward(const fd::row_matrix<DX>& dx, const fd::row_matrix<const Y
       });
 }
 
-// cross_entropy_kernel's rows; `count` (rows not ignored, for the mean) as
-// the count kernel leaves it, or null for a plain grad_scale.
+// cross_entropy_cuda's launches: with `mean`, the count of rows not ignored
+// (one block), then the rows.
 template <bool WithGradient, class G, class L, class X, class T>
 void cross_entropy(const fd::row_matrix<G>& dlogits, const fd::per_row<L>& losses,
                    const fd::row_matrix<const X>& logits, const fd::per_row<T>& targets, index_t ignore_index,
-                   const index_t* count, float grad_scale) {
+                   bool mean, float grad_scale) {
+  index_t counted = -1;
+  if (mean)
+    fd::emulate_kernel(fd::simt_grid{1, 1}, fd::reduce_block_threads, 0, [&](unsigned char*) {
+      fd::count_targets<fd::emulated_simt>(targets, logits.rows, ignore_index, &counted);
+    });
+  const index_t* const count = mean ? &counted : nullptr;
   fd::with_row_group<fd::emulated_simt, fd::vector_lanes<G, X>, fd::cached_bytes<X>>(
       logits.length, [&](auto group, fd::row_launch shape) {
         launch_rows(shape, logits.rows, [&] {

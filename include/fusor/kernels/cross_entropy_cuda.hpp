@@ -2,9 +2,10 @@
 // softmax cross-entropy (cross_entropy.hpp): per-row loss and logits gradient
 // in one pass, the count of rows that are not ignored (for the mean), and the
 // single-block, fixed-order reduction of the losses. bf16 and fp16 logits take
-// exp's fast form (row_exp in row_reduce.hpp). The rows' kernel body
-// (cross_entropy_rows) is written against the groups' Simt policy: the host
-// tests run it under the SIMT emulator (tests/kernels/row_kernels_emulated.hpp).
+// exp's fast form (row_exp in row_reduce.hpp). The kernels' bodies
+// (cross_entropy_rows, count_targets, cross_entropy_reduce_block) are written
+// against the Simt policy: the host tests run them under the SIMT emulator
+// (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
 #include "fusor/config.hpp"
@@ -15,8 +16,6 @@
 #include "fusor/kernels/row_reduce.hpp"
 
 #if FUSOR_HAS_CUDA
-#include <cub/block/block_reduce.cuh>
-
 #include "fusor/core/buffer.hpp"
 #include "fusor/exec/cuda.hpp"
 #endif
@@ -144,8 +143,6 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
 }
 
 #if FUSOR_HAS_CUDA
-inline constexpr int reduce_block_threads = 512;
-
 template <class Group, bool WithGradient, class G, class L, class X, class T>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
@@ -154,38 +151,52 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   cross_entropy_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count, grad_scale);
 }
 
-// The number of rows whose target is not ignore_index, by one block.
-template <class T>
-__global__ void __launch_bounds__(reduce_block_threads)
-    count_targets_kernel(const per_row<T> targets, const index_t rows, const index_t ignore_index, index_t* count) {
+#endif  // FUSOR_HAS_CUDA
+
+// The single-block kernels' size.
+inline constexpr int reduce_block_threads = 512;
+
+// The number of rows whose target is not ignore_index, by one block of
+// reduce_block_threads: the body of count_targets_kernel.
+template <class Simt, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void count_targets(const per_row<T>& targets, index_t rows, index_t ignore_index,
+                                                   index_t* count) {
   index_t mine = 0;
-  for (index_t r = threadIdx.x; r < rows; r += reduce_block_threads) mine += index_t(targets[r]) != ignore_index;
-  using block_reduce = cub::BlockReduce<index_t, reduce_block_threads>;
-  __shared__ typename block_reduce::TempStorage temp;
-  const index_t total = block_reduce(temp).Sum(mine);
-  if (threadIdx.x == 0) *count = total;
+  for (index_t r = Simt::thread(); r < rows; r += Simt::block_threads()) mine += index_t(targets[r]) != ignore_index;
+  const index_t total = block_row_group<Simt>::all_reduce(mine, sum_op{});
+  if (Simt::thread() == 0) *count = total;
 }
 
 // The sum of the losses, divided by the count of rows not ignored for the
-// mean, by one block in a fixed order.
+// mean, by one block in a fixed order: the body of cross_entropy_reduce_kernel.
+template <class Simt, class L, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_reduce_block(L* loss, const per_row<const L>& losses,
+                                                                const per_row<T>& targets, index_t rows,
+                                                                index_t ignore_index, bool mean) {
+  using S = statistic_t<L>;
+  S sum = 0;
+  index_t counted = 0;
+  for (index_t r = Simt::thread(); r < rows; r += Simt::block_threads()) {
+    sum += convert<S>(losses[r]);
+    counted += index_t(targets[r]) != ignore_index;
+  }
+  const S total = block_row_group<Simt>::all_reduce(sum, sum_op{});
+  const index_t total_count = block_row_group<Simt>::all_reduce(counted, sum_op{});
+  if (Simt::thread() == 0) *loss = convert<L>(mean ? total / S(total_count) : total);
+}
+
+#if FUSOR_HAS_CUDA
+template <class T>
+__global__ void __launch_bounds__(reduce_block_threads)
+    count_targets_kernel(const per_row<T> targets, const index_t rows, const index_t ignore_index, index_t* count) {
+  count_targets<device_simt>(targets, rows, ignore_index, count);
+}
+
 template <class L, class T>
 __global__ void __launch_bounds__(reduce_block_threads)
     cross_entropy_reduce_kernel(L* loss, const per_row<const L> losses, const per_row<T> targets, const index_t rows,
                                 const index_t ignore_index, const bool mean) {
-  using S = statistic_t<L>;
-  S sum = 0;
-  index_t counted = 0;
-  for (index_t r = threadIdx.x; r < rows; r += reduce_block_threads) {
-    sum += convert<S>(losses[r]);
-    counted += index_t(targets[r]) != ignore_index;
-  }
-  using sum_reduce = cub::BlockReduce<S, reduce_block_threads>;
-  using count_reduce = cub::BlockReduce<index_t, reduce_block_threads>;
-  __shared__ typename sum_reduce::TempStorage sum_temp;
-  __shared__ typename count_reduce::TempStorage count_temp;
-  const S total = sum_reduce(sum_temp).Sum(sum);
-  const index_t total_count = count_reduce(count_temp).Sum(counted);
-  if (threadIdx.x == 0) *loss = convert<L>(mean ? total / S(total_count) : total);
+  cross_entropy_reduce_block<device_simt>(loss, losses, targets, rows, ignore_index, mean);
 }
 
 template <bool WithGradient, class G, class L, class X, class T>
