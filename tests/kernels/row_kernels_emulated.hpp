@@ -9,6 +9,7 @@
 
 #if !FUSOR_HAS_CUDA
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -37,6 +38,13 @@ void softmax(const fd::row_matrix<Y>& y, const fd::row_matrix<const X>& x) {
       x.length, [&](auto group, fd::row_launch shape) {
         launch_rows(shape, x.rows, [&] { fd::softmax_rows<decltype(group), Log>(y, x); });
       });
+}
+
+template <bool Log, class Y, class E, std::size_t Rank>
+void softmax_expression(const fd::row_matrix<Y>& y, const fd::expression_rows<E, Rank>& x) {
+  fd::with_expression_row_group<fd::emulated_simt>(y.length, [&](auto group, fd::row_launch shape) {
+    launch_rows(shape, y.rows, [&] { fd::softmax_expression_rows<decltype(group), Log>(y, x); });
+  });
 }
 
 template <bool Log, class DX, class Y, class DY>

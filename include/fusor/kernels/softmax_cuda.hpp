@@ -10,9 +10,10 @@
 // Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
 // row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
 //
-// The kernels' bodies (softmax_rows, softmax_backward_rows) take the group as
-// a template parameter and the group its Simt policy: the host tests run them
-// under the SIMT emulator (tests/kernels/row_kernels_emulated.hpp).
+// The kernels' bodies (softmax_rows, softmax_expression_rows,
+// softmax_backward_rows) take the group as a template parameter and the group
+// its Simt policy: the host tests run them under the SIMT emulator
+// (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
 #include "fusor/config.hpp"
@@ -193,6 +194,25 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>&
   }
 }
 
+// softmax of an expression: every row read twice, element by element. The
+// body of softmax_expression_kernel.
+template <class Group, bool Log, class Y, class E, std::size_t Rank>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_expression_rows(const row_matrix<Y>& y,
+                                                             const expression_rows<E, Rank>& x) {
+  const int n = int(y.length);
+  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
+    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
+}
+// launch(Group{}, shape) for an expression's rows of `length`, read twice: a
+// warp each up to 1024 elements, else a 512-thread block.
+template <class Simt, class Launch>
+void with_expression_row_group(index_t length, const Launch& launch) {
+  if (length <= 1024)
+    launch(warp_row_group<Simt>{}, warp_row_launch);
+  else
+    launch(block_row_group<Simt>{}, block_row_launch);
+}
+
 #if FUSOR_HAS_CUDA
 template <class Group, bool Log, class Y, class X>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
@@ -200,13 +220,10 @@ __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
   softmax_rows<Group, Log>(y, x);
 }
 
-// softmax of an expression: every row read twice, element by element.
 template <class Group, bool Log, class Y, class E, std::size_t Rank>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_expression_kernel(const row_matrix<Y> y, const expression_rows<E, Rank> x) {
-  const int n = int(y.length);
-  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
-    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
+  softmax_expression_rows<Group, Log>(y, x);
 }
 
 template <class Group, bool Log, class DX, class Y, class DY>
@@ -228,11 +245,9 @@ template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  // Rows read twice: a warp each up to 1024 elements, else a block.
-  if (y.length <= 1024)
-    launch_rows<softmax_expression_kernel<warp_rows, Log, Y, E, Rank>>(warp_row_launch, y.rows, 0, ex.stream, y, x);
-  else
-    launch_rows<softmax_expression_kernel<block_rows, Log, Y, E, Rank>>(block_row_launch, y.rows, 0, ex.stream, y, x);
+  with_expression_row_group<device_simt>(y.length, [&](auto group, row_launch shape) {
+    launch_rows<softmax_expression_kernel<decltype(group), Log, Y, E, Rank>>(shape, y.rows, 0, ex.stream, y, x);
+  });
 }
 
 template <bool Log, class DX, class Y, class DY>
