@@ -3,9 +3,13 @@
 // registers, clusters of 512-thread blocks up to eight, then a block that
 // reads twice), grids that are whole clusters within the grid limit, and
 // layernorm backward's accumulator slots: every column of a row has one slot
-// of its own thread, and the slot leads back to the column.
+// of its own thread, and the slot leads back to the column; and its plan.
+#include <algorithm>
+#include <cstddef>
+#include <tuple>
 #include <vector>
 
+#include <fusor/kernels/layernorm_cuda.hpp>
 #include <fusor/kernels/row_launch.hpp>
 
 #include "support/fusor_test.hpp"
@@ -126,4 +130,55 @@ FUSOR_TEST_CASE("layernorm backward's accumulator slots: one a column, its own t
       check_slots<4>(threads, n);
       check_slots<8>(threads, n);
     }
+}
+
+namespace {
+// The groups' rows a block, as plan_norm_backward reads them.
+struct warps {
+  static constexpr int per_block = 8;
+};
+struct block {
+  static constexpr int per_block = 1;
+};
+}  // namespace
+
+// plan_norm_backward (layernorm_cuda.hpp): accumulators in shared memory where
+// a block's groups' rows fit, in as many blocks as the GPU holds at once (at
+// most one a group of rows); otherwise, and for clusters, the column kernel's
+// chunks: whole rows, at least parameter_rows_batch each, covering every row
+// once, enough for four blocks a multiprocessor where the rows allow.
+FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared memory, else chunks of rows") {
+  const auto resident = [](index_t wanted, std::size_t) { return int(std::min<index_t>(wanted, 264)); };
+  const std::size_t h200 = (std::size_t(227) << 10) - 1024;  // opt-in shared memory beside 1 KiB of static
+  // fp32 rows of 768 a warp: 8 accumulator rows of 2 x 768 floats (48 KiB) a block.
+  auto p = detail::plan_norm_backward<warps, 4, true, float>(1000, 768, detail::row_launch_for<4, 8>(768), h200, 132,
+                                                            resident);
+  CHECK(p.accumulate);
+  CHECK(p.shared_bytes == 8 * 2 * 768 * sizeof(float));
+  CHECK(p.partial_rows == 125);  // 1000 rows, 8 a block: fewer blocks than the GPU holds
+  // rmsnorm: no bias slots, half the bytes.
+  p = detail::plan_norm_backward<warps, 4, false, float>(1000, 768, detail::row_launch_for<4, 8>(768), h200, 132,
+                                                         resident);
+  CHECK(p.shared_bytes == 8 * 768 * sizeof(float));
+  // 4096 fp32 columns in a 512-thread block: 2 x 4096 floats; 100000 rows, the GPU's 264 blocks.
+  p = detail::plan_norm_backward<block, 4, true, float>(100000, 4096, detail::row_launch_for<4, 8>(4096), h200, 132,
+                                                        resident);
+  CHECK(p.accumulate);
+  CHECK(p.partial_rows == 264);
+  // Too little shared memory, or a cluster: the column kernel's chunks.
+  for (const auto& [rows, n, available] : {std::tuple{index_t(100000), index_t(4096), std::size_t(1024)},
+                                           std::tuple{index_t(3), index_t(4096), std::size_t(0)},
+                                           std::tuple{index_t(5000), index_t(50304), h200}}) {
+    INFO("rows ", rows, ", length ", n);
+    const row_launch shape = detail::row_launch_for<4, 8>(n);
+    p = detail::plan_norm_backward<block, 4, true, float>(rows, n, shape, available, 132, resident);
+    CHECK_FALSE(p.accumulate);
+    CHECK(p.shared_bytes == 0);
+    CHECK(p.column_blocks == (n + 1023) / 1024);  // 256 threads of 4 columns a block
+    CHECK((p.rows_per_chunk >= detail::parameter_rows_batch || p.rows_per_chunk == rows));
+    CHECK(index_t(p.partial_rows) * p.rows_per_chunk >= rows);
+    CHECK(index_t(p.partial_rows - 1) * p.rows_per_chunk < rows);  // no empty chunk
+    CHECK(p.column_blocks * p.partial_rows < 4 * 132 + 2 * p.column_blocks);  // four a multiprocessor, rounded up
+  }
+  CHECK(detail::row_launch_for<4, 8>(50304).cluster_blocks > 1);  // the last case is a cluster's row
 }

@@ -60,15 +60,13 @@ inline constexpr int looped_batch_bytes = 32;
 template <class Op>
 inline constexpr bool symmetric_op = false;
 
-// The reduction of `value` over groups of `Lanes` consecutive lanes of a warp
-// (a power of two, at most 32), in every lane of the group: a butterfly of
+// The reduction of `value` over the warp, in every lane: a butterfly of
 // shuffles, and lane 0's result handed to the others where op is not symmetric.
-template <class Simt, int Lanes = 32, class T, class Op>
-FUSOR_DEVICE FUSOR_FORCE_INLINE T lanes_all_reduce(T value, Op op) {
-  static_assert(Lanes >= 1 && Lanes <= 32 && (Lanes & (Lanes - 1)) == 0, "fusor: lanes_all_reduce over 2^k lanes");
+template <class Simt, class T, class Op>
+FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_all_reduce(T value, Op op) {
   FUSOR_UNROLL
-  for (int mask = Lanes / 2; mask > 0; mask /= 2) value = op(value, Simt::shfl_xor(value, mask));
-  if constexpr (!symmetric_op<Op> && Lanes > 1) value = Simt::shfl(value, Simt::thread() % 32 / Lanes * Lanes);
+  for (int mask = 16; mask > 0; mask /= 2) value = op(value, Simt::shfl_xor(value, mask));
+  if constexpr (!symmetric_op<Op>) value = Simt::shfl(value, 0);
   return value;
 }
 
@@ -95,7 +93,7 @@ struct warp_row_group {
   // The reduction of `value` over the warp, in every thread of it.
   template <class T, class Op>
   FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
-    return lanes_all_reduce<Simt>(value, op);
+    return warp_all_reduce<Simt>(value, op);
   }
 };
 
@@ -129,11 +127,10 @@ struct block_row_group {
   FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
     T* const warp_results = Simt::template shared_array<T, max_block_threads / 32, block_row_group>();
     const int thread = Simt::thread(), warp = thread / 32, warps = Simt::block_threads() / 32;
-    const T mine = lanes_all_reduce<Simt>(value, op);
+    const T mine = warp_all_reduce<Simt>(value, op);
     if (thread % 32 == 0) Simt::store_shared(&warp_results[warp], mine);
     Simt::sync_block();
-    const T theirs = Simt::load_shared(&warp_results[thread % 32 & (warps - 1)]);
-    T out = theirs;
+    T out = Simt::load_shared(&warp_results[thread % 32 & (warps - 1)]);
     // The butterfly over `warps` lanes (2 to 32), unrolled for each size.
     FUSOR_UNROLL
     for (int mask = 16; mask > 0; mask /= 2)

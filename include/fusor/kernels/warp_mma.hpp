@@ -16,8 +16,8 @@
 //                                     takes lane `lane`'s v
 //   T* shared_array<T, N, Tag>()      a block's static shared array of N T, one
 //                                     per <T, N, Tag> (a __shared__ variable)
-//   int cluster_blocks(), cluster_rank()  the cluster's blocks (1 without one,
-//                                     and always under the emulator), this block's rank
+//   int cluster_blocks(), cluster_rank()  the cluster's blocks (1 without one)
+//                                     and this block's rank in it
 //   void cluster_sync()               a barrier of the cluster's threads (release, acquire)
 //   T load_cluster_shared(const T* p, int rank)  p's T in block `rank`'s shared memory
 //   float exp2(float)                 2^x (the GPU's ex2.approx.ftz)
