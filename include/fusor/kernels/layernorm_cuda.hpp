@@ -60,8 +60,6 @@ struct add_two_sums {
     return {a.first + b.first, a.second + b.second};
   }
 };
-template <>
-inline constexpr bool symmetric_op<add_two_sums> = true;
 
 // ---- forward -----------------------------------------------------------------------------
 // Mean and rstd of one row; `Cached`: the row fits the group's registers.

@@ -54,20 +54,21 @@ inline constexpr int looped_batch_bytes = 32;
 // Simt policy (warp_mma.hpp): device_simt on the GPU, the emulator's on the
 // host (simt_emulator.hpp), so the host tests run the row kernels' CUDA code.
 
-// Whether op(a, b) and op(b, a) are the same bits: a butterfly then leaves
-// the same result in every lane. Not so for a combination with products
-// (nvcc may contract one side into an fma) or Welford's.
-template <class Op>
-inline constexpr bool symmetric_op = false;
-
-// The reduction of `value` over the warp, in every lane: a butterfly of
-// shuffles, and lane 0's result handed to the others where op is not symmetric.
+// The reduction of `value` over the warp by a butterfly of shuffles: every
+// lane holds a reduction of all 32 values, lane 0's in a fixed order.
 template <class Simt, class T, class Op>
-FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_all_reduce(T value, Op op) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_butterfly(T value, Op op) {
   FUSOR_UNROLL
   for (int mask = 16; mask > 0; mask /= 2) value = op(value, Simt::shfl_xor(value, mask));
-  if constexpr (!symmetric_op<Op>) value = Simt::shfl(value, 0);
   return value;
+}
+// The reduction of `value` over the warp, in every lane: lane 0's butterfly
+// result. op(a, b) and op(b, a) need not be the same bits (Welford's
+// combination is not; nvcc may contract a product on one side into an fma;
+// fmax of +0 and -0), and a row's threads must agree on its statistics.
+template <class Simt, class T, class Op>
+FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_all_reduce(T value, Op op) {
+  return Simt::shfl(warp_butterfly<Simt>(value, op), 0);
 }
 
 // A warp per row, eight rows a block.
@@ -121,13 +122,13 @@ struct block_row_group {
   // The reduction of `value` over the block (the cluster), in every thread of
   // it. Every thread of the block (the cluster) must call it. Each warp
   // reduces; then every warp reduces the warps' results alike, lane i taking
-  // warp i % warps's (no broadcast needed across warps); then every thread
+  // warp i % warps's (no exchange needed across warps); then every thread
   // folds the cluster's blocks' results in rank order.
   template <class T, class Op>
   FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
     T* const warp_results = Simt::template shared_array<T, max_block_threads / 32, block_row_group>();
     const int thread = Simt::thread(), warp = thread / 32, warps = Simt::block_threads() / 32;
-    const T mine = warp_all_reduce<Simt>(value, op);
+    const T mine = warp_butterfly<Simt>(value, op);
     if (thread % 32 == 0) Simt::store_shared(&warp_results[warp], mine);
     Simt::sync_block();
     T out = Simt::load_shared(&warp_results[thread % 32 & (warps - 1)]);
@@ -135,7 +136,7 @@ struct block_row_group {
     FUSOR_UNROLL
     for (int mask = 16; mask > 0; mask /= 2)
       if (mask < warps) out = op(out, Simt::shfl_xor(out, mask));
-    if constexpr (!symmetric_op<Op>) out = Simt::shfl(out, 0);
+    out = Simt::shfl(out, 0);  // every warp holds the same lane 0 result
     if (const int blocks = Simt::cluster_blocks(); blocks > 1) {
       T* const slot = Simt::template shared_array<T, 1, block_row_group>();
       if (thread == 0) Simt::store_shared(slot, out);
@@ -163,10 +164,6 @@ struct max_op {
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T operator()(const T& a, const T& b) const { return ::cuda::std::fmax(a, b); }
 };
-template <>
-inline constexpr bool symmetric_op<sum_op> = true;
-template <>
-inline constexpr bool symmetric_op<max_op> = true;
 
 // exp(x) in a row kernel. Fast: for results stored in 16 bits only, the
 // multi-function unit's ex2.approx.ftz of x log2(e): two instructions where

@@ -2,8 +2,8 @@
 // policy (warp_mma.hpp) on the CPU, so that its kernels (tensor-core and
 // row-wise) are tested where there is no GPU: every thread of a block is a
 // fiber (POSIX ucontext) of one host thread, switched at barriers and warp
-// collectives, blocks one after another. Slow (microseconds a collective)
-// and meant for tests.
+// collectives, blocks (or clusters of blocks) one after another. Slow
+// (microseconds a collective) and meant for tests.
 //
 // It checks what a GPU would leave undefined: a barrier or warp collective
 // some threads never reach (an error naming the block, not a hang), a warp
