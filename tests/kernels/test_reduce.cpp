@@ -2,6 +2,8 @@
 // and along each axis (kept and dropped) of 1-D, 2-D and 3-D inputs, in fp32,
 // bf16 and fp16, row- and column-major, transposed (strided) views and fused
 // expressions, at odd sizes (1, 3, 1023, 2^20 + 7, long and short axes).
+// In host builds the same checks run the CUDA kernels' code under the SIMT
+// emulator too (sizes up to 2^16 + 7 there).
 //
 // Tolerance of a sum of n terms t_i (accumulated in fp32 for every precision
 // here, eps = 2^-23):
@@ -19,6 +21,7 @@
 
 #include <fusor/kernels/reduce.hpp>
 
+#include "kernels/reduce_kernels_emulated.hpp"
 #include "support/fusor_test.hpp"
 
 using namespace fusor_test;
@@ -56,6 +59,48 @@ auto reduce_as(A&&... a) {
   else if constexpr (K == reduction_kind::sum_of_squares) return fusor::sum_of_squares(std::forward<A>(a)...);
   else return fusor::norm(std::forward<A>(a)...);
 }
+
+// How a test reduces: the library's calls on the tested executor, or in host
+// builds the CUDA kernels' code under the SIMT emulator
+// (reduce_kernels_emulated.hpp).
+struct library_reduce {
+  static constexpr index_t large = index_t(1) << 20;  // the long tensors' and axes' length, about
+  template <reduction_kind K, class Out, class In>
+  static void into(const Out& out, const In& in) {
+    executor ex{};
+    reduce_as<K>(out, in, ex);
+    finish(ex);
+  }
+  template <reduction_kind K, class In>
+  static auto value(const In& in) {
+    return reduce_as<K>(in, executor{});
+  }
+  template <reduction_kind K, class Out, class In>
+  static void along(const Out& out, const In& in, int axis) {
+    executor ex{};
+    reduce_as<K>(out, in, axis, ex);
+    finish(ex);
+  }
+};
+#if !FUSOR_HAS_CUDA
+struct emulated_reduce {
+  // Long enough for many blocks and split axes on the emulated GPU of
+  // reduce_kernels_emulated.hpp (each element costs the emulator far more).
+  static constexpr index_t large = index_t(1) << 16;
+  template <reduction_kind K, class Out, class In>
+  static void into(const Out& out, const In& in) {
+    reduce_test::emulated::into<K>(out, in);
+  }
+  template <reduction_kind K, class In>
+  static auto value(const In& in) {
+    return reduce_test::emulated::value<K>(in);
+  }
+  template <reduction_kind K, class Out, class In>
+  static void along(const Out& out, const In& in, int axis) {
+    reduce_test::emulated::along<K>(out, in, axis);
+  }
+};
+#endif
 
 // Elements of a host view in logical row-major order, as double.
 template <class V>
@@ -178,11 +223,10 @@ using destination_precision = std::conditional_t<K == reduction_kind::argmax || 
 // bound per element on how far they may lie from them (an expression's own
 // rounding), which widens every check's slack and leaves argmax/argmin out
 // (a near tie may then go either way).
-template <class OutP, std::size_t R, class In>
+template <class OutP, std::size_t R, class Run, class In>
 void check_every_kind(const In& in, const std::vector<double>& values, const shape_list& shape, const char* what,
                       const std::vector<double>& element_error = {}) {
   const bool values_exact = element_error.empty();
-  executor ex{};
   for_each_kind([&]<reduction_kind K>() {
     if (!values_exact && (K == reduction_kind::argmax || K == reduction_kind::argmin)) return;
     using D = destination_precision<K, OutP>;
@@ -190,11 +234,11 @@ void check_every_kind(const In& in, const std::vector<double>& values, const sha
     {
       space_tensor<D, extents<index_t>> out;
       poison_any(out);
-      reduce_as<K>(out, in, ex);
-      finish(ex);
-      expect_all(logical_values(to_host(out).view()), reference(K, values, shape, -1, element_error), rounding, what, K, -1);
-      const double value = double(reduce_as<K>(in, ex));
-      expect_all({value}, reference(K, values, shape, -1, element_error), rounding, what, K, -1);
+      Run::template into<K>(out, in);
+      const auto want = reference(K, values, shape, -1, element_error);
+      expect_all(logical_values(to_host(out).view()), want, rounding, what, K, -1);
+      const double value = double(Run::template value<K>(in));
+      expect_all({value}, want, rounding, what, K, -1);
     }
     for (int axis = 0; axis != int(R); ++axis) {
       ::cuda::std::array<index_t, R> kept{};
@@ -206,14 +250,12 @@ void check_every_kind(const In& in, const std::vector<double>& values, const sha
       const auto want = reference(K, values, shape, axis, element_error);
       space_tensor<D, dextents<index_t, R>> keep(kept);
       poison_any(keep);
-      reduce_as<K>(keep, in, axis, ex);
-      finish(ex);
+      Run::template along<K>(keep, in, axis);
       expect_all(logical_values(to_host(keep).view()), want, rounding, what, K, axis);
       if constexpr (R > 1) {
         space_tensor<D, dextents<index_t, R - 1>> drop(dropped);
         poison_any(drop);
-        reduce_as<K>(drop, in, axis - int(R), ex);  // negative axes count from the end
-        finish(ex);
+        Run::template along<K>(drop, in, axis - int(R));  // negative axes count from the end
         expect_all(logical_values(to_host(drop).view()), want, rounding, what, K, axis);
       }
     }
@@ -233,9 +275,10 @@ host_tensor<P, dextents<index_t, R>, L> random_tensor(const shape_list& shape, s
 
 }  // namespace
 
-FUSOR_TEST_CASE("reductions of a whole 1-D tensor: every kind, fp32/bf16/fp16, odd sizes") {
+template <class Run>
+void whole_1d() {
   std::uint32_t seed = 300;
-  for (index_t n : {index_t(1), index_t(3), index_t(1023), index_t((1 << 20) + 7)}) {
+  for (index_t n : {index_t(1), index_t(3), index_t(1023), Run::large + 7}) {
     INFO("n = ", n);
     const auto h32 = random_tensor<float, 1>(dims({n}), seed++);
     const auto h16 = random_tensor<bfloat16, 1>(dims({n}), seed++);
@@ -243,30 +286,31 @@ FUSOR_TEST_CASE("reductions of a whole 1-D tensor: every kind, fp32/bf16/fp16, o
     const auto x32 = to_space(h32);
     const auto x16 = to_space(h16);
     const auto xh = to_space(hh);
-    check_every_kind<float, 1>(x32.view(), logical_values(h32.view()), dims({n}), "fp32");
-    check_every_kind<float, 1>(x16.view(), logical_values(h16.view()), dims({n}), "bf16 -> fp32");
-    check_every_kind<float, 1>(xh.view(), logical_values(hh.view()), dims({n}), "fp16 -> fp32");
+    check_every_kind<float, 1, Run>(x32.view(), logical_values(h32.view()), dims({n}), "fp32");
+    check_every_kind<float, 1, Run>(x16.view(), logical_values(h16.view()), dims({n}), "bf16 -> fp32");
+    check_every_kind<float, 1, Run>(xh.view(), logical_values(hh.view()), dims({n}), "fp16 -> fp32");
     if (n < 2048) {  // results stored in the input's precision (larger sums of squares overflow fp16)
-      check_every_kind<bfloat16, 1>(x16.view(), logical_values(h16.view()), dims({n}), "bf16");
-      check_every_kind<float16, 1>(xh.view(), logical_values(hh.view()), dims({n}), "fp16");
+      check_every_kind<bfloat16, 1, Run>(x16.view(), logical_values(h16.view()), dims({n}), "bf16");
+      check_every_kind<float16, 1, Run>(xh.view(), logical_values(hh.view()), dims({n}), "fp16");
     }
   }
 }
 
-FUSOR_TEST_CASE("whole-tensor reductions: a view one element in, and an expression of two precisions alike laid out") {
+template <class Run>
+void whole_unaligned_and_mixed() {
   // On the GPU a contiguous input is read 16 bytes at a time when every pointer
   // is 16-byte aligned: a view starting one element in is not (elements one by
   // one), and x * y + 1 over bf16 x and fp32 y reads 8 elements a load (16
   // bytes of x, 32 of y). Sizes leave a tail past the last full vector.
   std::uint32_t seed = 350;
-  for (index_t n : {index_t(13), index_t(1029), index_t((1 << 20) + 5)}) {
+  for (index_t n : {index_t(13), index_t(1029), Run::large + 5}) {
     INFO("n = ", n);
     const auto h16 = random_tensor<bfloat16, 1>(dims({n + 1}), seed++);
     const auto h32 = random_tensor<float, 1>(dims({n + 1}), seed++);
     const auto x16 = to_space(h16);
     const auto x32 = to_space(h32);
     const auto inner16 = slice<0>(x16.view(), 1, n + 1);
-    check_every_kind<float, 1>(inner16, logical_values(slice<0>(h16.view(), 1, n + 1)), dims({n}), "bf16, one in");
+    check_every_kind<float, 1, Run>(inner16, logical_values(slice<0>(h16.view(), 1, n + 1)), dims({n}), "bf16, one in");
     const auto x = slice<0>(x16.view(), 0, n);
     const auto y = slice<0>(x32.view(), 0, n);
     const auto vx = logical_values(slice<0>(h16.view(), 0, n)), vy = logical_values(slice<0>(h32.view(), 0, n));
@@ -275,16 +319,17 @@ FUSOR_TEST_CASE("whole-tensor reductions: a view one element in, and an expressi
       fused[i] = vx[i] * vy[i] + 1.0;
       fused_error[i] = 0x1p-23 * (std::fabs(vx[i] * vy[i]) + 1.0);  // one or two fp32 roundings
     }
-    check_every_kind<float, 1>(x * y + 1, fused, dims({n}), "bf16 x * fp32 y + 1", fused_error);
+    check_every_kind<float, 1, Run>(x * y + 1, fused, dims({n}), "bf16 x * fp32 y + 1", fused_error);
   }
 }
 
-FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, long and short axes") {
+template <class Run>
+void along_2d() {
   std::uint32_t seed = 400;
   // Rows of 129 and 1023 start on and off 16-byte boundaries (on the GPU: vector
   // loads, or one element at a time); rows of 2048 all on one.
   for (const auto& shape : {dims({1, 1}), dims({3, 1023}), dims({1023, 3}), dims({1, 1023}), dims({1023, 1}),
-                            dims({67, 129}), dims({16, 2048}), dims({3, (1 << 20) + 7})}) {
+                            dims({67, 129}), dims({16, 2048}), dims({3, Run::large + 7})}) {
     INFO("shape [", shape[0], ", ", shape[1], "]");
     const auto h32 = random_tensor<float, 2>(shape, seed++);
     const auto h16 = random_tensor<bfloat16, 2>(shape, seed++);
@@ -292,9 +337,9 @@ FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, lon
     const auto x32 = to_space(h32);
     const auto x16 = to_space(h16);
     const auto xh = to_space(hh);
-    check_every_kind<float, 2>(x32.view(), logical_values(h32.view()), shape, "fp32");
-    check_every_kind<float, 2>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
-    check_every_kind<float, 2>(xh.view(), logical_values(hh.view()), shape, "fp16 -> fp32");
+    check_every_kind<float, 2, Run>(x32.view(), logical_values(h32.view()), shape, "fp32");
+    check_every_kind<float, 2, Run>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
+    check_every_kind<float, 2, Run>(xh.view(), logical_values(hh.view()), shape, "fp16 -> fp32");
     // Two widths alike laid out: on the GPU a row that starts on a 16-byte
     // boundary is read 8 elements a load (16 bytes of bf16 x, 32 of fp32 y).
     const auto vx = logical_values(h16.view()), vy = logical_values(h32.view());
@@ -303,11 +348,12 @@ FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, lon
       fused[i] = vx[i] * vy[i] + 1.0;
       fused_error[i] = 0x1p-23 * (std::fabs(vx[i] * vy[i]) + 1.0);  // one or two fp32 roundings
     }
-    check_every_kind<float, 2>(x16.view() * x32.view() + 1, fused, shape, "bf16 x * fp32 y + 1", fused_error);
+    check_every_kind<float, 2, Run>(x16.view() * x32.view() + 1, fused, shape, "bf16 x * fp32 y + 1", fused_error);
   }
 }
 
-FUSOR_TEST_CASE("reductions along each axis of 3-D inputs") {
+template <class Run>
+void along_3d() {
   std::uint32_t seed = 500;
   for (const auto& shape : {dims({5, 7, 33}), dims({2, 1, 1023}), dims({1023, 3, 2}), dims({1, 1, 1})}) {
     INFO("shape [", shape[0], ", ", shape[1], ", ", shape[2], "]");
@@ -315,29 +361,31 @@ FUSOR_TEST_CASE("reductions along each axis of 3-D inputs") {
     const auto h16 = random_tensor<bfloat16, 3>(shape, seed++);
     const auto x32 = to_space(h32);
     const auto x16 = to_space(h16);
-    check_every_kind<float, 3>(x32.view(), logical_values(h32.view()), shape, "fp32");
-    check_every_kind<float, 3>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
+    check_every_kind<float, 3, Run>(x32.view(), logical_values(h32.view()), shape, "fp32");
+    check_every_kind<float, 3, Run>(x16.view(), logical_values(h16.view()), shape, "bf16 -> fp32");
   }
 }
 
-FUSOR_TEST_CASE("reductions of column-major and transposed (strided) inputs") {
+template <class Run>
+void strided_layouts() {
   std::uint32_t seed = 600;
   for (const auto& shape : {dims({37, 129}), dims({1025, 3}), dims({3, 1025})}) {
     INFO("shape [", shape[0], ", ", shape[1], "]");
     const auto hc = random_tensor<float, 2, col_major>(shape, seed++);
     const auto xc = to_space(hc);
-    check_every_kind<float, 2>(xc.view(), logical_values(hc.view()), shape, "column-major fp32");
+    check_every_kind<float, 2, Run>(xc.view(), logical_values(hc.view()), shape, "column-major fp32");
     // Read through the transpose of a row-major [cols, rows]: strides (1, rows).
     const auto ht = random_tensor<float16, 2>(dims({shape[1], shape[0]}), seed++);
     const auto xt = to_space(ht);
-    check_every_kind<float, 2>(transpose(xt.view()), logical_values(transpose(ht.view())), shape,
+    check_every_kind<float, 2, Run>(transpose(xt.view()), logical_values(transpose(ht.view())), shape,
                                "transposed fp16");
   }
 }
 
-FUSOR_TEST_CASE("fused expressions are reduced without being materialised") {
+template <class Run>
+void fused() {
   std::uint32_t seed = 700;
-  for (const auto& shape : {dims({3, 1023}), dims({1023, 5}), dims({2, (1 << 19) + 3})}) {
+  for (const auto& shape : {dims({3, 1023}), dims({1023, 5}), dims({2, Run::large / 2 + 3})}) {
     const auto hx = random_tensor<bfloat16, 2>(shape, seed++);
     const auto hy = random_tensor<float, 2, col_major>(shape, seed++);
     const auto x = to_space(hx);
@@ -353,8 +401,41 @@ FUSOR_TEST_CASE("fused expressions are reduced without being materialised") {
       fused_error[i] = 0x1p-23 * (std::fabs(vx[i] * vy[i]) + 1.0);
       difference[i] = double(float(vx[i]) - float(vy[i]));  // one rounding, the same everywhere
     }
-    check_every_kind<float, 2>(x * y + 1, fused, shape, "x * y + 1", fused_error);
+    check_every_kind<float, 2, Run>(x * y + 1, fused, shape, "x * y + 1", fused_error);
     // norm of a difference, e.g. a distance between parameters.
-    check_every_kind<float, 2>(x - y, difference, shape, "x - y");
+    check_every_kind<float, 2, Run>(x - y, difference, shape, "x - y");
   }
 }
+
+FUSOR_TEST_CASE("reductions of a whole 1-D tensor: every kind, fp32/bf16/fp16, odd sizes") {
+  whole_1d<library_reduce>();
+}
+FUSOR_TEST_CASE("whole-tensor reductions: a view one element in, and an expression of two precisions alike laid out") {
+  whole_unaligned_and_mixed<library_reduce>();
+}
+FUSOR_TEST_CASE("reductions along each axis of 2-D inputs, kept and dropped, long and short axes") {
+  along_2d<library_reduce>();
+}
+FUSOR_TEST_CASE("reductions along each axis of 3-D inputs") { along_3d<library_reduce>(); }
+FUSOR_TEST_CASE("reductions of column-major and transposed (strided) inputs") { strided_layouts<library_reduce>(); }
+FUSOR_TEST_CASE("fused expressions are reduced without being materialised") { fused<library_reduce>(); }
+
+#if !FUSOR_HAS_CUDA
+// The CUDA kernels' code (blocks of 256 threads over a whole tensor, a warp
+// per row, threads per column, long axes split in pieces, 16-byte loads four
+// at a time) on the host: no GPU needed to find a wrong lane, tail or barrier.
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: whole 1-D tensors") { whole_1d<emulated_reduce>(); }
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: unaligned views and mixed-precision expressions") {
+  whole_unaligned_and_mixed<emulated_reduce>();
+}
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: along each axis of 2-D inputs") {
+  along_2d<emulated_reduce>();
+}
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: along each axis of 3-D inputs") {
+  along_3d<emulated_reduce>();
+}
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: column-major and transposed inputs") {
+  strided_layouts<emulated_reduce>();
+}
+FUSOR_TEST_CASE("the CUDA reductions under the SIMT emulator: fused expressions") { fused<emulated_reduce>(); }
+#endif

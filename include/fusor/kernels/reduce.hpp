@@ -13,7 +13,7 @@
 //
 // The input is never materialised: its leaves are read in place, in the memory
 // order of its first full-shape leaf (host: one OpenMP loop; CUDA: fusor's
-// kernels built on cub::BlockReduce / cub::WarpReduce). Values accumulate in
+// kernels, reduce_kernels.hpp). Values accumulate in
 // the input's accumulate type (fp32 for bf16/fp16; the widest leaf's for an
 // expression), then are converted into the destination's element.
 //

@@ -29,6 +29,7 @@
 #include "fusor/core/vector_access.hpp"
 #include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"
+#include "fusor/kernels/simt_reduce.hpp"
 #include "fusor/kernels/warp_mma.hpp"
 
 #if FUSOR_HAS_CUDA
@@ -53,23 +54,6 @@ inline constexpr int looped_batch_bytes = 32;
 // given group size: results are deterministic run to run. Written against a
 // Simt policy (warp_mma.hpp): device_simt on the GPU, the emulator's on the
 // host (simt_emulator.hpp), so the host tests run the row kernels' CUDA code.
-
-// The reduction of `value` over the warp by a butterfly of shuffles: every
-// lane holds a reduction of all 32 values, lane 0's in a fixed order.
-template <class Simt, class T, class Op>
-FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_butterfly(T value, Op op) {
-  FUSOR_UNROLL
-  for (int mask = 16; mask > 0; mask /= 2) value = op(value, Simt::shfl_xor(value, mask));
-  return value;
-}
-// The reduction of `value` over the warp, in every lane: lane 0's butterfly
-// result. op(a, b) and op(b, a) need not be the same bits (Welford's
-// combination is not; nvcc may contract a product on one side into an fma;
-// fmax of +0 and -0), and a row's threads must agree on its statistics.
-template <class Simt, class T, class Op>
-FUSOR_DEVICE FUSOR_FORCE_INLINE T warp_all_reduce(T value, Op op) {
-  return Simt::shfl(warp_butterfly<Simt>(value, op), 0);
-}
 
 // A warp per row, eight rows a block.
 template <class Simt>
@@ -120,36 +104,25 @@ struct block_row_group {
   FUSOR_DEVICE static index_t capacity() { return group_capacity<V, ElementBytes>(threads()); }
 
   // The reduction of `value` over the block (the cluster), in every thread of
-  // it. Every thread of the block (the cluster) must call it. Each warp
-  // reduces; then every warp reduces the warps' results alike, lane i taking
-  // warp i % warps's (no exchange needed across warps); then every thread
+  // it. Every thread of the block (the cluster) must call it. The block's
+  // result comes from block_all_reduce (simt_reduce.hpp); then every thread
   // folds the cluster's blocks' results in rank order.
   template <class T, class Op>
   FUSOR_DEVICE static T all_reduce(const T& value, Op op) {
-    T* const warp_results = Simt::template shared_array<T, max_block_threads / 32, block_row_group>();
-    const int thread = Simt::thread(), warp = thread / 32, warps = Simt::block_threads() / 32;
-    const T mine = warp_butterfly<Simt>(value, op);
-    if (thread % 32 == 0) Simt::store_shared(&warp_results[warp], mine);
-    Simt::sync_block();
-    T out = Simt::load_shared(&warp_results[thread % 32 & (warps - 1)]);
-    // The butterfly over `warps` lanes (2 to 32), unrolled for each size.
-    FUSOR_UNROLL
-    for (int mask = 16; mask > 0; mask /= 2)
-      if (mask < warps) out = op(out, Simt::shfl_xor(out, mask));
-    out = Simt::shfl(out, 0);  // every warp holds the same lane 0 result
+    const T out = block_all_reduce<Simt, block_row_group>(value, op);
     if (const int blocks = Simt::cluster_blocks(); blocks > 1) {
       T* const slot = Simt::template shared_array<T, 1, block_row_group>();
-      if (thread == 0) Simt::store_shared(slot, out);
-      Simt::cluster_sync();  // every block's result written (and warp_results read)
+      if (Simt::thread() == 0) Simt::store_shared(slot, out);
+      Simt::cluster_sync();  // every block's result written
       // Lane r reads block r's result (one remote load a thread, all in
       // flight together); every thread folds them in rank order by shuffles.
-      const T block_r = Simt::load_cluster_shared(slot, thread % 32 < blocks ? thread % 32 : 0);
+      const int lane = Simt::thread() % 32;
+      const T block_r = Simt::load_cluster_shared(slot, lane < blocks ? lane : 0);
       T total = Simt::shfl(block_r, 0);
       for (int rank = 1; rank < blocks; ++rank) total = op(total, Simt::shfl(block_r, rank));
       Simt::cluster_sync();  // every block has read the slots: they may be written again, or the block exit
       return total;
     }
-    Simt::sync_block();  // warp_results may be written by the next reduction
     return out;
   }
 };

@@ -1,9 +1,9 @@
 // fusor/kernels/simt_emulator.hpp — runs a kernel written against a Simt
-// policy (warp_mma.hpp) on the CPU, so that its kernels (tensor-core and
-// row-wise) are tested where there is no GPU: every thread of a block is a
-// fiber (POSIX ucontext) of one host thread, switched at barriers and warp
-// collectives, blocks (or clusters of blocks) one after another. Slow
-// (microseconds a collective) and meant for tests.
+// policy (warp_mma.hpp) on the CPU, so that its kernels (tensor-core,
+// row-wise, reductions) are tested where there is no GPU: every thread of a
+// block is a fiber of one host thread (its own stack), switched at barriers
+// and warp collectives, blocks (or clusters of blocks) one after another.
+// Slow (a collective costs each thread a switch of stacks) and meant for tests.
 //
 // It checks what a GPU would leave undefined: a barrier or warp collective
 // some threads never reach (an error naming the block, not a hang), a warp
@@ -79,6 +79,134 @@ namespace simt_emulation {
 
 inline constexpr std::size_t stack_bytes = std::size_t(256) << 10;
 
+// Fiber stacks kept between launches (per host thread): allocating a block's
+// 256 stacks for every launch, and faulting their pages in again, cost the
+// reduction tests more time in the kernel than their threads' work.
+inline std::vector<std::unique_ptr<char[]>>& stack_pool() {
+  thread_local std::vector<std::unique_ptr<char[]>> pool;
+  return pool;
+}
+inline std::unique_ptr<char[]> take_stack() {
+  auto& pool = stack_pool();
+  if (pool.empty()) return std::unique_ptr<char[]>(new char[stack_bytes]);
+  std::unique_ptr<char[]> stack = std::move(pool.back());
+  pool.pop_back();
+  return stack;
+}
+
+// Switching between fibers. glibc's swapcontext makes a system call each
+// time (the signal mask), which took 85 % of the emulated tests' time; on
+// x86-64 a switch is instead the few instructions below, which save the
+// registers a call must preserve (and the SSE and x87 control words) on the
+// fiber's own stack. Elsewhere, and under AddressSanitizer (which must see
+// each stack switch; it intercepts swapcontext), ucontext as before.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUSOR_SIMT_UCONTEXT 1
+#endif
+#endif
+#else
+#define FUSOR_SIMT_UCONTEXT 1
+#endif
+
+#if FUSOR_SIMT_UCONTEXT
+struct context {
+  ucontext_t uc{};
+};
+inline void switch_context(context& from, context& to) { swapcontext(&from.uc, &to.uc); }
+// `c` starts in entry() on `stack` and continues in `link` when it returns.
+[[gnu::noinline]] inline void make_context(context& c, char* stack, std::size_t bytes, void (*entry)(),
+                                           context& link) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = &link.uc;
+  makecontext(&c.uc, entry, 0);
+}
+#else
+struct context {
+  void* sp = nullptr;  // where the switch saved the registers
+};
+}  // namespace simt_emulation
+}  // namespace fusor::detail
+// fusor_simt_switch(from, to): pushes rbp, rbx, r12-r15 and the control
+// words, stores rsp in *from, loads rsp from `to` and pops the same.
+// fusor_simt_trampoline: where a new fiber starts (make_context). Weak:
+// every translation unit including this header defines them, the linker
+// keeps one of each.
+extern "C" void fusor_simt_switch(void** from, void* to);
+extern "C" void fusor_simt_trampoline();
+asm(R"(
+  .pushsection .text
+  .weak fusor_simt_switch
+  .type fusor_simt_switch, @function
+fusor_simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size fusor_simt_switch, .-fusor_simt_switch
+  .weak fusor_simt_trampoline
+  .type fusor_simt_trampoline, @function
+fusor_simt_trampoline:
+  subq $8, %rsp
+  movq %r12, %rdi
+  movq %r13, %rsi
+  call *%r14
+  ud2
+  .size fusor_simt_trampoline, .-fusor_simt_trampoline
+  .popsection
+)");
+namespace fusor::detail {
+namespace simt_emulation {
+inline void switch_context(context& from, context& to) { fusor_simt_switch(&from.sp, to.sp); }
+
+// A new fiber's first switch "returns" into fusor_simt_trampoline (above),
+// which calls r14 (fiber_main) with r12 (the entry) and r13 (the link), as
+// make_context left them among the saved registers.
+[[noreturn]] inline void fiber_main(void (*entry)(), context* link) {
+  entry();
+  context finished;
+  switch_context(finished, *link);
+  __builtin_unreachable();
+}
+inline void make_context(context& c, char* stack, std::size_t bytes, void (*entry)(), context& link) {
+  // The stack as fusor_simt_switch leaves it, lowest address first: the
+  // control words (this thread's MXCSR, the x87's default), r15, r14, r13, r12, rbx,
+  // rbp, then the trampoline as the return address, entered with
+  // rsp = 8 mod 16 as after a call, and a null return address above it.
+  const auto top = (reinterpret_cast<std::uintptr_t>(stack) + bytes) / 16 * 16;
+  auto* const slot = reinterpret_cast<std::uint64_t*>(top - 72);
+  slot[0] = std::uint64_t(__builtin_ia32_stmxcsr()) | (std::uint64_t(0x037fu) << 32);
+  slot[1] = 0;                                                // r15
+  slot[2] = reinterpret_cast<std::uint64_t>(&fiber_main);     // r14
+  slot[3] = reinterpret_cast<std::uint64_t>(&link);           // r13
+  slot[4] = reinterpret_cast<std::uint64_t>(entry);           // r12
+  slot[5] = slot[6] = 0;                                      // rbx, rbp
+  slot[7] = reinterpret_cast<std::uint64_t>(&fusor_simt_trampoline);
+  slot[8] = 0;
+  c.sp = slot;
+}
+#endif
+
 enum class wait_kind { none, warp, block, cluster };
 
 // A copy_async in flight: done by wait_async, so a read before the wait sees
@@ -104,7 +232,7 @@ struct byte_history {
 };
 
 struct fiber {
-  ucontext_t context{};
+  context state{};
   std::unique_ptr<char[]> stack;
   bool done = false;
   wait_kind waiting = wait_kind::none;
@@ -152,7 +280,7 @@ struct block_state {
   std::vector<warp_exchange> warps;
   int block_arrived = 0;
   std::uint64_t block_generation = 0;
-  ucontext_t scheduler{};
+  context scheduler{};
   const std::function<void(unsigned char*)>* body = nullptr;
   std::exception_ptr error;
   simt_counters counters;
@@ -195,7 +323,7 @@ inline void suspend(wait_kind kind, std::uint64_t generation) {
   fiber& f = s.fibers[std::size_t(s.current)];
   f.waiting = kind;
   f.generation = generation;
-  swapcontext(&f.context, &s.scheduler);
+  switch_context(f.state, s.scheduler);
 }
 
 inline void wait_block() {
@@ -360,7 +488,7 @@ inline void fiber_entry() {
   --s.live;
   --s.warps[std::size_t(me / 32)].live;
   release_complete_barrier(s);
-}  // returns to s.scheduler (uc_link)
+}  // returns to s.scheduler (the context's link)
 
 inline bool runnable(const block_state& s, int i) {
   const fiber& f = s.fibers[std::size_t(i)];
@@ -371,17 +499,6 @@ inline bool runnable(const block_state& s, int i) {
     case wait_kind::warp: return f.generation != s.warps[std::size_t(i / 32)].generation;
     default: return true;
   }
-}
-
-// A fiber that starts in fiber_entry and returns to `scheduler`. Apart from
-// emulate_kernel: getcontext returns twice, which would leave its loop's
-// variables in doubt (-Wclobbered).
-[[gnu::noinline]] inline void start_fiber(fiber& f, ucontext_t& scheduler) {
-  getcontext(&f.context);
-  f.context.uc_stack.ss_sp = f.stack.get();
-  f.context.uc_stack.ss_size = stack_bytes;
-  f.context.uc_link = &scheduler;
-  makecontext(&f.context, fiber_entry, 0);
 }
 
 inline float from_bits(std::uint16_t bits, bfloat16*) {
@@ -621,9 +738,17 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
     s.static_begin = static_begin;
     s.body = &body;
     s.fibers.resize(std::size_t(threads));
-    for (se::fiber& f : s.fibers) f.stack.reset(new char[se::stack_bytes]);
+    for (se::fiber& f : s.fibers) f.stack = se::take_stack();
     cluster.blocks.push_back(&s);
   }
+  struct return_stacks {  // to the pool, whether the launch ends or throws
+    std::vector<se::block_state>& blocks;
+    ~return_stacks() {
+      for (se::block_state& s : blocks)
+        for (se::fiber& f : s.fibers)
+          if (f.stack) se::stack_pool().push_back(std::move(f.stack));
+    }
+  } return_stacks_at_exit{blocks};
   se::block_state* const outer = se::current;
   struct restore {
     se::block_state* outer;
@@ -647,7 +772,7 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
           f.done = false;
           f.waiting = se::wait_kind::none;
           f.copies.clear();
-          se::start_fiber(f, s.scheduler);
+          se::make_context(f.state, f.stack.get(), se::stack_bytes, se::fiber_entry, s.scheduler);
         }
       }
       while (cluster.live() > 0) {
@@ -659,7 +784,7 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
             se::current = &s;
             s.current = i;
             ran = true;
-            swapcontext(&s.scheduler, &s.fibers[std::size_t(i)].context);
+            se::switch_context(s.scheduler, s.fibers[std::size_t(i)].state);
             if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
           }
         if (!ran && cluster.live() > 0)

@@ -12,7 +12,7 @@
 //   index_t block_x(), block_y(), grid_x(), grid_y()
 //   void sync_block()                 __syncthreads
 //   T shfl_xor(T v, int mask)         __shfl_xor_sync over the whole warp, any
-//   T shfl(T v, int lane)             trivially copyable T (word by word); shfl
+//   T shfl(T v, int lane)             trivially copyable T (4-byte word by word); shfl
 //                                     takes lane `lane`'s v
 //   T* shared_array<T, N, Tag>()      a block's static shared array of N T, one
 //                                     per <T, N, Tag> (a __shared__ variable)
@@ -96,9 +96,8 @@ struct device_simt {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, int> || std::is_same_v<T, unsigned>) {
       return shuffle(v);
     } else {
-      static_assert(std::is_trivially_copyable_v<T> && sizeof(T) % 4 == 0,
-                    "fusor: shuffles move trivially copyable values of whole 4-byte words");
-      unsigned words[sizeof(T) / 4];
+      static_assert(std::is_trivially_copyable_v<T>, "fusor: shuffles move trivially copyable values");
+      unsigned words[(sizeof(T) + 3) / 4] = {};  // a value of 1 or 2 bytes (an int8 sum) in one word
       std::memcpy(words, &v, sizeof(T));
       FUSOR_UNROLL
       for (unsigned& w : words) w = shuffle(w);
