@@ -9,9 +9,9 @@
 // load when every leaf is laid out alike, 16 bytes at a time when every
 // pointer is 16-byte aligned, else the expression at the multi-index of i),
 // then across the block (simt_reduce.hpp); a second single-block kernel
-// combines the block results in block order and finishes (mean, norm,
-// argmax's index) into the destination or a value for the host. There are as
-// many blocks as the GPU holds at once (no second, partial wave).
+// combines the block results in a fixed tree over them and finishes (mean, norm,
+// argmax's index) into the destination or a value for the host. There are at
+// most as many blocks as the GPU holds at once (no second, partial wave).
 //
 // Along an axis, in a fixed tree order as well:
 // - the axis innermost in memory and at least 32 long: a warp per output reads
@@ -24,9 +24,12 @@
 // - few outputs and a long axis: each output's axis is split over several
 //   warps/blocks, whose partial results a second kernel combines in split
 //   order.
-// Vector reads are issued reduction_batch at a time before any is added, so
-// that several 16-byte loads are in flight per thread (one at a time left
-// the whole sum at 0.32x of CUB's DeviceReduce on an H200). The number of
+// Reads are issued reduction_batch at a time before any is added, so that
+// several loads (16 bytes each where vectorized) are in flight per thread
+// (one at a time left the whole sum at 0.32x of CUB's DeviceReduce on an
+// H200, column sums at 0.28x of the copy bandwidth). Where every leaf is
+// laid out alike (linear), an axis is walked by memory position, without a
+// multi-index for each element. The number of
 // blocks and splits depends on the size, the device's SM count and how many
 // blocks it holds, so results are bit-for-bit repeatable on one device.
 #pragma once
@@ -75,6 +78,25 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE Acc add_strided_vectors(const Red& red, const Ex
     FUSOR_UNROLL
     for (int j = 0; j < Lanes; ++j) acc = red(acc, red.lift(x[j], index + v * step + j));
   }
+  return acc;
+}
+
+// Elements r = from, from + step, ... (< end) of an axis, read by at(r)
+// reduction_batch at a time before any is added, lifted with index r and
+// added to `acc` in order.
+template <class Red, class At, class Acc>
+FUSOR_DEVICE FUSOR_FORCE_INLINE Acc add_strided_elements(const Red& red, const At& at, index_t from, index_t end,
+                                                         index_t step, Acc acc) {
+  using value = decltype(at(from));
+  index_t r = from;
+  for (; r + (reduction_batch - 1) * step < end; r += reduction_batch * step) {
+    value x[reduction_batch];
+    FUSOR_UNROLL
+    for (int u = 0; u < reduction_batch; ++u) x[u] = at(r + u * step);
+    FUSOR_UNROLL
+    for (int u = 0; u < reduction_batch; ++u) acc = red(acc, red.lift(x[u], r + u * step));
+  }
+  for (; r < end; r += step) acc = red(acc, red.lift(at(r), r));
   return acc;
 }
 
@@ -163,7 +185,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_whole_part(const Job& job) {
   }
 }
 
-// The second kernel's body, one block: the first kernel's block results, in block order.
+// The second kernel's body, one block: the first kernel's block results, in a fixed tree.
 template <class Simt, class Job>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void finish_whole(const Job& job) {
   typename Job::accumulator_type acc = job.red.identity();
@@ -253,23 +275,27 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_rows(const Job& job) {
     const index_t end = begin + job.chunk < job.in.length ? begin + job.chunk : job.in.length;
     accumulator acc = job.red.identity();
     idx[job.in.axis] = begin;
-    index_t scalar_begin = begin;  // elements before it were read as vectors
-    if constexpr (lanes > 1) {
-      const index_t first = job.vectorized ? job.in.memory_position(idx) : 0;
-      if (job.vectorized && first % lanes == 0) {
-        // Vector v (lane, lane + 32, ...) holds elements begin + v lanes + [0, lanes).
-        const index_t vectors = (end - begin) / lanes;
-        const index_t mine = vectors > lane ? (vectors - lane + 31) / 32 : 0;
-        acc = add_strided_vectors<lanes>(job.red, job.in.expression, first + index_t(lane) * lanes,
-                                         begin + index_t(lane) * lanes, 32 * lanes, mine, acc);
-        for (index_t r = begin + vectors * lanes + lane; r < end; r += 32)
-          acc = job.red(acc, job.red.lift(job.in.at_position(first + (r - begin)), r));
-        scalar_begin = end;
+    if (job.in.linear) {  // element r at memory position first + (r - begin) stride: no multi-index a read
+      const index_t first = job.in.memory_position(idx), stride = job.in.memory_stride[job.in.axis];
+      index_t rest = begin;  // elements before it were read as vectors
+      if constexpr (lanes > 1) {
+        if (job.vectorized && first % lanes == 0) {  // (vectorized: stride 1)
+          // Vector v (lane, lane + 32, ...) holds elements begin + v lanes + [0, lanes).
+          const index_t vectors = (end - begin) / lanes;
+          const index_t mine = vectors > lane ? (vectors - lane + 31) / 32 : 0;
+          acc = add_strided_vectors<lanes>(job.red, job.in.expression, first + index_t(lane) * lanes,
+                                           begin + index_t(lane) * lanes, 32 * lanes, mine, acc);
+          rest = begin + vectors * lanes;
+        }
       }
-    }
-    for (index_t r = scalar_begin + lane; r < end; r += 32) {
-      idx[job.in.axis] = r;
-      acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+      const auto at = [&](index_t r) { return job.in.at_position(first + (r - begin) * stride); };
+      acc = add_strided_elements(job.red, at, rest + lane, end, 32, acc);
+    } else {
+      const auto at = [&](index_t r) {
+        idx[job.in.axis] = r;
+        return job.in.at(idx);
+      };
+      acc = add_strided_elements(job.red, at, begin + lane, end, 32, acc);
     }
     acc = warp_butterfly<Simt>(acc, job.red);
     if (lane == 0) job.finish(idx, m, split, acc);
@@ -296,9 +322,17 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_columns(const Job& job) {
       idx = job.in.order.index_of(m);
       const index_t begin = split * job.chunk;
       const index_t end = begin + job.chunk < job.in.length ? begin + job.chunk : job.in.length;
-      for (index_t r = begin + y; r < end; r += height) {
-        idx[job.in.axis] = r;
-        acc = job.red(acc, job.red.lift(job.in.at(idx), r));
+      if (job.in.linear) {  // element r at memory position first + r stride: no multi-index a read
+        idx[job.in.axis] = 0;
+        const index_t first = job.in.memory_position(idx), stride = job.in.memory_stride[job.in.axis];
+        const auto at = [&](index_t r) { return job.in.at_position(first + r * stride); };
+        acc = add_strided_elements(job.red, at, begin + y, end, height, acc);
+      } else {
+        const auto at = [&](index_t r) {
+          idx[job.in.axis] = r;
+          return job.in.at(idx);
+        };
+        acc = add_strided_elements(job.red, at, begin + y, end, height, acc);
       }
     }
     if (height > 1) {  // a fixed tree over y (height is a power of two)

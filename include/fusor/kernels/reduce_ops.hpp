@@ -104,7 +104,7 @@ constexpr const char* kind_name(reduction_kind k) {
 // ---- the reductions -------------------------------------------------------------
 // Acc is the accumulate type of the input. `lift` turns an element (in its
 // compute type) and its index into an accumulator; operator() combines two
-// (the form CUB wants); `finish` turns the total of `count` elements into the result.
+// (a binary operation, as shuffles and trees want); `finish` turns the total of `count` elements into the result.
 template <reduction_kind Kind, class Acc>
 struct reduction {
   static constexpr reduction_kind kind = Kind;

@@ -86,6 +86,7 @@ inline std::vector<std::unique_ptr<char[]>>& stack_pool() {
   thread_local std::vector<std::unique_ptr<char[]>> pool;
   return pool;
 }
+inline constexpr std::size_t pooled_stacks = 1024;  // at most (256 MiB of address space); the rest are freed
 inline std::unique_ptr<char[]> take_stack() {
   auto& pool = stack_pool();
   if (pool.empty()) return std::unique_ptr<char[]>(new char[stack_bytes]);
@@ -98,11 +99,16 @@ inline std::unique_ptr<char[]> take_stack() {
 // time (the signal mask), which took 85 % of the emulated tests' time; on
 // x86-64 a switch is instead the few instructions below, which save the
 // registers a call must preserve (and the SSE and x87 control words) on the
-// fiber's own stack. Elsewhere, and under AddressSanitizer (which must see
-// each stack switch; it intercepts swapcontext), ucontext as before.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// fiber's own stack. Elsewhere ucontext as before: on other machines and
+// ABIs (x32, non-ELF), under a sanitizer that must see each stack switch
+// (AddressSanitizer and ThreadSanitizer intercept swapcontext), and where
+// code is built for Intel's shadow stack (CET), whose return addresses
+// a switch by `ret` would not match.
+#if defined(__x86_64__) && defined(__LP64__) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_HWADDRESS__) && !(defined(__CET__) && (__CET__ & 2))
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(hwaddress_sanitizer)
 #define FUSOR_SIMT_UCONTEXT 1
 #endif
 #endif
@@ -741,12 +747,13 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
     for (se::fiber& f : s.fibers) f.stack = se::take_stack();
     cluster.blocks.push_back(&s);
   }
+  se::stack_pool().reserve(se::pooled_stacks);  // returning a stack then never allocates (or throws)
   struct return_stacks {  // to the pool, whether the launch ends or throws
     std::vector<se::block_state>& blocks;
     ~return_stacks() {
       for (se::block_state& s : blocks)
         for (se::fiber& f : s.fibers)
-          if (f.stack) se::stack_pool().push_back(std::move(f.stack));
+          if (f.stack && se::stack_pool().size() < se::pooled_stacks) se::stack_pool().push_back(std::move(f.stack));
     }
   } return_stacks_at_exit{blocks};
   se::block_state* const outer = se::current;
