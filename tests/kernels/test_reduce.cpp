@@ -64,7 +64,7 @@ auto reduce_as(A&&... a) {
 // builds the CUDA kernels' code under the SIMT emulator
 // (reduce_kernels_emulated.hpp).
 struct library_reduce {
-  static constexpr index_t large = index_t(1) << 20;  // the long tensors' and axes' length, about
+  static constexpr index_t large = index_t(1) << 20;  // the longest tensors and axes: this plus a few
   template <reduction_kind K, class Out, class In>
   static void into(const Out& out, const In& in) {
     executor ex{};
