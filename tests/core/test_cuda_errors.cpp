@@ -1,7 +1,8 @@
 // CUDA errors and graph capture (issue 12): a failure is reported once, by the
 // call that failed, and never again by a later, healthy launch; a capture that
 // fails leaves its stream usable and says why; which architecture a kernel's
-// code was compiled for. CUDA only: the host executor has no runtime status to leak.
+// code was compiled for; the occupancy cache's answers. CUDA only: the host
+// executor has no runtime status to leak.
 #include <cstdint>
 #include <stdexcept>
 
@@ -43,6 +44,21 @@ FUSOR_TEST_CASE("gpu::code_version_at_least: this binary's code against the devi
   CHECK(gpu::code_version_at_least(empty_kernel, 50));  // every architecture fusor is built for
   CHECK_FALSE(gpu::code_version_at_least(empty_kernel, 10 * major + minor + 1));  // newer than the device
   CHECK(cudaPeekAtLastError() == cudaSuccess);
+}
+
+FUSOR_TEST_CASE("gpu::resident_blocks: the occupancy API's answer for each launch size, not the first one cached") {
+  const auto direct = [](int threads, std::size_t shared) {
+    int per_sm = 0;
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, empty_kernel, threads, shared));
+    return gpu::multiprocessor_count() * per_sm;
+  };
+  const int small = gpu::resident_blocks<empty_kernel>(256, 0);
+  const int large = gpu::resident_blocks<empty_kernel>(256, 40 * 1024);  // fewer fit: shared memory limits them
+  CHECK(small == direct(256, 0));
+  CHECK(large == direct(256, 40 * 1024));
+  CHECK(large < small);
+  CHECK(gpu::resident_blocks<empty_kernel>(256, 0) == small);  // asked again: the cached answer
+  CHECK(gpu::resident_blocks<empty_kernel>(1024, 0) == direct(1024, 0));
 }
 
 FUSOR_TEST_CASE("a failed CUDA call is not blamed on the next kernel launch") {

@@ -5,8 +5,9 @@
 // each, with grids of at most `max_blocks` along an axis: small, so that a
 // test's launches stay quick while still spreading a tensor over several
 // blocks, splitting long axes over pieces combined by a second kernel, and
-// striding over more work than the grid (on a GPU: past 2^31 - 1 blocks). The three forms mirror reduce.hpp's (into a
-// one-element destination, as a value, along an axis). Host builds only.
+// striding over more work than the grid (on a GPU: past 2^31 - 1 blocks).
+// The three forms (into a one-element destination, as a value, along an
+// axis) go through reduce.hpp's own dispatch. Host builds only.
 #pragma once
 
 #include <fusor/config.hpp>
@@ -65,37 +66,39 @@ void reduce_axis(const Red& red, const In& in, const Dst& dst) {
                        [&](unsigned char*) { fd::finish_pieces<fd::emulated_simt>(job); });
 }
 
-// reduce.hpp's three forms (its checks of shapes and types left out).
-template <reduction_kind Kind, class Out, class In>
-void into(const Out& out, const In& x) {
-  const auto dst = fusor::as_expression(out);
-  const auto e = fusor::as_expression(x);
-  using E = std::remove_cvref_t<decltype(e)>;
-  reduce_whole(fd::reduction_for<Kind, E>{}, fd::make_reduction_input(e, -1),
-               fd::view_sink<std::remove_cvref_t<decltype(dst)>>{dst});
+// An executor for reduce.hpp's dispatch (its checks of shapes and types,
+// and its choice between the whole tensor and an axis) whose work runs above.
+struct gpu {
+  template <class Target>
+  static constexpr bool can_run = fusor::target_readable_from_host_v<Target>;  // the emulator reads host memory
+};
+template <class Red, class In, class Sink>
+void reduce_whole_on(const Red& red, const In& in, const Sink& sink, const gpu&) {
+  reduce_whole(red, in, sink);
 }
-
-template <reduction_kind Kind, class In>
-auto value(const In& x) {
-  const auto e = fusor::as_expression(x);
-  using red_type = fd::reduction_for<Kind, std::remove_cvref_t<decltype(e)>>;
-  typename red_type::result_type result{};
-  reduce_whole(red_type{}, fd::make_reduction_input(e, -1), fd::value_sink<typename red_type::result_type>{&result});
+template <class Red, class In, class Dst>
+void reduce_axis_on(const Red& red, const In& in, const Dst& dst, const gpu&) {
+  reduce_axis(red, in, dst);
+}
+template <class Red, class In>
+typename Red::result_type reduce_value_on(const Red& red, const In& in, const gpu&) {
+  typename Red::result_type result{};
+  reduce_whole(red, in, fd::value_sink<typename Red::result_type>{&result});
   return result;
 }
 
+// reduce.hpp's three forms.
+template <reduction_kind Kind, class Out, class In>
+void into(const Out& out, const In& x) {
+  fd::reduce_whole<Kind>(fusor::as_expression(out), fusor::as_expression(x), gpu{});
+}
+template <reduction_kind Kind, class In>
+auto value(const In& x) {
+  return fd::reduce_value<Kind>(fusor::as_expression(x), gpu{});
+}
 template <reduction_kind Kind, class Out, class In>
 void along(const Out& out, const In& x, int axis) {
-  const auto dst = fusor::as_expression(out);
-  const auto e = fusor::as_expression(x);
-  using E = std::remove_cvref_t<decltype(e)>;
-  using D = std::remove_cvref_t<decltype(dst)>;
-  constexpr int R = int(E::extents_type::rank());
-  const auto in = fd::make_reduction_input(e, axis < 0 ? axis + R : axis);
-  if (in.outputs == 0) return;
-  if (in.outputs == 1)
-    return reduce_whole(fd::reduction_for<Kind, E>{}, fd::make_reduction_input(e, -1), fd::view_sink<D>{dst});
-  reduce_axis(fd::reduction_for<Kind, E>{}, in, dst);
+  fd::reduce_axis<Kind>(fusor::as_expression(out), fusor::as_expression(x), axis, gpu{});
 }
 
 }  // namespace reduce_test::emulated

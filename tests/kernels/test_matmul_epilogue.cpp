@@ -9,10 +9,14 @@
 // by scoped_separate_bias_gradient); the host executor ignores the switch.
 #include "kernels/test_matmul_support.hpp"
 
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include <fusor/kernels/matmul_bias_gradient.hpp>
+#if !defined(FUSOR_TEST_CUDA)
+#include <fusor/kernels/simt_emulator.hpp>
+#endif
 
 using namespace matmul_test;
 
@@ -288,7 +292,28 @@ FUSOR_TEST_CASE("matmul epilogues: the bias gradient of a weight-gradient produc
       }
 }
 
-FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every element once (the kernel's plan, on the host)") {
+#if !defined(FUSOR_TEST_CUDA)
+// The sums by the kernels themselves, run under the SIMT emulator as
+// launch_strided_sum launches them; outputs and partial sums start as NaN, so
+// one not written shows.
+std::vector<double> emulated_strided_sums(const std::vector<double>& x, const detail::strided_sum_shape& s,
+                                          const detail::strided_sum_plan& plan) {
+  std::vector<double> out(std::size_t(s.outputs), std::nan(""));
+  std::vector<double> partials(std::size_t(plan.splits * s.outputs), std::nan(""));
+  const detail::strided_sum_job<double, double, double> job{x.data(), out.data(),
+                                                            plan.splits > 1 ? partials.data() : nullptr, s, plan};
+  detail::emulate_kernel(detail::simt_grid{plan.blocks, plan.splits}, detail::strided_sum_threads, 0,
+                         [&](unsigned char*) { detail::strided_sum_block<detail::emulated_simt>(job); });
+  if (plan.splits > 1)
+    detail::emulate_kernel(detail::simt_grid{detail::strided_sum_finish_blocks(s), 1},
+                           detail::strided_sum_finish_threads, 0,
+                           [&](unsigned char*) { detail::strided_sum_finish_block<detail::emulated_simt>(job); });
+  return out;
+}
+#endif
+
+FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every element once (the kernel's plan, on "
+                "the host; its kernels under the SIMT emulator)") {
   struct sums_case {
     detail::strided_sum_shape shape;
     int multiprocessors;
@@ -331,6 +356,16 @@ FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every 
       wrong += got != want;
     }
     CHECK(wrong == 0);
+#if !defined(FUSOR_TEST_CUDA)
+    const std::vector<double> sums = emulated_strided_sums(x, s, plan);
+    index_t kernel_wrong = 0;
+    for (index_t o = 0; o < s.outputs; ++o) {
+      double want = 0;
+      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
+      kernel_wrong += sums[std::size_t(o)] != want;
+    }
+    CHECK(kernel_wrong == 0);
+#endif
   }
 }
 

@@ -1,8 +1,15 @@
 // parallel::data_parallel over comm::single (one rank, no MPI): equal to
 // optim::trainer under every configuration (buckets, overlap, micro-batches,
 // ZeRO-1, clipping), bf16 communication within bf16's rounding, the timeline,
-// memory and errors; and the bucket planner on its own.
+// memory and errors; the bucket planner on its own; PowerSGD's Gram-Schmidt
+// kernel under the SIMT emulator.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
 #include <fusor/comm/single.hpp>
+#include <fusor/kernels/simt_emulator.hpp>
 #include <fusor/parallel/gradient_buckets.hpp>
 
 #include "parallel/data_parallel_cases.hpp"
@@ -92,6 +99,33 @@ TEST_CASE("PowerSGD over comm::single: the algorithm in double, and data_paralle
   fusor::comm::single c;
   check_powersgd_against_reference(c);
   check_powersgd_training(c);
+}
+
+TEST_CASE("PowerSGD's Gram-Schmidt on the GPU (its kernel's body under the SIMT emulator) against the host's, in fp64") {
+  namespace pd = fusor::parallel::detail;
+  // 600 rows: each of the block's 256 threads owns two or three; rank 5.
+  const index_t n = 600, r = 5;
+  std::vector<float> gpu(std::size_t(n * r)), host(std::size_t(n * r));
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : gpu) v = dist(rng);
+  host = gpu;
+  pd::orthogonalize_columns(pd::pmatrix<fusor::host_space>(host.data(), n, r), fusor::host_executor{});
+  fusor::detail::emulate_kernel(fusor::detail::simt_grid{1, 1}, pd::orthogonalize_threads, 0, [&](unsigned char*) {
+    pd::orthogonalize_columns_block<fusor::detail::emulated_simt>(gpu.data(), n, int(r));
+  });
+  double worst = 0, worst_gram = 0;
+  for (std::size_t e = 0; e < gpu.size(); ++e) worst = std::max(worst, std::abs(double(gpu[e]) - double(host[e])));
+  for (index_t i = 0; i < r; ++i)
+    for (index_t j = 0; j < r; ++j) {  // the kernel's columns are orthonormal
+      double dot = 0;
+      for (index_t k = 0; k < n; ++k) dot += double(gpu[std::size_t(k * r + i)]) * double(gpu[std::size_t(k * r + j)]);
+      worst_gram = std::max(worst_gram, std::abs(dot - (i == j ? 1.0 : 0.0)));
+    }
+  CAPTURE(worst);
+  CAPTURE(worst_gram);
+  CHECK(worst < 1e-5);
+  CHECK(worst_gram < 1e-5);
 }
 
 TEST_CASE("data_parallel and pipeline over comm::single: Inf/NaN gradients stop (or skip) the step") {

@@ -7,10 +7,14 @@
 // it is always false (such a unit is host only by design).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
@@ -47,6 +51,34 @@ inline int multiprocessor_count() {
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+/// Blocks of Kernel, each of `block_threads` threads and `dynamic_shared` bytes of
+/// dynamic shared memory, that the current device holds at once (the occupancy
+/// API's blocks per multiprocessor, at least 1, times the multiprocessors): a
+/// grid of that many blocks fills the GPU in one wave. Cached per kernel, device
+/// and launch size. A kernel that needs more than 48 KB of shared memory must be
+/// allowed it (allow_dynamic_shared) before it is asked about.
+template <auto Kernel>
+int resident_blocks(int block_threads, std::size_t dynamic_shared) {
+  static std::mutex guard;
+  static std::map<std::tuple<int, int, std::size_t>, int> per_multiprocessor;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, block_threads, dynamic_shared);
+  int blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(guard);
+    const auto known = per_multiprocessor.find(key);
+    if (known != per_multiprocessor.end()) blocks = known->second;
+  }
+  if (blocks == 0) {
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, block_threads, dynamic_shared));
+    blocks = std::max(blocks, 1);
+    std::lock_guard<std::mutex> lock(guard);
+    per_multiprocessor.emplace(key, blocks);
+  }
+  return multiprocessor_count() * blocks;
 }
 
 /// Bytes of shared memory `kernel` declares statically.

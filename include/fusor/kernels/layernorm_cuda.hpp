@@ -493,15 +493,6 @@ void launch_parameter_sums(const S* partials, int rows, index_t n, const per_col
                                                                  n, dweight, dbias);
 }
 
-// Blocks of Kernel that fit the GPU at once, at most `wanted`.
-template <auto Kernel>
-int resident_blocks(index_t wanted, int block_threads, std::size_t dynamic_shared) {
-  int per_sm = 0;
-  FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, block_threads, dynamic_shared));
-  const index_t resident = index_t(gpu::multiprocessor_count()) * std::max(per_sm, 1);
-  return int(std::clamp<index_t>(std::min(wanted, resident), 1, max_row_blocks));
-}
-
 template <class Group, bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
 void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, const row_launch& shape,
                           const cuda_executor& ex) {
@@ -522,7 +513,8 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   const norm_backward_plan plan = plan_norm_backward<Group, V, Centered, S>(
       b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(), [&](index_t wanted, std::size_t shared_bytes) {
         gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);  // before the occupancy query
-        return resident_blocks<accumulating>(wanted, shape.block_threads, shared_bytes);
+        const index_t resident = gpu::resident_blocks<accumulating>(shape.block_threads, shared_bytes);
+        return int(std::clamp<index_t>(std::min(wanted, resident), 1, max_row_blocks));
       });
   buffer<device_space> partials(std::size_t(plan.partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
   if (plan.accumulate) {

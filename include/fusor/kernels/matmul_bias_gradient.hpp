@@ -14,7 +14,8 @@
 // in chunk order; a chunk is read by a warp (summed axis contiguous) or by 8
 // threads of a block column (output axis contiguous), combined in a fixed tree.
 // Deterministic for the same sizes and device. No CUB: matmul users do not pay
-// for its headers.
+// for its headers. The kernels' bodies are written against the Simt policy, so
+// the host tests run them under the SIMT emulator.
 //
 // Test hook: the environment variable FUSOR_MATMUL_NO_BIAS_GRAD_EPILOGUE=1
 // (read once, at the first matmul) or a scoped_separate_bias_gradient makes
@@ -32,6 +33,8 @@
 #include "fusor/config.hpp"
 #include "fusor/core/extents.hpp"
 #include "fusor/core/precision.hpp"
+#include "fusor/kernels/simt_reduce.hpp"
+#include "fusor/kernels/warp_mma.hpp"
 
 #if FUSOR_HAS_CUDA
 #include <cuda_runtime.h>
@@ -125,7 +128,6 @@ FUSOR_HOST_DEVICE inline G strided_partial_sum(const In* x, const strided_sum_sh
 template <class T>
 using strided_sum_accumulator_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-#if FUSOR_HAS_CUDA
 template <class In, class Out, class G>
 struct strided_sum_job {
   const In* x;
@@ -135,43 +137,69 @@ struct strided_sum_job {
   strided_sum_plan plan;
 };
 
-template <class In, class Out, class G>
-__global__ void __launch_bounds__(strided_sum_block_x * strided_sum_block_y)
-    strided_sum_kernel(const strided_sum_job<In, Out, G> job) {
-  __shared__ G column[strided_sum_block_y][strided_sum_block_x];
-  const int x = int(threadIdx.x), y = int(threadIdx.y);
-  const index_t split = index_t(blockIdx.y);
+inline constexpr int strided_sum_threads = strided_sum_block_x * strided_sum_block_y;
+struct strided_sum_column_tag;
+
+// One block of the sums (a grid of plan.blocks x plan.splits blocks of
+// strided_sum_threads), written against a Simt policy (warp_mma.hpp): on the
+// GPU in strided_sum_kernel, in the host tests under the SIMT emulator.
+// Thread t is (x, y) = (t % 32, t / 32) of a 32 x 8 block.
+template <class Simt, class In, class Out, class G>
+FUSOR_DEVICE void strided_sum_block(const strided_sum_job<In, Out, G>& job) {
+  const int t = Simt::thread(), x = t % strided_sum_block_x, y = t / strided_sum_block_x;
+  const index_t split = Simt::block_y();
   index_t output;
   G sum;
   if (job.plan.warp_per_output) {
-    // Warp y reads output `output`'s chunk contiguously; lane 0 gets the tree's sum.
-    output = index_t(blockIdx.x) * strided_sum_block_y + y;
+    // Warp y reads output `output`'s chunk contiguously; lane 0 keeps the butterfly's sum.
+    output = Simt::block_x() * strided_sum_block_y + y;
     sum = output < job.shape.outputs ? strided_partial_sum<G>(job.x, job.shape, job.plan, output, split, x) : G(0);
-    for (int offset = strided_sum_block_x / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    sum = warp_butterfly<Simt>(sum, [](G a, G b) { return a + b; });
     if (x != 0) return;
   } else {
-    // Column x of the block: neighbouring threads read neighbouring outputs (coalesced).
-    output = index_t(blockIdx.x) * strided_sum_block_x + x;
-    column[y][x] = output < job.shape.outputs ? strided_partial_sum<G>(job.x, job.shape, job.plan, output, split, y) : G(0);
-    __syncthreads();
+    // Column x of the block: neighbouring threads read neighbouring outputs (coalesced);
+    // row y of `column` holds slice y's sums, added by the first row in slice order.
+    G* const column = Simt::template shared_array<G, strided_sum_threads, strided_sum_column_tag>();
+    output = Simt::block_x() * strided_sum_block_x + x;
+    Simt::store_shared(&column[t], output < job.shape.outputs
+                                       ? strided_partial_sum<G>(job.x, job.shape, job.plan, output, split, y)
+                                       : G(0));
+    Simt::sync_block();
     if (y != 0) return;
-    sum = column[0][x];
-    for (int r = 1; r < strided_sum_block_y; ++r) sum += column[r][x];
+    sum = Simt::load_shared(&column[x]);
+    for (int r = 1; r < strided_sum_block_y; ++r) sum += Simt::load_shared(&column[r * strided_sum_block_x + x]);
   }
   if (output >= job.shape.outputs) return;
   if (job.partials) job.partials[split * job.shape.outputs + output] = sum;
   else job.out[output] = convert<Out>(sum);
 }
 
-// The chunks' partial sums, added in chunk order.
-template <class Out, class G>
-__global__ void __launch_bounds__(256)
-    strided_sum_finish_kernel(const G* partials, Out* out, index_t outputs, index_t splits) {
-  const index_t output = index_t(blockIdx.x) * 256 + threadIdx.x;
-  if (output >= outputs) return;
-  G sum = partials[output];
-  for (index_t s = 1; s < splits; ++s) sum += partials[s * outputs + output];
-  out[output] = convert<Out>(sum);
+inline constexpr int strided_sum_finish_threads = 256;
+
+// The chunks' partial sums, added in chunk order: a thread an output.
+template <class Simt, class In, class Out, class G>
+FUSOR_DEVICE void strided_sum_finish_block(const strided_sum_job<In, Out, G>& job) {
+  const index_t output = Simt::block_x() * strided_sum_finish_threads + Simt::thread();
+  if (output >= job.shape.outputs) return;
+  G sum = job.partials[output];
+  for (index_t s = 1; s < job.plan.splits; ++s) sum += job.partials[s * job.shape.outputs + output];
+  job.out[output] = convert<Out>(sum);
+}
+
+// Blocks of the finishing kernel.
+inline index_t strided_sum_finish_blocks(const strided_sum_shape& s) {
+  return (s.outputs + strided_sum_finish_threads - 1) / strided_sum_finish_threads;
+}
+
+#if FUSOR_HAS_CUDA
+template <class In, class Out, class G>
+__global__ void __launch_bounds__(strided_sum_threads) strided_sum_kernel(const strided_sum_job<In, Out, G> job) {
+  strided_sum_block<device_simt>(job);
+}
+template <class In, class Out, class G>
+__global__ void __launch_bounds__(strided_sum_finish_threads)
+    strided_sum_finish_kernel(const strided_sum_job<In, Out, G> job) {
+  strided_sum_finish_block<device_simt>(job);
 }
 
 // out = the sums of x (device pointers), on `stream`; `scratch` holds at least
@@ -180,13 +208,13 @@ template <class G, class In, class Out>
 void launch_strided_sum(Out* out, const In* x, const strided_sum_shape& shape, const strided_sum_plan& plan,
                         void* scratch, cudaStream_t stream) {
   const strided_sum_job<In, Out, G> job{x, out, plan.splits > 1 ? static_cast<G*>(scratch) : nullptr, shape, plan};
-  const dim3 grid(unsigned(plan.blocks), unsigned(plan.splits)), block(strided_sum_block_x, strided_sum_block_y);
-  strided_sum_kernel<In, Out, G><<<grid, block, 0, stream>>>(job);
+  const dim3 grid(unsigned(plan.blocks), unsigned(plan.splits));
+  strided_sum_kernel<In, Out, G><<<grid, strided_sum_threads, 0, stream>>>(job);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   std::uint64_t launches = 1;
   if (plan.splits > 1) {
-    strided_sum_finish_kernel<Out, G>
-        <<<unsigned((shape.outputs + 255) / 256), 256, 0, stream>>>(job.partials, out, shape.outputs, plan.splits);
+    strided_sum_finish_kernel<In, Out, G>
+        <<<unsigned(strided_sum_finish_blocks(shape)), strided_sum_finish_threads, 0, stream>>>(job);
     FUSOR_CUDA_CHECK(cudaGetLastError());
     ++launches;
   }

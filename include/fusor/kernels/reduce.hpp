@@ -44,6 +44,7 @@
 #include "fusor/exec/pass.hpp"
 #include "fusor/kernels/reduce_cuda.hpp"
 #include "fusor/kernels/reduce_host.hpp"
+#include "fusor/kernels/reduce_kernels.hpp"
 #include "fusor/kernels/reduce_ops.hpp"
 
 namespace fusor {
@@ -56,6 +57,12 @@ concept reduction_executor = std::same_as<T, host_executor>
 #endif
     ;
 
+// The dispatch below checks shapes and types and runs the host executor's
+// loops itself; any other executor's work goes to overloads of
+// reduce_whole_on, reduce_axis_on and reduce_value_on for its type:
+// reduce_cuda.hpp's for the cuda executor, and the host tests' for an
+// executor that runs the CUDA kernels' bodies under the SIMT emulator (found
+// by argument-dependent lookup in its namespace).
 namespace detail {
 template <class T>
 concept reduction_destination = is_tensor_v<std::remove_cvref_t<T>> || assignable<std::remove_cvref_t<T>>;
@@ -103,10 +110,7 @@ void reduce_whole_into(const D& dst, const E& e, const Executor& executor) {
     const auto total = host_reduce_whole(red, in, executor);
     store_output(dst, ::cuda::std::array<index_t, E::extents_type::rank()>{}, -1, red.finish(total, in.size));
   } else {
-#if FUSOR_HAS_CUDA
-    gpu::require("the cuda executor");
-    cuda_reduce_whole(red, in, view_sink<D>{dst}, executor.stream);
-#endif
+    reduce_whole_on(red, in, view_sink<D>{dst}, executor);
   }
 }
 
@@ -161,10 +165,7 @@ void reduce_axis(const D& dst, const E& e, int axis, const Executor& executor) {
   if constexpr (std::is_same_v<Executor, host_executor>) {
     host_reduce_axis(red, in, dst, executor);
   } else {
-#if FUSOR_HAS_CUDA
-    gpu::require("the cuda executor");
-    cuda_reduce_axis(red, in, dst, executor.stream);
-#endif
+    reduce_axis_on(red, in, dst, executor);
   }
 }
 
@@ -173,24 +174,13 @@ template <reduction_kind Kind, class Executor, class E>
 auto reduce_value(const E& e, const Executor& executor) {
   check_types<Kind, Executor, void, E>();
   using red_type = reduction_for<Kind, E>;
-  using result = typename red_type::result_type;
   const auto in = make_reduction_input(e, -1);
   check_has_elements<Kind>(in, e);
   const red_type red{};
   if constexpr (std::is_same_v<Executor, host_executor>) {
     return red.finish(host_reduce_whole(red, in, executor), in.size);
   } else {
-#if FUSOR_HAS_CUDA
-    gpu::require("the cuda executor");
-    buffer<device_space> scratch(sizeof(result), executor.stream);
-    cuda_reduce_whole(red, in, value_sink<result>{scratch.as<result>()}, executor.stream);
-    result value{};
-    FUSOR_CUDA_CHECK(cudaMemcpyAsync(&value, scratch.data(), sizeof(result), cudaMemcpyDeviceToHost, executor.stream));
-    FUSOR_CUDA_CHECK(cudaStreamSynchronize(executor.stream));
-    return value;
-#else
-    return result{};
-#endif
+    return reduce_value_on(red, in, executor);
   }
 }
 }  // namespace detail

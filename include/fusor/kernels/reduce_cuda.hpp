@@ -17,7 +17,6 @@
 #include "fusor/core/buffer.hpp"
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/exec/cuda.hpp"
-#include "fusor/exec/launch_shape.hpp"
 #include "fusor/kernels/reduce_kernels.hpp"
 #include "fusor/kernels/warp_mma.hpp"
 
@@ -54,25 +53,11 @@ __global__ void __launch_bounds__(reduction_block_threads) finish_pieces_kernel(
   finish_pieces<device_simt>(job);
 }
 
-// Blocks of 256 threads of Kernel the current GPU holds at once (the
-// occupancy API's answer, cached per kernel and device).
-template <auto Kernel>
-index_t resident_reduction_blocks() {
-  static per_device_cache<int> per_multiprocessor;
-  int device = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  const int per_sm = per_multiprocessor.get(device, [] {
-    int blocks = 0;
-    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, reduction_block_threads, 0));
-    return blocks;
-  });
-  return index_t(gpu::multiprocessor_count()) * std::max(per_sm, 1);
-}
-
 template <class Red, class In, class Sink>
 void cuda_reduce_whole(const Red& red, const In& in, const Sink& sink, cudaStream_t stream) {
   using job_type = whole_job<Red, In, Sink>;
-  job_type job = plan_reduce_whole(red, in, sink, resident_reduction_blocks<reduce_whole_kernel<job_type>>());
+  const int resident = gpu::resident_blocks<reduce_whole_kernel<job_type>>(reduction_block_threads, 0);
+  job_type job = plan_reduce_whole(red, in, sink, resident);
   buffer<device_space> partial;
   if (job.blocks > 1) {
     partial = buffer<device_space>(std::size_t(job.blocks) * sizeof(typename Red::accumulator), stream);
@@ -96,6 +81,31 @@ void cuda_reduce_axis(const Red& red, const In& in, const Dst& dst, cudaStream_t
   else launch_reduce<reduce_columns_kernel<job_type>>(job, job.grid_x, job.grid_y, reduction_block_threads, stream);
   if (job.splits > 1)
     launch_reduce<finish_pieces_kernel<job_type>>(job, job.finish_blocks, 1, reduction_block_threads, stream);
+}
+
+// The CUDA executor's side of reduce.hpp's dispatch: a whole tensor into
+// `sink`, an axis into `dst`, and a whole tensor's value copied to the host
+// (which waits for the stream).
+template <class Red, class In, class Sink>
+void reduce_whole_on(const Red& red, const In& in, const Sink& sink, const cuda_executor& executor) {
+  gpu::require("the cuda executor");
+  cuda_reduce_whole(red, in, sink, executor.stream);
+}
+template <class Red, class In, class Dst>
+void reduce_axis_on(const Red& red, const In& in, const Dst& dst, const cuda_executor& executor) {
+  gpu::require("the cuda executor");
+  cuda_reduce_axis(red, in, dst, executor.stream);
+}
+template <class Red, class In>
+typename Red::result_type reduce_value_on(const Red& red, const In& in, const cuda_executor& executor) {
+  using result = typename Red::result_type;
+  gpu::require("the cuda executor");
+  buffer<device_space> scratch(sizeof(result), executor.stream);
+  cuda_reduce_whole(red, in, value_sink<result>{scratch.as<result>()}, executor.stream);
+  result value{};
+  FUSOR_CUDA_CHECK(cudaMemcpyAsync(&value, scratch.data(), sizeof(result), cudaMemcpyDeviceToHost, executor.stream));
+  FUSOR_CUDA_CHECK(cudaStreamSynchronize(executor.stream));
+  return value;
 }
 
 }  // namespace fusor::detail

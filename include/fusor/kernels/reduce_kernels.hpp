@@ -120,6 +120,7 @@ struct value_sink {
 
 template <class Red, class In, class Sink>
 struct whole_job {
+  using red_type = Red;
   using accumulator_type = typename Red::accumulator;
   static constexpr int lanes = reduction_lanes<Red, In>;
   Red red;
@@ -130,14 +131,10 @@ struct whole_job {
   accumulator_type* partial = nullptr;  // one per block of the first kernel, when there are several
   bool vectorized = false;              // linear, every pointer 16-byte aligned, lanes > 1
 
-  FUSOR_HOST_DEVICE accumulator_type value_at(index_t p) const {
-    if constexpr (Red::indexed) {
-      const auto idx = in.order.index_of(p);
-      return red.lift(in.at(idx), in.logical_index(idx));
-    } else {
-      if (in.linear) return red.lift(in.at_position(p), p);
-      return red.lift(in.at(in.order.index_of(p)), p);
-    }
+  // argmax, argmin: the element at position p, lifted with its logical (row-major) index.
+  FUSOR_HOST_DEVICE accumulator_type indexed_value_at(index_t p) const {
+    const auto idx = in.order.index_of(p);
+    return red.lift(in.at(idx), in.logical_index(idx));
   }
 };
 
@@ -177,7 +174,18 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_whole_part(const Job& job) {
       scalar_begin = begin + vectors * lanes;
     }
   }
-  for (index_t p = scalar_begin + thread; p < end; p += reduction_block_threads) acc = job.red(acc, job.value_at(p));
+  // The rest one element at a time, reduction_batch reads in flight (but for
+  // argmax and argmin, whose index is the logical one, not the position).
+  const index_t from = scalar_begin + thread;
+  if constexpr (Job::red_type::indexed) {
+    for (index_t p = from; p < end; p += reduction_block_threads) acc = job.red(acc, job.indexed_value_at(p));
+  } else if (job.in.linear) {
+    const auto at = [&](index_t p) { return job.in.at_position(p); };
+    acc = add_strided_elements(job.red, at, from, end, reduction_block_threads, acc);
+  } else {
+    const auto at = [&](index_t p) { return job.in.at(job.in.order.index_of(p)); };
+    acc = add_strided_elements(job.red, at, from, end, reduction_block_threads, acc);
+  }
   acc = block_all_reduce<Simt, Job>(acc, job.red);
   if (thread == 0) {
     if (job.blocks == 1) job.sink(job.red.finish(acc, job.in.size));

@@ -42,6 +42,7 @@
 #if !FUSOR_HAS_CUDA
 #include <ucontext.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -652,6 +653,13 @@ struct emulated_simt {
     simt_emulation::note_write(s, at, sizeof(V));
     std::memcpy(static_cast<void*>(to), &v, sizeof(V));
   }
+  // Global memory shared by the blocks: they run one after another here, so
+  // the fence orders nothing the emulator could reorder.
+  static unsigned atomic_add(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+  static void fence_device() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+  template <class V>
+  static V load_global_coherent(const V* from) { return *from; }
+
   static void zero_shared_16(void* to) {
     simt_emulation::block_state& s = simt_emulation::state();
     const std::size_t at = simt_emulation::shared_offset(s, to, 16, 16, "zero_shared_16");

@@ -33,6 +33,11 @@
 //                                     sync_block after it shows them to the others)
 //   load_shared(p), store_shared(p, v) a plain read or write of shared memory
 //   zero_shared_16(p)                 16 zero bytes to shared memory (16-byte aligned)
+//   unsigned atomic_add(unsigned* p, unsigned v)  atomicAdd on global memory (the old value)
+//   void fence_device()               __threadfence: this thread's writes before it are seen
+//                                     by every block before its writes after it
+//   V load_global_coherent(const V* p)  a global read from L2 (__ldcg), not an L1 line
+//                                     that may predate another block's write
 //
 // Every shared-memory access goes through the policy, so the emulator checks
 // each against the others (races, reads of unwritten bytes) as the GPU's
@@ -180,6 +185,10 @@ struct device_simt {
   template <class V>
   __device__ static void store_shared(V* to, const V& v) { *to = v; }
   __device__ static void zero_shared_16(void* to) { *static_cast<uint4*>(to) = make_uint4(0, 0, 0, 0); }
+  __device__ static unsigned atomic_add(unsigned* p, unsigned v) { return atomicAdd(p, v); }
+  __device__ static void fence_device() { __threadfence(); }
+  template <class V>
+  __device__ static V load_global_coherent(const V* from) { return __ldcg(from); }
   template <bool Trans>
   __device__ static void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -8,7 +8,9 @@
 // an arrival counter) belongs to a workspace made once, and the sum finishes
 // in the same launch: the last block to arrive adds the block sums in block
 // order, so the result is bit-for-bit repeatable, and resets the counter for
-// the next call (or the next replay of a captured graph).
+// the next call (or the next replay of a captured graph). The kernel's body is
+// written against the Simt policy (warp_mma.hpp), so the host tests run it
+// under the SIMT emulator.
 //
 // Squares accumulate in fp64: no finite fp32 gradient can overflow the total,
 // so the total is finite exactly when every gradient is (Inf and NaN carry).
@@ -21,15 +23,15 @@
 #include "fusor/config.hpp"
 #include "fusor/core/buffer.hpp"
 #include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/vector_access.hpp"
 #include "fusor/core/view.hpp"
 #include "fusor/exec/cuda.hpp"
 #include "fusor/exec/host.hpp"
 #include "fusor/expr/operators.hpp"
 #include "fusor/kernels/reduce.hpp"
+#include "fusor/kernels/simt_reduce.hpp"
+#include "fusor/kernels/warp_mma.hpp"
 
-#if FUSOR_HAS_CUDA
-#include <cub/block/block_reduce.cuh>
-#endif
 
 namespace fusor::optim {
 
@@ -60,51 +62,96 @@ class gradient_norm_workspace {
   int capacity_ = 0;
 };
 
-#if FUSOR_HAS_CUDA
 namespace detail {
 inline constexpr int norm_block_threads = 256;
+inline constexpr int norm_batch = 4;  // vector loads a thread issues before adding them
 
-template <int V, class T>
-__global__ void __launch_bounds__(norm_block_threads)
-    add_sum_of_squares_kernel(const T* __restrict__ g, index_t n, double* total, double* partial,
-                              unsigned int* arrivals) {
-  using block_reduce = cub::BlockReduce<double, norm_block_threads>;
-  __shared__ typename block_reduce::TempStorage temp;
-  __shared__ bool last_block;
-  const index_t stride = index_t(gridDim.x) * norm_block_threads;
-  const index_t first = index_t(blockIdx.x) * norm_block_threads + threadIdx.x;
-  const index_t vectors = n / V;
+// One sum of squares: g[0, n) added to *total. `partial` holds a sum per
+// block, `arrivals` counts the blocks that stored theirs (0 between sums).
+template <class T>
+struct sum_of_squares_job {
+  const T* g = nullptr;
+  index_t n = 0;
+  double* total = nullptr;
+  double* partial = nullptr;
+  unsigned int* arrivals = nullptr;
+};
+
+// Blocks for n elements read `lanes` at a time: at least norm_batch vectors
+// a thread, at most `capacity` (the workspace's partial sums).
+inline index_t sum_of_squares_blocks(index_t n, int lanes, int capacity) {
+  const index_t per_block = index_t(norm_block_threads) * norm_batch * lanes;
+  return std::clamp<index_t>((n + per_block - 1) / per_block, 1, std::max(capacity, 1));
+}
+
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE double squared_in_fp64(const T& x) {
+  const double d = convert<double>(x);
+  return d * d;
+}
+
+struct norm_block_sum_tag;
+struct norm_last_block_tag;
+
+// One block of the sum, written against a Simt policy (warp_mma.hpp): on the
+// GPU in add_sum_of_squares_kernel, in the host tests under the SIMT
+// emulator. A thread adds the squares of vectors first, first + stride, ...
+// in that order, loading norm_batch of them before adding any; the block's
+// sum goes to partial[block]. The block that arrives last adds the partial
+// sums in block order and resets the counter, so the result does not depend
+// on which block finishes when. V: elements per vector (16-byte aligned g
+// when V > 1).
+template <class Simt, int V, class T>
+FUSOR_DEVICE void add_sum_of_squares_block(const sum_of_squares_job<T>& job) {
+  constexpr auto plus = [](double a, double b) { return a + b; };
+  const index_t stride = Simt::grid_x() * norm_block_threads;
+  const index_t first = Simt::block_x() * norm_block_threads + Simt::thread();
+  const index_t vectors = job.n / V;
   double acc = 0.0;
-  for (index_t s = first; s < vectors; s += stride) {
-    const lanes<T, V> x = load_lanes<V, V != 1>(g + s * V);
+  index_t s = first;
+  for (; s + (norm_batch - 1) * stride < vectors; s += norm_batch * stride) {
+    lanes<T, V> x[norm_batch];
     FUSOR_UNROLL
-    for (int j = 0; j < V; ++j) {
-      const double d = convert<double>(x[j]);
-      acc += d * d;
-    }
+    for (int u = 0; u < norm_batch; ++u) x[u] = load_lanes<V, V != 1>(job.g + (s + u * stride) * V);
+    FUSOR_UNROLL
+    for (int u = 0; u < norm_batch; ++u)
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j) acc += squared_in_fp64(x[u][j]);
   }
-  for (index_t i = vectors * V + first; i < n; i += stride) {
-    const double d = convert<double>(g[i]);
-    acc += d * d;
+  for (; s < vectors; s += stride) {
+    const lanes<T, V> x = load_lanes<V, V != 1>(job.g + s * V);
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) acc += squared_in_fp64(x[j]);
   }
-  acc = block_reduce(temp).Sum(acc);
-  if (threadIdx.x == 0) {
-    partial[blockIdx.x] = acc;
-    __threadfence();  // the sum is visible before the arrival is counted
-    last_block = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+  for (index_t i = vectors * V + first; i < job.n; i += stride) acc += squared_in_fp64(job.g[i]);
+  acc = fusor::detail::block_all_reduce<Simt, norm_block_sum_tag>(acc, plus);
+
+  unsigned int* const last_block = Simt::template shared_array<unsigned int, 1, norm_last_block_tag>();
+  if (Simt::thread() == 0) {
+    job.partial[Simt::block_x()] = acc;
+    Simt::fence_device();  // the sum is visible before the arrival is counted
+    const unsigned int arrived = Simt::atomic_add(job.arrivals, 1u) + 1u;
+    Simt::store_shared(last_block, static_cast<unsigned int>(arrived == unsigned(Simt::grid_x())));
   }
-  __syncthreads();
-  if (!last_block) return;
+  Simt::sync_block();
+  if (Simt::load_shared(last_block) == 0) return;
   double sum = 0.0;
-  for (unsigned int b = threadIdx.x; b < gridDim.x; b += norm_block_threads) sum += __ldcg(partial + b);
-  sum = block_reduce(temp).Sum(sum);  // temp is free again: every thread passed the barrier above
-  if (threadIdx.x == 0) {
-    *total += sum;
-    *arrivals = 0;
+  for (index_t b = Simt::thread(); b < Simt::grid_x(); b += norm_block_threads)
+    sum += Simt::load_global_coherent(job.partial + b);
+  sum = fusor::detail::block_all_reduce<Simt, norm_block_sum_tag>(sum, plus);
+  if (Simt::thread() == 0) {
+    *job.total += sum;
+    *job.arrivals = 0;
   }
 }
-}  // namespace detail
+
+#if FUSOR_HAS_CUDA
+template <int V, class T>
+__global__ void __launch_bounds__(norm_block_threads) add_sum_of_squares_kernel(const sum_of_squares_job<T> job) {
+  add_sum_of_squares_block<fusor::detail::device_simt, V>(job);
+}
 #endif
+}  // namespace detail
 
 /// total += sum of g[i]^2, on the executor's stream (host: now).
 template <class P, class Space>
@@ -128,15 +175,12 @@ void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_m
   if (n == 0) return;
   constexpr int V = int(16 / sizeof(T));
   const bool aligned = reinterpret_cast<std::uintptr_t>(g.data()) % 16 == 0;
-  const index_t work = aligned ? n / V : n;
-  const index_t per_block = index_t(detail::norm_block_threads) * 4;  // at least 4 steps per thread
-  const int blocks = int(std::clamp<index_t>((work + per_block - 1) / per_block, 1, workspace.capacity()));
+  const detail::sum_of_squares_job<T> job{g.data(), n, total, workspace.partial(), workspace.arrivals()};
+  const auto blocks = unsigned(detail::sum_of_squares_blocks(n, aligned ? V : 1, workspace.capacity()));
   if (aligned)
-    detail::add_sum_of_squares_kernel<V, T><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(
-        g.data(), n, total, workspace.partial(), workspace.arrivals());
+    detail::add_sum_of_squares_kernel<V><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(job);
   else
-    detail::add_sum_of_squares_kernel<1, T><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(
-        g.data(), n, total, workspace.partial(), workspace.arrivals());
+    detail::add_sum_of_squares_kernel<1><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(job);
   FUSOR_CUDA_CHECK(cudaGetLastError());
   gpu::launch_counter().fetch_add(1);
 }

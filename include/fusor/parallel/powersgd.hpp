@@ -34,6 +34,8 @@
 #include "fusor/core/strided_views.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/kernels/matmul.hpp"
+#include "fusor/kernels/simt_reduce.hpp"
+#include "fusor/kernels/warp_mma.hpp"
 #include "fusor/nn/parameters.hpp"
 #include "fusor/optim/flat_state.hpp"
 #include "fusor/parallel/data_parallel_options.hpp"
@@ -65,34 +67,36 @@ inline void orthogonalize_columns(const pmatrix<host_space>& p, const host_execu
   }
 }
 
-#if FUSOR_HAS_CUDA
-// The same in one block of Threads threads: each dot product a block reduction.
-// (A template: a kernel defined in a header must not clash across translation units.)
+// The same in one block of orthogonalize_threads threads, in fp32, each dot
+// product a block reduction (a fixed tree: deterministic); written against a
+// Simt policy (kernels/warp_mma.hpp), so the host tests run it under the SIMT
+// emulator. Thread t owns rows t, t + 256, ...: only it reads or writes
+// them, so the updates need no barrier between the dot products.
 inline constexpr int orthogonalize_threads = 256;
-template <int Threads>
-__global__ void orthogonalize_columns_kernel(float* p, index_t n, int r) {
-  __shared__ float partial[Threads];
+struct orthogonalize_dot_tag;
+template <class Simt>
+FUSOR_DEVICE void orthogonalize_columns_block(float* p, index_t n, int r) {
+  const auto plus = [](float a, float b) { return a + b; };
   for (int i = 0; i < r; ++i) {
     for (int j = 0; j <= i; ++j) {
       float s = 0;
-      for (index_t k = threadIdx.x; k < n; k += Threads) s += p[k * r + i] * p[k * r + j];
-      partial[threadIdx.x] = s;
-      __syncthreads();
-      for (int w = Threads / 2; w > 0; w /= 2) {
-        if (int(threadIdx.x) < w) partial[threadIdx.x] += partial[threadIdx.x + w];
-        __syncthreads();
-      }
-      const float dot = partial[0];
-      __syncthreads();  // every thread has read partial[0] before the next reduction writes it
+      for (index_t k = Simt::thread(); k < n; k += orthogonalize_threads) s += p[k * r + i] * p[k * r + j];
+      const float dot = fusor::detail::block_all_reduce<Simt, orthogonalize_dot_tag>(s, plus);
       if (j < i) {
-        for (index_t k = threadIdx.x; k < n; k += Threads) p[k * r + i] -= dot * p[k * r + j];
+        for (index_t k = Simt::thread(); k < n; k += orthogonalize_threads) p[k * r + i] -= dot * p[k * r + j];
       } else {
         const float scale = 1.0f / (sqrtf(dot) + 1e-8f);
-        for (index_t k = threadIdx.x; k < n; k += Threads) p[k * r + i] *= scale;
+        for (index_t k = Simt::thread(); k < n; k += orthogonalize_threads) p[k * r + i] *= scale;
       }
-      __syncthreads();
     }
   }
+}
+
+#if FUSOR_HAS_CUDA
+// (A template: a kernel defined in a header must not clash across translation units.)
+template <int Threads>
+__global__ void __launch_bounds__(Threads) orthogonalize_columns_kernel(float* p, index_t n, int r) {
+  orthogonalize_columns_block<fusor::detail::device_simt>(p, n, r);
 }
 inline void orthogonalize_columns(const pmatrix<device_space>& p, const cuda_executor& ex) {
   orthogonalize_columns_kernel<orthogonalize_threads>
