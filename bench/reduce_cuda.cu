@@ -5,7 +5,10 @@
 //
 //   whole sum, whole sum of x * y + 1 (a fused expression), amax, argmax,
 //   row sums of [16384, 4096] (axis contiguous), column sums (axis strided),
-//   and sums of the rows of [4, 2^24] (few outputs, long axis: split).
+//   and sums of the rows of [4, 2^24] (few outputs, long axis: split); the
+//   whole sum of a view one element in (not 16-byte aligned: one element a
+//   load), and the optimizer's gradient-norm pass (optim::add_sum_of_squares:
+//   squares into an fp64 total, one launch).
 //
 // A plain program: each variant is timed with CUDA events around single runs
 // after warm-up; the median of 50 is printed in a Markdown table. "read GB/s"
@@ -29,6 +32,7 @@
 #include "fusor/exec/cuda.hpp"
 #include "fusor/expr/operators.hpp"
 #include "fusor/kernels/reduce.hpp"
+#include "fusor/optim/gradient_norm.hpp"
 
 namespace {
 
@@ -69,14 +73,14 @@ bool run(const char* precision, cudaStream_t stream) {
   host_tensor<T, 1> hx(elements), hy(elements);
   std::mt19937 engine(2026);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  double sum = 0, expression_sum = 0, largest = -INFINITY;
+  double sum = 0, expression_sum = 0, squares = 0, largest = -INFINITY;
   fusor::index_t largest_at = 0;
   std::vector<double> row_sums(16384), split_sums(4);
   for (fusor::index_t i = 0; i < elements; ++i) {
     hx.data()[i] = fusor::convert<T>(uniform(engine));
     hy.data()[i] = fusor::convert<T>(uniform(engine));
     const float a = fusor::convert<float>(hx.data()[i]), b = fusor::convert<float>(hy.data()[i]);
-    sum += a, expression_sum += double(a * b + 1.0f);
+    sum += a, expression_sum += double(a * b + 1.0f), squares += double(a) * a;
     if (a > largest) largest = a, largest_at = i;
     row_sums[i / 4096] += a, split_sums[i / (elements / 4)] += a;
   }
@@ -125,6 +129,20 @@ bool run(const char* precision, cudaStream_t stream) {
   ok &= check("column sums", host_value(columns, 0), column0, 1e-2);
   const double split_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(splits, long_rows, 1, ex); });
   ok &= check("split row sums", host_value(splits, 3), split_sums[3], tolerance);
+  const auto shifted = fusor::view<T, fusor::dextents<fusor::index_t, 1>, fusor::row_major, fusor::device_space>(
+      x.data() + 1, elements - 1);
+  const double shifted_ms =
+      fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::sum(scalar, shifted, ex); });
+  ok &= check("sum of a view one element in", host_value(scalar, 0), sum - fusor::convert<double>(hx.data()[0]),
+              tolerance);
+  device_tensor<double, 1> total(1);
+  const fusor::optim::gradient_norm_workspace<fusor::device_space> workspace(stream);
+  const double norm_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] {
+    fusor::optim::add_sum_of_squares(total.data(), x.view(), workspace, ex);
+  });
+  FUSOR_CUDA_CHECK(cudaMemsetAsync(total.data(), 0, sizeof(double), stream));
+  fusor::optim::add_sum_of_squares(total.data(), x.view(), workspace, ex);
+  ok &= check("gradient norm's sum of squares", host_value(total, 0), squares, 1e-9 * squares);
 
   print_row(precision, "cudaMemcpy D2D (reads + writes)", copy_ms, 2 * bytes, copy_gbs);
   print_row(precision, "CUB DeviceReduce sum (raw pointer)", cub_ms, bytes, copy_gbs);
@@ -135,6 +153,8 @@ bool run(const char* precision, cudaStream_t stream) {
   print_row(precision, "fusor row sums [16384, 4096]", rows_ms, bytes, copy_gbs);
   print_row(precision, "fusor column sums [16384, 4096]", columns_ms, bytes, copy_gbs);
   print_row(precision, "fusor row sums [4, 2^24] (split)", split_ms, bytes, copy_gbs);
+  print_row(precision, "fusor sum, a view one element in", shifted_ms, bytes - sizeof(T), copy_gbs);
+  print_row(precision, "gradient norm (add_sum_of_squares)", norm_ms, bytes, copy_gbs);
   std::printf("| %-9s | fusor sum / CUB sum (time ratio)   | %9.3f |            |         |\n", precision,
               cub_ms / sum_ms);
   return ok;

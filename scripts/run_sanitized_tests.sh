@@ -11,7 +11,8 @@
 # CI (.ci/run) runs, within its time budget, a named subset that exercises
 # every host header: the suites that read untrusted bytes and hold the memory
 # plumbing (core, io, data, parallel_checkpoint), the small ones (app, comm,
-# large_tensors), and sanitize_cover (tests/suites/sanitize_cover.cmake: the
+# large_tensors), core_emulated (the cuda executor's pass kernels under the
+# SIMT emulator: their vector reads of host memory), and sanitize_cover (tests/suites/sanitize_cover.cmake: the
 # cheapest test sources of the other suites that exercise the rest: conv2d,
 # the GPT layers, composition, data parallel, pipelines, PowerSGD, rmsnorm).
 # The whole set takes ~35 min on 2 cores (68 objects under the sanitizers).

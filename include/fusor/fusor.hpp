@@ -49,6 +49,7 @@
 #include "fusor/exec/host.hpp"
 #include "fusor/exec/launch_shape.hpp"
 #include "fusor/exec/pass.hpp"
+#include "fusor/exec/pass_kernels.hpp"
 #include "fusor/expr/derivative.hpp"
 #include "fusor/expr/functors.hpp"
 #include "fusor/expr/host_math.hpp"

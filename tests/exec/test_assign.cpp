@@ -1,5 +1,5 @@
 // Assignment: one pass per assignment (counted per element, and per launch on
-// CUDA), every layout, broadcasting, aliasing, several outputs, unaligned and
+// CUDA and under the emulated GPU), every layout, broadcasting, aliasing, several outputs, unaligned and
 // strided views.
 #include <vector>
 
@@ -28,7 +28,7 @@ void expect_all_equal(const space_tensor<int, vector_extents>& counts, int expec
 }
 
 std::uint64_t launches() { return fusor::gpu::launch_count(); }
-#if defined(FUSOR_TEST_CUDA)
+#if defined(FUSOR_TEST_CUDA) || defined(FUSOR_TEST_EMULATED)
 constexpr int launches_per_assignment = 1;
 #else
 constexpr int launches_per_assignment = 0;  // the host executor launches nothing: one loop
@@ -232,29 +232,34 @@ FUSOR_TEST_CASE("static extents and the fast path") {
     for (int j = 0; j < 48; ++j) CHECK(close(hy(i, j), double(ha(i, j)) * ha(i, j) - hb(j), 1e-6));
 }
 
-#if defined(FUSOR_TEST_CUDA)
+#if defined(FUSOR_TEST_CUDA) || defined(FUSOR_TEST_EMULATED)
 FUSOR_TEST_CASE("launch policies: given block size and items per thread, or derived") {
   const index_t n = (1 << 20) + 7;
   host_tensor<float, vector_extents> hx(n);
   fill_random(hx, 71);
   auto x = to_space(hx);
-  cudaStream_t stream{};
-  FUSOR_CUDA_CHECK(cudaStreamCreate(&stream));
-  for (launch_policy policy : {launch_policy{}, launch_policy{128, 1}, launch_policy{256, 4}, launch_policy{64, 0}, launch_policy{2, 0},
-                               launch_policy{0, 3}}) {
+#if defined(FUSOR_TEST_CUDA)
+  created_stream s;
+  const auto executor_for = [&](launch_policy policy) { return cuda_executor{s.stream, policy}; };
+  const launch_policy odd_block{2, 0};  // not a whole warp
+#else
+  const auto executor_for = [](launch_policy policy) { return emulated_gpu_executor{policy}; };
+  const launch_policy odd_block{32, 0};  // the emulator runs whole warps
+#endif
+  for (launch_policy policy : {launch_policy{}, launch_policy{128, 1}, launch_policy{256, 4}, launch_policy{64, 0},
+                               odd_block, launch_policy{0, 3}}) {
     INFO("block ", policy.block_size, ", items ", policy.items_per_thread);
     space_tensor<float, vector_extents> y(n);
     poison(y);
-    const cuda_executor ex{stream, policy};
+    const executor ex = executor_for(policy);
     const auto before = launches();
     assign(y, silu(x), ex);
-    ex.synchronize();
+    finish(ex);
     CHECK(launches() - before == 1);
     const auto hy = to_host(y);
     index_t wrong = 0;
     for (index_t i = 0; i < n; ++i) wrong += !close(hy(i), hx(i) / (1 + std::exp(-double(hx(i)))), 1e-5);
     CHECK(wrong == 0);
   }
-  FUSOR_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 #endif

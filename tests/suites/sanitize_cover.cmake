@@ -1,6 +1,6 @@
 # Only in a sanitized build (FUSOR_SANITIZE; scripts/run_sanitized_tests.sh):
 # test sources of other suites that exercise the headers CI's sanitized suites
-# (core io data parallel_checkpoint app comm large_tensors) do not, picked as
+# (core core_emulated io data parallel_checkpoint app comm large_tensors) do not, picked as
 # the cheapest that do, so that CI runs every host header's code under
 # AddressSanitizer + UndefinedBehaviorSanitizer within its time budget:
 #   conv2d, im2col, max_pool2d (their per-element loops)  nn/test_device_passes.cpp
@@ -8,6 +8,7 @@
 #   position_embedding, residual, tied_linear (a GPT)     train/test_gpt_decoder.cpp
 #   branches, flatten, recompute, training_checkpoint    nn/test_composition_training.cpp
 #   matmul_bias_gradient                                 kernels/test_matmul_epilogue.cpp
+#   gradient_norm (its kernel run by the emulator)       optim/test_gradient_norm.cpp
 #   data_parallel and its parts, pipeline and its parts,
 #   PowerSGD, batch_rows                                 parallel/test_data_parallel_single.cpp
 #   rmsnorm                                              nn/test_token_layer_gradients.cpp
@@ -27,6 +28,7 @@ fusor_add_test_suite(sanitize_cover
     train/test_gpt_decoder.cpp
     nn/test_composition_training.cpp
     kernels/test_matmul_epilogue.cpp
+    optim/test_gradient_norm.cpp
     parallel/test_data_parallel_single.cpp
     nn/test_token_layer_gradients.cpp
     train/test_fit.cpp

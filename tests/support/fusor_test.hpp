@@ -3,7 +3,9 @@
 // A test body is written once against `fusor_test::executor` and
 // `fusor_test::space`. The host test binary compiles it with the host executor;
 // the CUDA test binary (the same source, compiled by nvcc with FUSOR_TEST_CUDA)
-// with the cuda executor and device memory. Inputs are random with fixed seeds,
+// with the cuda executor and device memory; the core's emulated binary (with
+// FUSOR_TEST_EMULATED) with the cuda executor's kernels under the SIMT
+// emulator, on host memory (support/emulated_executor.hpp). Inputs are random with fixed seeds,
 // outputs are poisoned with NaN before each assignment so an unwritten element
 // shows, and results are compared against double-precision references.
 #pragma once
@@ -45,6 +47,10 @@
 #include <fusor/kernels/reduce.hpp>
 #include <fusor/kernels/softmax.hpp>
 
+#if defined(FUSOR_TEST_EMULATED)
+#include "support/emulated_executor.hpp"
+#endif
+
 namespace fusor_test {
 
 using namespace fusor;
@@ -53,6 +59,10 @@ using namespace fusor;
 using executor = fusor::cuda_executor;
 using space = fusor::device_space;
 #define FUSOR_TEST_EXECUTOR_NAME "cuda"
+#elif defined(FUSOR_TEST_EMULATED)
+using executor = emulated_gpu_executor;  // the CUDA executor's kernels under the SIMT emulator, on host memory
+using space = fusor::host_space;
+#define FUSOR_TEST_EXECUTOR_NAME "emulated"
 #else
 using executor = fusor::host_executor;
 using space = fusor::host_space;

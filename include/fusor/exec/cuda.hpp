@@ -2,7 +2,9 @@
 // executor's stream.
 //
 // Three kernel variants per pass at most: linear with 16-byte vector access
-// (every pointer aligned), linear with scalar access, and strided. The launch
+// (every pointer aligned), linear with scalar access, and strided; their
+// bodies are exec/pass_kernels.hpp's, which the host tests also run under the
+// SIMT emulator. The launch
 // policy gives the block size and items per thread, or leaves them (0) to the
 // occupancy API, asked once per kernel and device (launch_shape.hpp). Indices
 // are index_t throughout: a pass may be longer than 2^31 elements. Only
@@ -19,30 +21,16 @@
 #include "fusor/core/cuda_runtime.hpp"
 #include "fusor/exec/launch_shape.hpp"
 #include "fusor/exec/pass.hpp"
+#include "fusor/exec/pass_kernels.hpp"
+#include "fusor/kernels/warp_mma.hpp"
 
 namespace fusor {
 
 namespace detail {
-template <int V, bool Aligned, class Pass>
-__global__ void linear_pass_kernel(const __grid_constant__ Pass p, int items_per_thread) {
-  const index_t steps = p.size / V;
-  const index_t first = index_t(blockIdx.x) * items_per_thread * blockDim.x + threadIdx.x;
-  for (int k = 0; k < items_per_thread; ++k) {
-    const index_t s = first + index_t(k) * blockDim.x;
-    if (s < steps) p.template linear_step<V, Aligned>(s * V);
-  }
-  // The last size % V elements, by block 0.
-  if (blockIdx.x == 0)
-    for (index_t i = steps * V + threadIdx.x; i < p.size; i += blockDim.x) p.template linear_step<1, false>(i);
-}
-
-template <class Pass>
-__global__ void strided_pass_kernel(const __grid_constant__ Pass p, int items_per_thread) {
-  const index_t first = index_t(blockIdx.x) * items_per_thread * blockDim.x + threadIdx.x;
-  for (int k = 0; k < items_per_thread; ++k) {
-    const index_t e = first + index_t(k) * blockDim.x;
-    if (e < p.size) p.strided_step(p.index_of(e));
-  }
+// A pass's kernel: one of pass_kernels.hpp's bodies, run by the GPU's threads.
+template <class Body, class Pass>
+__global__ void pass_kernel(const __grid_constant__ Pass p, int items_per_thread) {
+  Body::template run<device_simt>(p, items_per_thread);
 }
 
 // The launch shape of Kernel for `work` steps: the occupancy API's suggestion
@@ -78,13 +66,9 @@ struct cuda_executor {
                   "split it into two assignments");
     gpu::require("the cuda executor");
     if (p.size == 0) return;
-    constexpr int V = Pass::device_lanes;
-    if (plan.linear && plan.aligned)
-      start<detail::linear_pass_kernel<V, true, Pass>>(p, p.size / V);
-    else if (plan.linear)
-      start<detail::linear_pass_kernel<V, false, Pass>>(p, p.size / V);
-    else
-      start<detail::strided_pass_kernel<Pass>>(p, p.size);
+    detail::dispatch_pass(p, plan, [&](auto body, index_t steps) {
+      start<detail::pass_kernel<decltype(body), Pass>>(p, steps);
+    });
   }
 
   /// Whether every operand of `Target` is device-accessible.

@@ -14,7 +14,9 @@
 // not before.
 //
 // Static shared memory (shared_array) comes from an 8 KiB region after the
-// launch's dynamic shared memory. The blocks of a cluster run together.
+// launch's dynamic shared memory. The blocks of a cluster run together; the
+// clusters (or blocks) of a launch in a fixed order that is not their index
+// order, as a GPU may.
 //
 // Every shared-memory access made through the policy (ldmatrix,
 // copy_async_16 and copy_async_16_or_zero, load_shared, store_shared,
@@ -42,6 +44,7 @@
 #if !FUSOR_HAS_CUDA
 #include <ucontext.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +52,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -770,46 +774,54 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
     ~restore() { se::current = outer; }
   } restore_current{outer};
 
-  for (index_t y = 0; y < grid.y; ++y)
-    for (index_t x0 = 0; x0 < grid.x; x0 += cluster_blocks) {
-      cluster.arrived = 0;
-      for (se::block_state& s : blocks) {
-        se::current = &s;
-        s.x = x0 + s.rank;
-        s.y = y;
-        s.live = threads;
-        s.block_arrived = 0;
-        s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
-        std::memset(s.shared, 0xff, all_bytes);
-        s.history.assign(all_bytes, se::byte_history{});
-        for (int i = 0; i < threads; ++i) {
-          se::fiber& f = s.fibers[std::size_t(i)];
-          f.done = false;
-          f.waiting = se::wait_kind::none;
-          f.copies.clear();
-          se::make_context(f.state, f.stack.get(), se::stack_bytes, se::fiber_entry, s.scheduler);
-        }
-      }
-      while (cluster.live() > 0) {
-        bool ran = false;
-        for (se::block_state& s : blocks)
-          for (int i = 0; i < threads; ++i) {
-            if (!se::runnable(s, i)) continue;
-            s.fibers[std::size_t(i)].waiting = se::wait_kind::none;
-            se::current = &s;
-            s.current = i;
-            ran = true;
-            se::switch_context(s.scheduler, s.fibers[std::size_t(i)].state);
-            if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
-          }
-        if (!ran && cluster.live() > 0)
-          throw error("fusor: simt emulator: in block (" + std::to_string(x0) + ", " + std::to_string(y) + ")" +
-                      (cluster_blocks > 1 ? " and the rest of its cluster of " + std::to_string(cluster_blocks)
-                                          : std::string()) +
-                      ", " + std::to_string(cluster.live()) +
-                      " threads wait at a barrier or warp collective the others never reach");
+  // Clusters run one after another, but not in index order: a GPU runs them
+  // in any order, so a kernel whose blocks meet through global memory (the
+  // last to arrive finishes the work) must not count on the last being the
+  // highest-numbered. The order is fixed: cluster k of the launch is the
+  // (k * step + count / 2) % count-th, with step coprime to count.
+  const index_t clusters_per_row = grid.x / cluster_blocks, count = clusters_per_row * grid.y;
+  index_t step = std::max<index_t>(1, count * 5 / 8);
+  while (std::gcd(step, count) != 1) ++step;
+  for (index_t k = 0, c = count / 2; k < count; ++k, c = (c + step) % count) {
+    const index_t y = c / clusters_per_row, x0 = c % clusters_per_row * cluster_blocks;
+    cluster.arrived = 0;
+    for (se::block_state& s : blocks) {
+      se::current = &s;
+      s.x = x0 + s.rank;
+      s.y = y;
+      s.live = threads;
+      s.block_arrived = 0;
+      s.warps.assign(std::size_t(threads / 32), se::warp_exchange{});
+      std::memset(s.shared, 0xff, all_bytes);
+      s.history.assign(all_bytes, se::byte_history{});
+      for (int i = 0; i < threads; ++i) {
+        se::fiber& f = s.fibers[std::size_t(i)];
+        f.done = false;
+        f.waiting = se::wait_kind::none;
+        f.copies.clear();
+        se::make_context(f.state, f.stack.get(), se::stack_bytes, se::fiber_entry, s.scheduler);
       }
     }
+    while (cluster.live() > 0) {
+      bool ran = false;
+      for (se::block_state& s : blocks)
+        for (int i = 0; i < threads; ++i) {
+          if (!se::runnable(s, i)) continue;
+          s.fibers[std::size_t(i)].waiting = se::wait_kind::none;
+          se::current = &s;
+          s.current = i;
+          ran = true;
+          se::switch_context(s.scheduler, s.fibers[std::size_t(i)].state);
+          if (s.error) std::rethrow_exception(s.error);  // the first error; the other threads stop where they are
+        }
+      if (!ran && cluster.live() > 0)
+        throw error("fusor: simt emulator: in block (" + std::to_string(x0) + ", " + std::to_string(y) + ")" +
+                    (cluster_blocks > 1 ? " and the rest of its cluster of " + std::to_string(cluster_blocks)
+                                        : std::string()) +
+                    ", " + std::to_string(cluster.live()) +
+                    " threads wait at a barrier or warp collective the others never reach");
+    }
+  }
   for (const se::block_state& s : blocks) {
     counters.ldmatrix += s.counters.ldmatrix;
     counters.ldmatrix_extra_passes += s.counters.ldmatrix_extra_passes;

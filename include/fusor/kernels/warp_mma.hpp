@@ -37,7 +37,8 @@
 //   void fence_device()               __threadfence: this thread's writes before it are seen
 //                                     by every block before its writes after it
 //   V load_global_coherent(const V* p)  a global read from L2 (__ldcg), not an L1 line
-//                                     that may predate another block's write
+//                                     that may predate another block's write (V: a
+//                                     built-in or CUDA vector type, as __ldcg takes)
 //
 // Every shared-memory access goes through the policy, so the emulator checks
 // each against the others (races, reads of unwritten bytes) as the GPU's

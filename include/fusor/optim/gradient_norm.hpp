@@ -6,7 +6,7 @@
 // (the global norm spans several buffers) and may allocate scratch per call
 // (a step must not allocate). Here the scratch (one partial sum per block and
 // an arrival counter) belongs to a workspace made once, and the sum finishes
-// in the same launch: the last block to arrive adds the block sums in block
+// in the same launch: the last block to arrive adds the block sums in a fixed
 // order, so the result is bit-for-bit repeatable, and resets the counter for
 // the next call (or the next replay of a captured graph). The kernel's body is
 // written against the Simt policy (warp_mma.hpp), so the host tests run it
@@ -98,8 +98,8 @@ struct norm_last_block_tag;
 // emulator. A thread adds the squares of vectors first, first + stride, ...
 // in that order, loading norm_batch of them before adding any; the block's
 // sum goes to partial[block]. The block that arrives last adds the partial
-// sums in block order and resets the counter, so the result does not depend
-// on which block finishes when. V: elements per vector (16-byte aligned g
+// sums in a fixed order (a stride a thread, then a tree) and resets the
+// counter, so the result does not depend on which block finishes when. V: elements per vector (16-byte aligned g
 // when V > 1).
 template <class Simt, int V, class T>
 FUSOR_DEVICE void add_sum_of_squares_block(const sum_of_squares_job<T>& job) {
@@ -130,8 +130,9 @@ FUSOR_DEVICE void add_sum_of_squares_block(const sum_of_squares_job<T>& job) {
   if (Simt::thread() == 0) {
     job.partial[Simt::block_x()] = acc;
     Simt::fence_device();  // the sum is visible before the arrival is counted
-    const unsigned int arrived = Simt::atomic_add(job.arrivals, 1u) + 1u;
-    Simt::store_shared(last_block, static_cast<unsigned int>(arrived == unsigned(Simt::grid_x())));
+    const bool last = Simt::atomic_add(job.arrivals, 1u) + 1u == unsigned(Simt::grid_x());
+    if (last) Simt::fence_device();  // and the other blocks' sums, counted before, are visible to this one
+    Simt::store_shared(last_block, static_cast<unsigned int>(last));
   }
   Simt::sync_block();
   if (Simt::load_shared(last_block) == 0) return;

@@ -96,6 +96,7 @@ FUSOR_DEVICE void orthogonalize_columns_block(float* p, index_t n, int r) {
 // (A template: a kernel defined in a header must not clash across translation units.)
 template <int Threads>
 __global__ void __launch_bounds__(Threads) orthogonalize_columns_kernel(float* p, index_t n, int r) {
+  static_assert(Threads == orthogonalize_threads, "fusor: the body strides by orthogonalize_threads");
   orthogonalize_columns_block<fusor::detail::device_simt>(p, n, r);
 }
 inline void orthogonalize_columns(const pmatrix<device_space>& p, const cuda_executor& ex) {
