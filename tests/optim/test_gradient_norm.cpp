@@ -78,22 +78,20 @@ struct two_sums {
 // As the CUDA launch does it, with the kernel body under the emulator; the partial sums start poisoned.
 template <class P>
 two_sums sum_twice(const flat_host<P>& g, index_t offset, index_t n, double start) {
-  constexpr int V = int(16 / sizeof(P));
   const P* data = g.data() + offset;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
+  const od::sum_of_squares_launch launch = od::plan_sum_of_squares(data, n, emulated_capacity);
   std::vector<double> partial(emulated_capacity);
   std::memset(static_cast<void*>(partial.data()), 0xff, partial.size() * sizeof(double));
   unsigned int arrivals = 0;
   double totals[2] = {start, start};
-  const index_t blocks = od::sum_of_squares_blocks(n, aligned ? V : 1, emulated_capacity);
   for (double& total : totals) {
     const od::sum_of_squares_job<P> job{data, n, &total, partial.data(), &arrivals};
-    fd::emulate_kernel(fd::simt_grid{blocks, 1}, od::norm_block_threads, 0, [&](unsigned char*) {
-      if (aligned) od::add_sum_of_squares_block<fd::emulated_simt, V>(job);
+    fd::emulate_kernel(fd::simt_grid{launch.blocks, 1}, od::norm_block_threads, 0, [&](unsigned char*) {
+      if (launch.vectorized) od::add_sum_of_squares_block<fd::emulated_simt, od::norm_lanes<P>>(job);
       else od::add_sum_of_squares_block<fd::emulated_simt, 1>(job);
     });
   }
-  return {totals[0], totals[1], arrivals, blocks};
+  return {totals[0], totals[1], arrivals, launch.blocks};
 }
 #endif
 

@@ -77,11 +77,23 @@ struct sum_of_squares_job {
   unsigned int* arrivals = nullptr;
 };
 
-// Blocks for n elements read `lanes` at a time: at least norm_batch vectors
-// a thread, at most `capacity` (the workspace's partial sums).
-inline index_t sum_of_squares_blocks(index_t n, int lanes, int capacity) {
-  const index_t per_block = index_t(norm_block_threads) * norm_batch * lanes;
-  return std::clamp<index_t>((n + per_block - 1) / per_block, 1, std::max(capacity, 1));
+// Elements of T in one 16-byte vector load.
+template <class T>
+inline constexpr int norm_lanes = int(16 / sizeof(T));
+
+// How a sum over g[0, n) is launched (the CUDA launch and the emulated tests
+// alike): by vectors of norm_lanes<T> where g is 16-byte aligned, else one
+// element at a time; in blocks enough for norm_batch loads a thread, at most
+// `capacity` (the workspace's partial sums).
+struct sum_of_squares_launch {
+  bool vectorized;
+  index_t blocks;
+};
+template <class T>
+sum_of_squares_launch plan_sum_of_squares(const T* g, index_t n, int capacity) {
+  const bool vectorized = reinterpret_cast<std::uintptr_t>(g) % 16 == 0;
+  const index_t per_block = index_t(norm_block_threads) * norm_batch * (vectorized ? norm_lanes<T> : 1);
+  return {vectorized, std::clamp<index_t>((n + per_block - 1) / per_block, 1, std::max(capacity, 1))};
 }
 
 template <class T>
@@ -99,8 +111,8 @@ struct norm_last_block_tag;
 // in that order, loading norm_batch of them before adding any; the block's
 // sum goes to partial[block]. The block that arrives last adds the partial
 // sums in a fixed order (a stride a thread, then a tree) and resets the
-// counter, so the result does not depend on which block finishes when. V: elements per vector (16-byte aligned g
-// when V > 1).
+// counter, so the result does not depend on which block finishes when.
+// V: elements per vector (16-byte aligned g when V > 1).
 template <class Simt, int V, class T>
 FUSOR_DEVICE void add_sum_of_squares_block(const sum_of_squares_job<T>& job) {
   constexpr auto plus = [](double a, double b) { return a + b; };
@@ -174,12 +186,12 @@ void add_sum_of_squares(double* total, const view<P, dextents<index_t, 1>, row_m
   gpu::require("the cuda executor");
   const index_t n = g.size();
   if (n == 0) return;
-  constexpr int V = int(16 / sizeof(T));
-  const bool aligned = reinterpret_cast<std::uintptr_t>(g.data()) % 16 == 0;
   const detail::sum_of_squares_job<T> job{g.data(), n, total, workspace.partial(), workspace.arrivals()};
-  const auto blocks = unsigned(detail::sum_of_squares_blocks(n, aligned ? V : 1, workspace.capacity()));
-  if (aligned)
-    detail::add_sum_of_squares_kernel<V><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(job);
+  const detail::sum_of_squares_launch launch = detail::plan_sum_of_squares(g.data(), n, workspace.capacity());
+  const auto blocks = unsigned(launch.blocks);
+  if (launch.vectorized)
+    detail::add_sum_of_squares_kernel<detail::norm_lanes<T>>
+        <<<blocks, detail::norm_block_threads, 0, executor.stream>>>(job);
   else
     detail::add_sum_of_squares_kernel<1><<<blocks, detail::norm_block_threads, 0, executor.stream>>>(job);
   FUSOR_CUDA_CHECK(cudaGetLastError());
