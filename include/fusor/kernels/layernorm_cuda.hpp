@@ -201,9 +201,11 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
 // accumulator_column (row_launch.hpp).
 
 // dx of one row; with Accumulate, its terms are added into the group's
-// accumulator row `acc` at the slots of the columns this thread owns.
+// accumulator row `acc` at the slots of the columns this thread owns, dbias's
+// `padded` slots after dweight's (passed in: computed per element, its
+// division was most of the row's instructions).
 template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc) {
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc, int padded) {
   using Simt = typename Group::simt;
   using DX = std::remove_pointer_t<decltype(b.dx.data)>;
   using DY = std::remove_const_t<std::remove_pointer_t<decltype(b.dy.data)>>;
@@ -226,13 +228,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
   auto load_dy = [&](int c) { return load_columns<Contiguous, V>(gr, c, n, b.dy.column_stride); };
   auto load_w = [&](int c) { return load_columns<Contiguous, V>(b.weight.data, c, n, b.weight.stride); };
   auto load = [&](int c) { return item{load_x(c), load_dy(c), load_w(c)}; };
-  auto sums_of = [&](int c, const item& t) {
-    const int valid = valid_columns(c, n, V);
+  // Columns past the row's end load as zeros (load_columns): their terms are
+  // zero, so neither sum nor accumulator tests each column.
+  auto sums_of = [&](const item& t) {
     two_sums<S> sums{0, 0};
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S g = convert<S>(t.dy[j]) * convert<S>(t.w[j]);
-      if (j < valid) sums = {sums.first + g, sums.second + g * (convert<S>(t.x[j]) - mean) * rstd};
+      sums = {sums.first + g, sums.second + g * (convert<S>(t.x[j]) - mean)};
     }
     return sums;
   };
@@ -245,29 +248,29 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
       const int c = Group::template column<V>(k);
       xcache[k] = load_x(c);
       gcache[k] = load_dy(c);
-      sums = add_two_sums{}(sums, sums_of(c, item{xcache[k], gcache[k], load_w(c)}));
+      sums = add_two_sums{}(sums, sums_of(item{xcache[k], gcache[k], load_w(c)}));
     }
   } else {
-    for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) { sums = add_two_sums{}(sums, sums_of(c, t)); });
+    for_each_item_batched<Group, V>(n, load, [&](int, const item& t) { sums = add_two_sums{}(sums, sums_of(t)); });
   }
   sums = Group::all_reduce(sums, add_two_sums{});
-  const S mean_g = Centered ? sums.first / S(n) : S(0), mean_gx = sums.second / S(n);
+  const S mean_g = Centered ? sums.first / S(n) : S(0), mean_gx = sums.second * rstd / S(n);
 
+  // Called for items that start inside the row (c < n), whose V slots are
+  // all inside the padded accumulator row.
   auto write = [&](int c, const item& t) {
-    const int valid = valid_columns(c, n, V);
     lanes<S, V> result;
+    S* const item_slots = Accumulate ? acc + accumulator_slot<V>(c, 0, Group::threads(), Group::lane()) : nullptr;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S xhat = (convert<S>(t.x[j]) - mean) * rstd, g = convert<S>(t.dy[j]);
       result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
       if constexpr (Accumulate) {
-        if (j < valid) {
-          S* const weight_slot = acc + accumulator_slot<V>(c, j, Group::threads(), Group::lane());
-          Simt::store_shared(weight_slot, Simt::load_shared(weight_slot) + g * xhat);
-          if constexpr (Centered) {
-            S* const bias_slot = weight_slot + accumulator_padded<V>(n, Group::threads());
-            Simt::store_shared(bias_slot, Simt::load_shared(bias_slot) + g);
-          }
+        S* const weight_slot = item_slots + j * Group::threads();
+        Simt::store_shared(weight_slot, Simt::load_shared(weight_slot) + g * xhat);
+        if constexpr (Centered) {
+          S* const bias_slot = weight_slot + padded;
+          Simt::store_shared(bias_slot, Simt::load_shared(bias_slot) + g);
         }
       }
     }
@@ -301,6 +304,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, 
   const index_t width = accumulator_row_width<V, Centered>(n, Group::threads());
   S* const block_accumulators = reinterpret_cast<S*>(shared);
   S* const acc = Accumulate ? block_accumulators + Group::index() * width : nullptr;
+  const int bias_slots = Accumulate ? int(padded) : 0;  // accumulators fit shared memory: int
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
     for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) Simt::store_shared(acc + slot, S(0));
   }
@@ -310,11 +314,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, 
     const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
                             b.dx.vector_row(b.dx.row(r));
     if (contiguous && fits)
-      norm_backward_row<Group, Centered, true, true, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, true, true, Accumulate>(b, r, acc, bias_slots);
     else if (contiguous)
-      norm_backward_row<Group, Centered, true, false, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, true, false, Accumulate>(b, r, acc, bias_slots);
     else
-      norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc);
+      norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc, bias_slots);
   }
   if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
     Simt::sync_block();
