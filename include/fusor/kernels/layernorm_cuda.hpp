@@ -356,36 +356,54 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_parameter_partials(const norm_backward
   const index_t first = Simt::block_y() * rows_per_chunk;
   const index_t end = first + rows_per_chunk < b.x.rows ? first + rows_per_chunk : b.x.rows;
   S dweight[V] = {}, dbias[V] = {};
-  for (index_t r0 = first; r0 < end; r0 += parameter_rows_batch) {
-    lanes<XV, V> x[parameter_rows_batch];
-    lanes<DYV, V> dy[parameter_rows_batch];
-    S mean[parameter_rows_batch], rstd[parameter_rows_batch];
-    FUSOR_UNROLL
-    for (int u = 0; u < parameter_rows_batch; ++u) {
-      const index_t r = r0 + u < end ? r0 + u : end - 1;  // past the end: the last row again, not used
-      const X* xr = b.x.row(r);
-      const DY* gr = b.dy.row(r);
-      if (b.x.vector_row(xr) && b.dy.vector_row(gr)) {
-        x[u] = load_columns<true, V>(xr, c, n, 1);
-        dy[u] = load_columns<true, V>(gr, c, n, 1);
-      } else {
-        x[u] = load_columns<false, V>(xr, c, n, b.x.column_stride);
-        dy[u] = load_columns<false, V>(gr, c, n, b.dy.column_stride);
-      }
-      mean[u] = Centered ? convert<S>(b.mean[r]) : S(0);
-      rstd[u] = convert<S>(b.rstd[r]);
-    }
-    FUSOR_UNROLL
-    for (int u = 0; u < parameter_rows_batch; ++u) {
-      if (r0 + u >= end) break;
+  // Uniform: every x and dy row 16-byte aligned at data + r * step, the
+  // statistics at r * step; checked once, so that the batch's loads need no
+  // per-row test or offset walk (which spilled the loaded rows to local memory).
+  auto sum_rows = [&](auto uniform) {
+    for (index_t r0 = first; r0 < end; r0 += parameter_rows_batch) {
+      lanes<XV, V> x[parameter_rows_batch];
+      lanes<DYV, V> dy[parameter_rows_batch];
+      S mean[parameter_rows_batch], rstd[parameter_rows_batch];
       FUSOR_UNROLL
-      for (int j = 0; j < V; ++j) {
-        const S g = convert<S>(dy[u][j]);
-        dweight[j] += g * ((convert<S>(x[u][j]) - mean[u]) * rstd[u]);
-        if constexpr (Centered) dbias[j] += g;
+      for (int u = 0; u < parameter_rows_batch; ++u) {
+        const index_t r = r0 + u < end ? r0 + u : end - 1;  // past the end: the last row again, not used
+        if constexpr (decltype(uniform)::value) {
+          x[u] = load_lanes<V, true>(b.x.data + r * b.x.offsets.single_step() + c);
+          dy[u] = load_lanes<V, true>(b.dy.data + r * b.dy.offsets.single_step() + c);
+          mean[u] = Centered ? convert<S>(b.mean.data[r * b.mean.offsets.single_step()]) : S(0);
+          rstd[u] = convert<S>(b.rstd.data[r * b.rstd.offsets.single_step()]);
+        } else {
+          const X* xr = b.x.row(r);
+          const DY* gr = b.dy.row(r);
+          if (b.x.vector_row(xr) && b.dy.vector_row(gr)) {
+            x[u] = load_columns<true, V>(xr, c, n, 1);
+            dy[u] = load_columns<true, V>(gr, c, n, 1);
+          } else {
+            x[u] = load_columns<false, V>(xr, c, n, b.x.column_stride);
+            dy[u] = load_columns<false, V>(gr, c, n, b.dy.column_stride);
+          }
+          mean[u] = Centered ? convert<S>(b.mean[r]) : S(0);
+          rstd[u] = convert<S>(b.rstd[r]);
+        }
+      }
+      FUSOR_UNROLL
+      for (int u = 0; u < parameter_rows_batch; ++u) {
+        if (r0 + u >= end) break;
+        FUSOR_UNROLL
+        for (int j = 0; j < V; ++j) {
+          const S g = convert<S>(dy[u][j]);
+          dweight[j] += g * ((convert<S>(x[u][j]) - mean[u]) * rstd[u]);
+          if constexpr (Centered) dbias[j] += g;
+        }
       }
     }
-  }
+  };
+  // Whole items only on the uniform path: a partial last item reads past the row.
+  if (c + V <= n && b.x.uniform_vector_rows() && b.dy.uniform_vector_rows() && b.mean.offsets.single_axis() &&
+      b.rstd.offsets.single_axis())
+    sum_rows(std::true_type{});
+  else
+    sum_rows(std::false_type{});
   S* const partial = partials + Simt::block_y() * width;
   const int valid = valid_columns(c, n, V);
   FUSOR_UNROLL

@@ -71,6 +71,11 @@ struct row_offsets {
     }
     return offset;
   }
+  // Whether every row's offset is r * single_step() (one leading axis after
+  // merging, or none): kernels that check it once skip the general walk,
+  // whose divisions cost registers even where they are not taken.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool single_axis() const { return axes <= 1; }
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t single_step() const { return axes == 1 ? stride[0] : 0; }
 };
 
 // The first `leading` axes of v as row offsets.
@@ -104,6 +109,11 @@ struct row_matrix {
   // Whether row r can be read 16 bytes at a time.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool vector_row(const T* row_start) const {
     return column_stride == 1 && reinterpret_cast<std::uintptr_t>(row_start) % 16 == 0;
+  }
+  // Whether every row can be read 16 bytes at a time and starts at
+  // data + r * offsets.single_step().
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool uniform_vector_rows() const {
+    return offsets.single_axis() && vector_row(data) && offsets.single_step() * index_t(sizeof(T)) % 16 == 0;
   }
 };
 
