@@ -144,6 +144,95 @@ FUSOR_TEST_CASE("broadcasting: missing leading axes, size-1 axes and scalars") {
     }
 }
 
+// Broadcast operands along the destination's innermost axis go by rows: V
+// elements a step, vector loads of the operands that run along the rows, one
+// element of those broadcast along them (exec/pass_kernels.hpp's row_pass_body
+// on the GPU and under the emulator; the host executor walks them element by
+// element). Each case: the plan, then every value against a plain loop.
+FUSOR_TEST_CASE("broadcast operands along the innermost axis: the row path's plans and values") {
+  const index_t rows = 37, cols = 128;  // 128: whole steps of 4 (fp32) and 8 (bf16)
+  host_tensor<float, matrix_extents> hx(rows, cols), hcol(rows, 1), hwide(rows, cols + 1);
+  host_tensor<float, vector_extents> hbias(cols);
+  fill_random(hx, 81), fill_random(hcol, 82), fill_random(hbias, 83), fill_random(hwide, 84);
+  auto x = to_space(hx), col = to_space(hcol), wide = to_space(hwide);
+  auto bias = to_space(hbias);
+  executor ex{};
+
+  // A bias row and a column, counted: x and y once an element, the bias once a row.
+  space_tensor<float, matrix_extents> y(rows, cols);
+  poison(y);
+  auto rx = counters(rows * cols), rb = counters(cols), wy = counters(rows * cols), unused = counters(rows * cols);
+  counting_view cx(x.view(), rx.data(), unused.data());
+  counting_view cb(bias.view(), rb.data(), unused.data());
+  counting_view cy(y.view(), unused.data(), wy.data());
+  const auto [p, plan] = make_pass(out(cy, gelu(cx + cb) * col));
+  CHECK(!plan.linear);
+  CHECK(plan.rows);
+  CHECK(plan.aligned);
+  const auto before = launches();
+  assign(cy, gelu(cx + cb) * col, ex);
+  finish(ex);
+  CHECK(launches() - before == launches_per_assignment);
+  expect_all_equal(rx, 1, "reads of x");
+  expect_all_equal(wy, 1, "writes of y");
+  expect_all_equal(rb, int(rows), "reads of the bias (once a row)");
+  const auto hy = to_host(y);
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t j = 0; j < cols; ++j) {
+      const double v = double(hx(i, j)) + hbias(j);
+      CHECK(close(hy(i, j), 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))) * hcol(i, 0), 1e-5));
+    }
+
+  // Rows that start off 16-byte alignment (columns 1..cols of a wider matrix): rows, unaligned; bf16 out (V = 8).
+  auto shifted = slice<1>(wide.view(), 1, cols + 1);
+  space_tensor<bfloat16, matrix_extents> z(rows, cols);
+  poison(z);
+  const auto [pz, plan_z] = make_pass(out(z, shifted - bias));
+  CHECK(plan_z.rows);
+  CHECK(!plan_z.aligned);
+  assign(z, shifted - bias, ex);
+  finish(ex);
+  const auto hz = to_host(z);
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t j = 0; j < cols; ++j) CHECK(close(to_double(hz(i, j)), double(hwide(i, j + 1)) - hbias(j), 1e-2));
+
+  // Rank 3, column-major destination: rows run along axis 0; a [1, 5, 1] operand and a scalar broadcast.
+  using cube = extents<int, dynamic, dynamic, dynamic>;
+  host_tensor<float, cube, col_major> ha(64, 5, 3);
+  host_tensor<float, cube, col_major> hs(1, 5, 1);
+  fill_random(ha, 85), fill_random(hs, 86);
+  auto a = to_space(ha);
+  auto sc = to_space(hs);
+  space_tensor<float, cube, col_major> c(64, 5, 3);
+  poison(c);
+  const auto [pc, plan_c] = make_pass(out(c, a * sc + 2));
+  CHECK(plan_c.rows);
+  CHECK(pc.inner_axis() == 0);
+  assign(c, a * sc + 2, ex);
+  finish(ex);
+  const auto hc = to_host(c);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 5; ++j)
+      for (int k = 0; k < 3; ++k) CHECK(close(hc(i, j, k), double(ha(i, j, k)) * hs(0, j, 0) + 2, 1e-6));
+
+  // Not rows: a row length that is no whole number of steps, and an operand transposed against the rows.
+  space_tensor<float, matrix_extents> odd(rows, cols - 1);
+  CHECK(!make_pass(out(odd, slice<1>(x.view(), 0, cols - 1) + slice<0>(bias.view(), 0, cols - 1))).second.rows);
+  host_tensor<float, matrix_extents> hsquare(cols, cols);
+  fill_random(hsquare, 87);
+  auto square = to_space(hsquare);
+  space_tensor<float, matrix_extents> t(cols, cols);
+  poison(t);
+  const auto [pt, plan_t] = make_pass(out(t, transpose(square.view()) + bias));
+  CHECK(!plan_t.linear);
+  CHECK(!plan_t.rows);
+  assign(t, transpose(square.view()) + bias, ex);
+  finish(ex);
+  const auto ht = to_host(t);
+  for (index_t i = 0; i < cols; ++i)
+    for (index_t j = 0; j < cols; ++j) CHECK(close(ht(i, j), double(hsquare(j, i)) + hbias(j), 1e-6));
+}
+
 FUSOR_TEST_CASE("every layout: row- and column-major, nchw and nhwc, mixed in one expression") {
   using image = extents<int, 2, 3, dynamic, 5>;
   host_tensor<float, image, nchw> ha(4);

@@ -1,7 +1,10 @@
 // tests/support/counting_view.hpp — an instrumented view: a fusor::view that
 // counts, per element, how often an assignment reads and writes it. It proves
 // the one-pass property: each input element read once, each output element
-// written once. It is also an example of a user-defined expression leaf.
+// written once. It is also an example of a user-defined expression leaf; one
+// that derives from a view overrides every read and write it inherits (at,
+// load, load_row; store_at, store, store_row), or the path that calls the
+// one it left alone bypasses it.
 #pragma once
 
 #include <atomic>
@@ -36,6 +39,22 @@ struct counting_view : View {
   FUSOR_HOST_DEVICE fusor::lanes<value_type, V> load(fusor::index_t i) const {
     for (int j = 0; j < V; ++j) bump(reads, i + j);
     return View::template load<V, Aligned>(i);
+  }
+  // The row path's reads: V consecutive elements, or one where the axis is broadcast.
+  template <int V, bool Aligned, std::size_t R>
+  FUSOR_HOST_DEVICE fusor::lanes<value_type, V> load_row(const ::cuda::std::array<fusor::index_t, R>& idx,
+                                                         int inner) const {
+    const fusor::index_t offset = this->offset_of(idx);
+    const int touched = this->template broadcast_along<R>(inner) ? 1 : V;
+    for (int j = 0; j < touched; ++j) bump(reads, offset + j);
+    return View::template load_row<V, Aligned>(idx, inner);
+  }
+  template <int V, bool Aligned, class T>
+  FUSOR_HOST_DEVICE void store_row(const ::cuda::std::array<fusor::index_t, View::rank>& idx,
+                                   const fusor::lanes<T, V>& values) const {
+    const fusor::index_t offset = this->offset_of(idx);
+    for (int j = 0; j < V; ++j) bump(writes, offset + j);
+    View::template store_row<V, Aligned>(idx, values);
   }
   template <class T>
   FUSOR_HOST_DEVICE void store_at(const ::cuda::std::array<fusor::index_t, View::rank>& idx, const T& v) const {

@@ -139,6 +139,55 @@ class view {
   /// Whether data() is 16-byte aligned.
   bool aligned16() const { return reinterpret_cast<std::uintptr_t>(data()) % 16 == 0; }
 
+  // ---- rows: V consecutive output elements along one axis ------------------------
+  /// Whether, along output axis `inner` of a rank-R destination, this operand's elements are consecutive in
+  /// memory (stride 1) or one element repeated (the axis broadcast): what the row-wise vector path needs.
+  template <std::size_t R>
+  bool rows_along(int inner) const {
+    const int k = inner - int(R - rank);
+    return k < 0 || extent(std::size_t(k)) == 1 || stride(std::size_t(k)) == 1;
+  }
+  /// Whether every row along output axis `inner` starts 16-byte aligned: data() is, and so is every step of
+  /// the other axes (rows read one element, broadcast, need nothing).
+  template <std::size_t R>
+  bool rows_aligned16(int inner) const {
+    const int k = inner - int(R - rank);
+    if (k < 0 || extent(std::size_t(k)) == 1) return true;
+    for (std::size_t a = 0; a != rank; ++a)
+      if (int(a) != k && extent(a) != 1 && stride(a) * index_t(sizeof(element_type)) % 16 != 0) return false;
+    return aligned16();
+  }
+  /// Whether output axis `inner` of a rank-R destination is missing here or of extent 1 (each row reads one
+  /// element). Axis by axis with constant indices: an extent read at a run-time index would copy the extents to
+  /// local memory on the GPU.
+  template <std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool broadcast_along(int inner) const {
+    bool broadcast = inner < int(R - rank);
+    FUSOR_UNROLL
+    for (std::size_t a = 0; a != rank; ++a)
+      if (int(R - rank + a) == inner) broadcast = extent(a) == 1;
+    return broadcast;
+  }
+  /// Output elements idx, idx + 1, ..., idx + V - 1 along axis `inner` (rank-R multi-indices), converted to
+  /// value_type: one vector load, or one element V times where the axis is broadcast. `Aligned` promises
+  /// rows_aligned16.
+  template <int V, bool Aligned, std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load_row(const ::cuda::std::array<index_t, R>& idx,
+                                                                     int inner) const {
+    const element_type* at = data() + offset_of(idx);
+    lanes<value_type, V> out;
+    if (broadcast_along<R>(inner)) {
+      const value_type v = convert<value_type>(*at);
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j) out[j] = v;
+    } else {
+      const lanes<element_type, V> raw = load_lanes<V, Aligned>(at);
+      FUSOR_UNROLL
+      for (int j = 0; j < V; ++j) out[j] = convert<value_type>(raw[j]);
+    }
+    return out;
+  }
+
   // ---- destination of an assignment -------------------------------------------
   /// Stores `v`, converted to element_type, at multi-index `idx`.
   template <class T>
@@ -152,6 +201,16 @@ class view {
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) raw[j] = convert<element_type>(values[j]);
     store_lanes<V, Aligned>(data() + i, raw);
+  }
+  /// Stores `values`, converted to element_type, to multi-indices idx, idx + 1, ..., along axis `inner`, where
+  /// this view's stride is 1; `Aligned` promises rows_aligned16.
+  template <int V, bool Aligned, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_row(const ::cuda::std::array<index_t, rank>& idx,
+                                                      const lanes<T, V>& values) const {
+    lanes<element_type, V> raw;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) raw[j] = convert<element_type>(values[j]);
+    store_lanes<V, Aligned>(data() + offset_of(idx), raw);
   }
   /// Its extents and strides, which operands must match to be read at its linear positions.
   dense_shape<rank> shape_and_strides() const {

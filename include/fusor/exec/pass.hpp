@@ -163,16 +163,43 @@ struct pass {
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void strided_step(const ::cuda::std::array<index_t, Rank>& idx) const {
     strided_step_impl(idx, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
   }
+  /// Elements idx, idx + 1, ..., idx + V - 1 along inner_axis() of every target, read first and stored after.
+  template <int V, bool Aligned>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void row_step(const ::cuda::std::array<index_t, Rank>& idx) const {
+    row_step_impl<V, Aligned>(idx, ::cuda::std::make_index_sequence<sizeof...(Targets)>{});
+  }
   /// The multi-index of the n-th element in memory order.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> index_of(index_t n) const {
-    ::cuda::std::array<index_t, Rank> idx{};
+    ::cuda::std::array<index_t, Rank> position{};  // by memory order: outermost first
     FUSOR_UNROLL
-    for (int k = int(Rank) - 1; k >= 0; --k) {
-      const int axis = axis_order[k];
-      idx[axis] = n % extent[axis];
-      n /= extent[axis];
+    for (int k = int(Rank) - 1; k > 0; --k) {
+      const index_t e = extent[axis_order[k]];
+      const index_t outer = n / e;
+      position[k] = n - outer * e;
+      n = outer;
     }
-    return idx;
+    if constexpr (Rank > 0) position[0] = n;  // n < the outermost extent: no division
+    return by_axis(position);
+  }
+  /// The axis walked innermost: the destinations' fastest-moving one.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int inner_axis() const { return axis_order[Rank - 1]; }
+  /// Where row step s starts: rows run along inner_axis(), V elements a step, steps numbered in memory order
+  /// (the inner extent a multiple of V: make_pass plans rows only then).
+  template <int V>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> row_index_of(index_t s) const {
+    const index_t steps_per_row = extent[inner_axis()] / V;
+    index_t row = s / steps_per_row;
+    ::cuda::std::array<index_t, Rank> position{};  // by memory order: outermost first
+    position[Rank - 1] = (s - row * steps_per_row) * V;
+    FUSOR_UNROLL
+    for (int k = int(Rank) - 2; k > 0; --k) {
+      const index_t e = extent[axis_order[k]];
+      const index_t outer = row / e;
+      position[k] = row - outer * e;
+      row = outer;
+    }
+    if constexpr (Rank > 1) position[0] = row;
+    return by_axis(position);
   }
   /// Advances `idx` to the next element in memory order.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void advance(::cuda::std::array<index_t, Rank>& idx) const {
@@ -184,6 +211,25 @@ struct pass {
   }
 
  private:
+  // The multi-index by axis of `position`, given by memory order. A select per pair, not idx[axis_order[k]] =
+  // ...: an array written at a run-time index lives in local memory on the GPU.
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> by_axis(
+      const ::cuda::std::array<index_t, Rank>& position) const {
+    ::cuda::std::array<index_t, Rank> idx{};
+    FUSOR_UNROLL
+    for (std::size_t k = 0; k != Rank; ++k)
+      FUSOR_UNROLL
+      for (std::size_t a = 0; a != Rank; ++a)
+        if (axis_order[k] == int(a)) idx[a] = position[k];
+    return idx;
+  }
+  template <int V, bool Aligned, std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void row_step_impl(const ::cuda::std::array<index_t, Rank>& idx,
+                                                          ::cuda::std::index_sequence<I...>) const {
+    const int inner = inner_axis();
+    const auto values = ::cuda::std::make_tuple(get<I>().expression.template load_row<V, Aligned>(idx, inner)...);
+    (get<I>().destination.template store_row<V, Aligned>(idx, ::cuda::std::get<I>(values)), ...);
+  }
   template <int V, bool Aligned, std::size_t... I>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void linear_step_impl(index_t i, ::cuda::std::index_sequence<I...>) const {
     const auto values = ::cuda::std::make_tuple(get<I>().expression.template load<V, Aligned>(i)...);
@@ -200,8 +246,17 @@ struct pass {
 /// How a pass will walk its elements.
 struct pass_plan {
   bool linear = false;   ///< Every operand at the destinations' linear positions.
-  bool aligned = false;  ///< ... and every pointer 16-byte aligned.
+  /// Not linear, but every operand read V at a time along the destinations' innermost axis: consecutive
+  /// there, or broadcast along it (a bias row added to every row; a column repeated along each row).
+  bool rows = false;
+  bool aligned = false;  ///< Linear or rows, and every pointer (rows: every row start) 16-byte aligned.
 };
+
+namespace detail {
+// Whether expression E can be read row by row (views, literals and nodes of them).
+template <class E, std::size_t R>
+concept row_readable = requires(const E& e) { e.template rows_along<R>(0); };
+}  // namespace detail
 
 /// Checks shapes (throwing shape_error with both shapes), and builds the pass
 /// and its plan. Static shape mismatches fail to compile.
@@ -247,6 +302,24 @@ auto make_pass(const First& first, const Rest&... rest) {
   plan.linear = linear_target(first) && (linear_target(rest) && ...);
   auto aligned_target = [](const auto& t) { return t.destination.aligned16() && t.expression.aligned16(); };
   plan.aligned = plan.linear && aligned_target(first) && (aligned_target(rest) && ...);
+  if constexpr (rank > 0 && (detail::row_readable<typename First::expression_type, rank> && ... &&
+                             detail::row_readable<typename Rest::expression_type, rank>)) {
+    // Rows along the innermost axis, V elements a step and a whole number of steps a row: a broadcast
+    // operand costs one multi-index per V elements instead of one per element, and the loads are vectors.
+    constexpr int V = decltype(p)::device_lanes;
+    const int inner = p.inner_axis();
+    auto row_target = [&](const auto& t) {
+      return t.destination.stride(std::size_t(inner)) == 1 && t.expression.template rows_along<rank>(inner);
+    };
+    auto row_aligned = [&](const auto& t) {
+      return t.destination.template rows_aligned16<rank>(inner) && t.expression.template rows_aligned16<rank>(inner);
+    };
+    if (!plan.linear && V > 1 && p.extent[std::size_t(inner)] % V == 0 && row_target(first) &&
+        (row_target(rest) && ...)) {
+      plan.rows = true;
+      plan.aligned = row_aligned(first) && (row_aligned(rest) && ...);
+    }
+  }
   return std::pair{p, plan};
 }
 

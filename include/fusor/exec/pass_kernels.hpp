@@ -5,10 +5,11 @@
 // loads and stores, the tail, and the steps each thread takes are checked
 // without a GPU (the host executor itself walks one element at a time).
 //
-// Three bodies: linear with vector access of 16-byte aligned pointers, linear
-// with vector access of any pointers, and strided (one element a step, by
-// multi-index). dispatch_pass picks one for a pass's plan and says over how
-// many steps it is launched.
+// Three bodies: linear (vector access at linear positions), rows (vector
+// access along the innermost axis, each step finding its multi-index once:
+// broadcast operands), each for 16-byte aligned pointers or any, and strided
+// (one element a step, by multi-index). dispatch_pass picks one for a pass's
+// plan and says over how many steps it is launched.
 #pragma once
 
 #include "fusor/config.hpp"
@@ -51,6 +52,25 @@ struct strided_pass_body {
   }
 };
 
+// A pass by rows along its innermost axis, in steps of V elements (the row
+// length a multiple of V; Aligned: every row start 16-byte aligned), numbered
+// in memory order and handed out as the linear body's are. A step finds its
+// multi-index once for V elements, and its operands load V consecutive
+// elements or one broadcast element.
+template <int V, bool Aligned>
+struct row_pass_body {
+  template <class Simt, class Pass>
+  FUSOR_DEVICE FUSOR_FORCE_INLINE static void run(const Pass& p, int items_per_thread) {
+    const index_t threads = unsigned(Simt::block_threads());
+    const index_t steps = p.size / V;
+    const index_t first = Simt::block_x() * items_per_thread * threads + unsigned(Simt::thread());
+    for (int k = 0; k < items_per_thread; ++k) {
+      const index_t s = first + index_t(k) * threads;
+      if (s < steps) p.template row_step<V, Aligned>(p.template row_index_of<V>(s));
+    }
+  }
+};
+
 // Calls launch(body, steps) with the body `plan` calls for (a *_pass_body
 // value) and the steps it is launched over (vectors, or elements).
 template <class Pass, class Launch>
@@ -60,8 +80,16 @@ void dispatch_pass(const Pass& p, const pass_plan& plan, Launch&& launch) {
     launch(linear_pass_body<V, true>{}, p.size / V);
   else if (plan.linear)
     launch(linear_pass_body<V, false>{}, p.size / V);
-  else
+  else if constexpr (Pass::rank > 0) {  // rank 0 is linear
+    if (plan.rows && plan.aligned)
+      launch(row_pass_body<V, true>{}, p.size / V);
+    else if (plan.rows)
+      launch(row_pass_body<V, false>{}, p.size / V);
+    else
+      launch(strided_pass_body{}, p.size);
+  } else {
     launch(strided_pass_body{}, p.size);
+  }
 }
 
 }  // namespace fusor::detail

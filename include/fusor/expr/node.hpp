@@ -65,6 +65,17 @@ struct literal {
   bool linear_with(const dense_shape<R>&) const { return true; }
   /// True: a scalar reads no memory.
   bool aligned16() const { return true; }
+  /// V copies of the value, along any axis.
+  template <int V, bool Aligned, std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_row(const ::cuda::std::array<index_t, R>&, int) const {
+    return load<V, Aligned>(0);
+  }
+  /// True: a scalar is the same along every axis.
+  template <std::size_t R>
+  bool rows_along(int) const { return true; }
+  /// True: a scalar reads no memory.
+  template <std::size_t R>
+  bool rows_aligned16(int) const { return true; }
 };
 
 /// A constant known at compile time (the zeros and ones of derivatives): a
@@ -241,6 +252,22 @@ struct node {
   }
   /// Whether every child's memory is 16-byte aligned.
   bool aligned16() const { return aligned_impl(::cuda::std::make_index_sequence<arity>{}); }
+  /// The values at idx, idx + 1, ..., along output axis `inner`: `Op` of the children's rows.
+  template <int V, bool Aligned, std::size_t R>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load_row(const ::cuda::std::array<index_t, R>& idx,
+                                                                     int inner) const {
+    return load_row_impl<V, Aligned>(idx, inner, ::cuda::std::make_index_sequence<arity>{});
+  }
+  /// Whether every child can be read V at a time along output axis `inner` (see view::rows_along).
+  template <std::size_t R>
+  bool rows_along(int inner) const {
+    return rows_along_impl<R>(inner, ::cuda::std::make_index_sequence<arity>{});
+  }
+  /// Whether every child's rows along output axis `inner` start 16-byte aligned.
+  template <std::size_t R>
+  bool rows_aligned16(int inner) const {
+    return rows_aligned_impl<R>(inner, ::cuda::std::make_index_sequence<arity>{});
+  }
 
  private:
   template <std::size_t I>
@@ -275,6 +302,20 @@ struct node {
   template <std::size_t... I>
   bool aligned_impl(::cuda::std::index_sequence<I...>) const {
     return (child<I>().aligned16() && ...);
+  }
+  template <int V, bool Aligned, std::size_t R, std::size_t... I>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<value_type, V> load_row_impl(const ::cuda::std::array<index_t, R>& idx,
+                                                                          int inner,
+                                                                          ::cuda::std::index_sequence<I...>) const {
+    return apply_lanes<V>(child<I>().template load_row<V, Aligned>(idx, inner)...);
+  }
+  template <std::size_t R, std::size_t... I>
+  bool rows_along_impl(int inner, ::cuda::std::index_sequence<I...>) const {
+    return (child<I>().template rows_along<R>(inner) && ...);
+  }
+  template <std::size_t R, std::size_t... I>
+  bool rows_aligned_impl(int inner, ::cuda::std::index_sequence<I...>) const {
+    return (child<I>().template rows_aligned16<R>(inner) && ...);
   }
 };
 
