@@ -183,6 +183,18 @@ broadcast_extents_t<A, B> broadcast(const A& a, const B& b) {
   return R(out);
 }
 
+namespace detail {
+// idx[axis] = v for a run-time axis, by a select per axis: an array written at
+// a run-time index lives in local memory on the GPU (the multi-indices of
+// strided passes and reductions).
+template <std::size_t R>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void set_axis(::cuda::std::array<index_t, R>& idx, int axis, index_t v) {
+  FUSOR_UNROLL
+  for (std::size_t a = 0; a != R; ++a)
+    if (int(a) == axis) idx[a] = v;
+}
+}  // namespace detail
+
 // Whether an expression of shape `e` fits a destination of shape `d`: the same
 // rank or fewer, and every axis equal or 1. Static parts are checked at compile time.
 namespace detail {

@@ -2,7 +2,10 @@
 //
 // A pass is a set of targets (destination + expression) of one shape, and one
 // plan for walking it: linearly (every operand is laid out like the first
-// destination, so element i of each is at offset i, V at a time) or by
+// destination, so element i of each is at offset i, V at a time), by rows
+// (every operand consecutive and aligned, or broadcast, along the innermost
+// axis: V at a time, a multi-index per step; the GPU's path for broadcast
+// operands), or by
 // multi-index in the destination's memory order (any layout, broadcasting).
 // All values of a step are computed before any is stored, so an output may
 // alias an input (x = x * 2 + y) and several outputs may feed each other.
@@ -75,6 +78,26 @@ struct leaves_in<node<Op, A...>> {
 
 template <class E>
 inline constexpr bool has_placeholder_v = std::is_same_v<typename E::value_type, unbound>;
+
+// Whether a memory leaf of E shows in its type that it may broadcast against a rank-R destination: fewer axes,
+// or an axis of static extent 1. Only such passes compile the row path (one more kernel each): a size-1 axis
+// known only at run time, in a tree of full-rank leaves, stays on the strided path.
+template <class E, std::size_t R>
+struct visible_broadcast {
+  static constexpr bool value = [] {
+    if constexpr (requires { typename E::space; }) {
+      using X = typename E::extents_type;
+      if (X::rank() < R) return true;
+      for (std::size_t a = 0; a != X::rank(); ++a)
+        if (X::static_extent(a) == 1) return true;
+    }
+    return false;
+  }();
+};
+template <class Op, class... A, std::size_t R>
+struct visible_broadcast<node<Op, A...>, R> {
+  static constexpr bool value = (visible_broadcast<A, R>::value || ...);
+};
 }  // namespace detail
 
 /// Whether every memory operand of `Target` (a target) is host-accessible.
@@ -129,6 +152,12 @@ struct assignment_checks {
   static constexpr bool ok = sizeof...(Targets) > 0 && reachable && substituted && shapes::value;
 };
 
+namespace detail {
+// Whether destination D can be written row by row (views; not the optimizers' master-and-parameters pair).
+template <class D, std::size_t R>
+concept row_writable = row_readable<D, R> && requires(const D& d) { d.stride(std::size_t(0)); };
+}  // namespace detail
+
 // ---- the pass -----------------------------------------------------------------
 /// One pass over memory: targets of one shape (made by make_pass), walked by an executor.
 ///
@@ -149,6 +178,13 @@ struct pass {
                                  Targets::expression_type::narrowest_element)...});
   /// Elements per step on the GPU's linear path: 16 bytes of the narrowest operand.
   static constexpr int device_lanes = int(16 / narrowest);
+  /// Whether every destination and expression can be walked by rows (row_step) and some operand's type shows
+  /// a broadcast: make_pass plans rows, and executors compile the row path, only then.
+  static constexpr bool row_capable =
+      Rank > 0 &&
+      ((detail::row_writable<typename Targets::destination_type, Rank> &&
+        detail::row_readable<typename Targets::expression_type, Rank>) && ...) &&
+      (detail::visible_broadcast<typename Targets::expression_type, Rank>::value || ...);
 
   /// Target `I`.
   template <std::size_t I>
@@ -211,16 +247,12 @@ struct pass {
   }
 
  private:
-  // The multi-index by axis of `position`, given by memory order. A select per pair, not idx[axis_order[k]] =
-  // ...: an array written at a run-time index lives in local memory on the GPU.
+  // The multi-index by axis of `position`, given by memory order (set_axis, not idx[axis_order[k]] = ...).
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> by_axis(
       const ::cuda::std::array<index_t, Rank>& position) const {
     ::cuda::std::array<index_t, Rank> idx{};
     FUSOR_UNROLL
-    for (std::size_t k = 0; k != Rank; ++k)
-      FUSOR_UNROLL
-      for (std::size_t a = 0; a != Rank; ++a)
-        if (axis_order[k] == int(a)) idx[a] = position[k];
+    for (std::size_t k = 0; k != Rank; ++k) detail::set_axis(idx, axis_order[k], position[k]);
     return idx;
   }
   template <int V, bool Aligned, std::size_t... I>
@@ -247,16 +279,11 @@ struct pass {
 struct pass_plan {
   bool linear = false;   ///< Every operand at the destinations' linear positions.
   /// Not linear, but every operand read V at a time along the destinations' innermost axis: consecutive
-  /// there, or broadcast along it (a bias row added to every row; a column repeated along each row).
+  /// there and 16-byte aligned at every row start, or broadcast along it (a bias row added to every row; a
+  /// column repeated along each row).
   bool rows = false;
-  bool aligned = false;  ///< Linear or rows, and every pointer (rows: every row start) 16-byte aligned.
+  bool aligned = false;  ///< Linear, and every pointer 16-byte aligned; always true with rows.
 };
-
-namespace detail {
-// Whether expression E can be read row by row (views, literals and nodes of them).
-template <class E, std::size_t R>
-concept row_readable = requires(const E& e) { e.template rows_along<R>(0); };
-}  // namespace detail
 
 /// Checks shapes (throwing shape_error with both shapes), and builds the pass
 /// and its plan. Static shape mismatches fail to compile.
@@ -302,8 +329,7 @@ auto make_pass(const First& first, const Rest&... rest) {
   plan.linear = linear_target(first) && (linear_target(rest) && ...);
   auto aligned_target = [](const auto& t) { return t.destination.aligned16() && t.expression.aligned16(); };
   plan.aligned = plan.linear && aligned_target(first) && (aligned_target(rest) && ...);
-  if constexpr (rank > 0 && (detail::row_readable<typename First::expression_type, rank> && ... &&
-                             detail::row_readable<typename Rest::expression_type, rank>)) {
+  if constexpr (decltype(p)::row_capable) {
     // Rows along the innermost axis, V elements a step and a whole number of steps a row: a broadcast
     // operand costs one multi-index per V elements instead of one per element, and the loads are vectors.
     constexpr int V = decltype(p)::device_lanes;
@@ -314,10 +340,11 @@ auto make_pass(const First& first, const Rest&... rest) {
     auto row_aligned = [&](const auto& t) {
       return t.destination.template rows_aligned16<rank>(inner) && t.expression.template rows_aligned16<rank>(inner);
     };
+    // Unaligned rows (a slice starting mid-vector) stay strided: a kernel fewer for every broadcast pass.
     if (!plan.linear && V > 1 && p.extent[std::size_t(inner)] % V == 0 && row_target(first) &&
-        (row_target(rest) && ...)) {
+        (row_target(rest) && ...) && row_aligned(first) && (row_aligned(rest) && ...)) {
       plan.rows = true;
-      plan.aligned = row_aligned(first) && (row_aligned(rest) && ...);
+      plan.aligned = true;
     }
   }
   return std::pair{p, plan};

@@ -5,10 +5,11 @@
 // loads and stores, the tail, and the steps each thread takes are checked
 // without a GPU (the host executor itself walks one element at a time).
 //
-// Three bodies: linear (vector access at linear positions), rows (vector
-// access along the innermost axis, each step finding its multi-index once:
-// broadcast operands), each for 16-byte aligned pointers or any, and strided
-// (one element a step, by multi-index). dispatch_pass picks one for a pass's
+// Three bodies: linear (vector access at linear positions, for 16-byte
+// aligned pointers or any), rows (vector access along the innermost axis,
+// each step finding its multi-index once: broadcast operands; compiled only
+// for passes whose operand types show a broadcast), and strided (one element
+// a step, by multi-index). dispatch_pass picks one for a pass's
 // plan and says over how many steps it is launched.
 #pragma once
 
@@ -53,11 +54,11 @@ struct strided_pass_body {
 };
 
 // A pass by rows along its innermost axis, in steps of V elements (the row
-// length a multiple of V; Aligned: every row start 16-byte aligned), numbered
-// in memory order and handed out as the linear body's are. A step finds its
-// multi-index once for V elements, and its operands load V consecutive
-// elements or one broadcast element.
-template <int V, bool Aligned>
+// length a multiple of V, every row start 16-byte aligned), numbered in memory
+// order and handed out as the linear body's are. A step finds its multi-index
+// once for V elements, and its operands load V consecutive elements or one
+// broadcast element.
+template <int V>
 struct row_pass_body {
   template <class Simt, class Pass>
   FUSOR_DEVICE FUSOR_FORCE_INLINE static void run(const Pass& p, int items_per_thread) {
@@ -66,7 +67,7 @@ struct row_pass_body {
     const index_t first = Simt::block_x() * items_per_thread * threads + unsigned(Simt::thread());
     for (int k = 0; k < items_per_thread; ++k) {
       const index_t s = first + index_t(k) * threads;
-      if (s < steps) p.template row_step<V, Aligned>(p.template row_index_of<V>(s));
+      if (s < steps) p.template row_step<V, true>(p.template row_index_of<V>(s));
     }
   }
 };
@@ -80,11 +81,9 @@ void dispatch_pass(const Pass& p, const pass_plan& plan, Launch&& launch) {
     launch(linear_pass_body<V, true>{}, p.size / V);
   else if (plan.linear)
     launch(linear_pass_body<V, false>{}, p.size / V);
-  else if constexpr (Pass::rank > 0) {  // rank 0 is linear
-    if (plan.rows && plan.aligned)
-      launch(row_pass_body<V, true>{}, p.size / V);
-    else if (plan.rows)
-      launch(row_pass_body<V, false>{}, p.size / V);
+  else if constexpr (Pass::row_capable) {
+    if (plan.rows)
+      launch(row_pass_body<V>{}, p.size / V);
     else
       launch(strided_pass_body{}, p.size);
   } else {

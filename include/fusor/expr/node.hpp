@@ -34,6 +34,13 @@ concept expression = requires {
   { T::narrowest_element } -> std::convertible_to<std::size_t>;
 };
 
+namespace detail {
+// Whether expression E can be read row by row (pass.hpp's row path): views, literals, and nodes whose children
+// all can; a leaf without load_row sends its passes down the strided path.
+template <class E, std::size_t R>
+concept row_readable = requires(const E& e) { e.template rows_along<R>(0); };
+}  // namespace detail
+
 // ---- literal scalars ------------------------------------------------------------
 /// A scalar of type `T` as an expression leaf, the same at every position; weak: it takes the type of what it
 /// meets.
@@ -260,6 +267,7 @@ struct node {
   }
   /// Whether every child can be read V at a time along output axis `inner` (see view::rows_along).
   template <std::size_t R>
+    requires(detail::row_readable<Args, R> && ...)
   bool rows_along(int inner) const {
     return rows_along_impl<R>(inner, ::cuda::std::make_index_sequence<arity>{});
   }

@@ -282,7 +282,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_rows(const Job& job) {
     const index_t begin = split * job.chunk;
     const index_t end = begin + job.chunk < job.in.length ? begin + job.chunk : job.in.length;
     accumulator acc = job.red.identity();
-    idx[job.in.axis] = begin;
+    set_axis(idx, job.in.axis, begin);
     if (job.in.linear) {  // element r at memory position first + (r - begin) stride: no multi-index a read
       const index_t first = job.in.memory_position(idx), stride = job.in.memory_stride[job.in.axis];
       index_t rest = begin;  // elements before it were read as vectors
@@ -300,7 +300,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_rows(const Job& job) {
       acc = add_strided_elements(job.red, at, rest + lane, end, 32, acc);
     } else {
       const auto at = [&](index_t r) {
-        idx[job.in.axis] = r;
+        set_axis(idx, job.in.axis, r);
         return job.in.at(idx);
       };
       acc = add_strided_elements(job.red, at, begin + lane, end, 32, acc);
@@ -331,13 +331,13 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void reduce_columns(const Job& job) {
       const index_t begin = split * job.chunk;
       const index_t end = begin + job.chunk < job.in.length ? begin + job.chunk : job.in.length;
       if (job.in.linear) {  // element r at memory position first + r stride: no multi-index a read
-        idx[job.in.axis] = 0;
+        set_axis(idx, job.in.axis, 0);
         const index_t first = job.in.memory_position(idx), stride = job.in.memory_stride[job.in.axis];
         const auto at = [&](index_t r) { return job.in.at_position(first + r * stride); };
         acc = add_strided_elements(job.red, at, begin + y, end, height, acc);
       } else {
         const auto at = [&](index_t r) {
-          idx[job.in.axis] = r;
+          set_axis(idx, job.in.axis, r);
           return job.in.at(idx);
         };
         acc = add_strided_elements(job.red, at, begin + y, end, height, acc);

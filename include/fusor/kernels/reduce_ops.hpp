@@ -173,13 +173,20 @@ struct walk {
   ::cuda::std::array<index_t, R> extent{};
   int axes = 0;
 
+  // Axis by axis with constant indices (set_axis); the outermost walked axis
+  // takes what is left of n, without a division.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, R> index_of(index_t n) const {
     ::cuda::std::array<index_t, R> idx{};
-    for (int k = axes - 1; k >= 0; --k) {
+    FUSOR_UNROLL
+    for (int k = int(R) - 1; k > 0; --k) {
+      if (k >= axes) continue;
       const int axis = axis_order[k];
-      idx[axis] = n % extent[axis];
-      n /= extent[axis];
+      const index_t e = extent[axis];
+      const index_t outer = n / e;
+      set_axis(idx, axis, n - outer * e);
+      n = outer;
     }
+    if (axes > 0) set_axis(idx, axis_order[0], n);
     return idx;
   }
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void advance(::cuda::std::array<index_t, R>& idx) const {
@@ -331,13 +338,13 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_output(const D& dst, ::cuda::std
   ::cuda::std::array<index_t, rank> at{};
   if constexpr (rank == R) {
     if (axis >= 0) {
-      idx[axis] = 0;
+      set_axis(idx, axis, 0);
       at = idx;
     }
-  } else if constexpr (rank + 1 == R) {
+  } else if constexpr (rank + 1 == R) {  // output axis k is input axis k before the reduced one, k + 1 after
     if (axis >= 0)
-      for (std::size_t k = 0, j = 0; k != R; ++k)
-        if (int(k) != axis) at[j++] = idx[k];
+      FUSOR_UNROLL
+      for (std::size_t k = 0; k != rank; ++k) at[k] = int(k) < axis ? idx[k] : idx[k + 1];
   }
   dst.store_at(at, value);
 }
