@@ -207,14 +207,7 @@ struct pass {
   /// The multi-index of the n-th element in memory order.
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> index_of(index_t n) const {
     ::cuda::std::array<index_t, Rank> position{};  // by memory order: outermost first
-    FUSOR_UNROLL
-    for (int k = int(Rank) - 1; k > 0; --k) {
-      const index_t e = extent[axis_order[k]];
-      const index_t outer = n / e;
-      position[k] = n - outer * e;
-      n = outer;
-    }
-    if constexpr (Rank > 0) position[0] = n;  // n < the outermost extent: no division
+    split_outer<int(Rank) - 1>(n, position);
     return by_axis(position);
   }
   /// The axis walked innermost: the destinations' fastest-moving one.
@@ -224,17 +217,10 @@ struct pass {
   template <int V>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> row_index_of(index_t s) const {
     const index_t steps_per_row = extent[inner_axis()] / V;
-    index_t row = s / steps_per_row;
+    const index_t row = s / steps_per_row;
     ::cuda::std::array<index_t, Rank> position{};  // by memory order: outermost first
     position[Rank - 1] = (s - row * steps_per_row) * V;
-    FUSOR_UNROLL
-    for (int k = int(Rank) - 2; k > 0; --k) {
-      const index_t e = extent[axis_order[k]];
-      const index_t outer = row / e;
-      position[k] = row - outer * e;
-      row = outer;
-    }
-    if constexpr (Rank > 1) position[0] = row;
+    split_outer<int(Rank) - 2>(row, position);
     return by_axis(position);
   }
   /// Advances `idx` to the next element in memory order.
@@ -247,6 +233,19 @@ struct pass {
   }
 
  private:
+  // Positions [0, Last] in memory order of the n-th of the elements those axes span, a division per axis
+  // but the outermost (n is below its extent).
+  template <int Last>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void split_outer(index_t n, ::cuda::std::array<index_t, Rank>& position) const {
+    FUSOR_UNROLL
+    for (int k = Last; k > 0; --k) {
+      const index_t e = extent[axis_order[k]];
+      const index_t outer = n / e;
+      position[k] = n - outer * e;
+      n = outer;
+    }
+    if constexpr (Last >= 0) position[0] = n;
+  }
   // The multi-index by axis of `position`, given by memory order (set_axis, not idx[axis_order[k]] = ...).
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE ::cuda::std::array<index_t, Rank> by_axis(
       const ::cuda::std::array<index_t, Rank>& position) const {
