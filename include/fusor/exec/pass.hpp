@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <cuda/std/array>
 #include <cuda/std/tuple>
@@ -82,16 +83,19 @@ inline constexpr bool has_placeholder_v = std::is_same_v<typename E::value_type,
 // Whether a memory leaf of E shows in its type that it may broadcast against a rank-R destination: fewer axes,
 // or an axis of static extent 1. Only such passes compile the row path (one more kernel each): a size-1 axis
 // known only at run time, in a tree of full-rank leaves, stays on the strided path.
+template <class X, std::size_t... A>
+constexpr bool has_static_one(std::index_sequence<A...>) {  // a fold: a loop over no axes draws nvcc warnings
+  return ((X::static_extent(A) == 1) || ...);
+}
 template <class E, std::size_t R>
 struct visible_broadcast {
   static constexpr bool value = [] {
     if constexpr (requires { typename E::space; }) {
       using X = typename E::extents_type;
-      if (X::rank() < R) return true;
-      for (std::size_t a = 0; a != X::rank(); ++a)
-        if (X::static_extent(a) == 1) return true;
+      return X::rank() < R || has_static_one<X>(std::make_index_sequence<X::rank()>{});
+    } else {
+      return false;
     }
-    return false;
   }();
 };
 template <class Op, class... A, std::size_t R>
