@@ -144,15 +144,14 @@ class view {
   /// memory (stride 1) or one element repeated (the axis broadcast): what the row-wise vector path needs.
   template <std::size_t R>
   bool rows_along(int inner) const {
-    const int k = inner - int(R - rank);
-    return k < 0 || extent(std::size_t(k)) == 1 || stride(std::size_t(k)) == 1;
+    return broadcast_along<R>(inner) || stride(std::size_t(inner - int(R - rank))) == 1;
   }
   /// Whether every row along output axis `inner` starts 16-byte aligned: data() is, and so is every step of
   /// the other axes (rows read one element, broadcast, need nothing).
   template <std::size_t R>
   bool rows_aligned16(int inner) const {
+    if (broadcast_along<R>(inner)) return true;
     const int k = inner - int(R - rank);
-    if (k < 0 || extent(std::size_t(k)) == 1) return true;
     for (std::size_t a = 0; a != rank; ++a)
       if (int(a) != k && extent(a) != 1 && stride(a) * index_t(sizeof(element_type)) % 16 != 0) return false;
     return aligned16();
