@@ -10,14 +10,14 @@
 #if !FUSOR_HAS_CUDA
 #include <algorithm>
 #include <cstddef>
-#include <limits>
-#include <vector>
-
+#include <fusor/core/cuda_runtime.hpp>
 #include <fusor/kernels/cross_entropy_cuda.hpp>
 #include <fusor/kernels/layernorm_cuda.hpp>
 #include <fusor/kernels/row_reduce.hpp>
 #include <fusor/kernels/simt_emulator.hpp>
 #include <fusor/kernels/softmax_cuda.hpp>
+#include <limits>
+#include <vector>
 
 namespace rowwise_test::emulated {
 
@@ -32,11 +32,37 @@ void launch_rows(const fd::row_launch& shape, index_t rows, const Body& body) {
                      [&](unsigned char*) { body(); }, shape.cluster_blocks);
 }
 
+// As launch_staged_rows: body(shared) in one wave of blocks, each with
+// `shared_bytes` of staged_row's shared memory, and true; or false, having
+// run nothing, where the rows are not staged (`staged`: stages_rows) or the
+// wave gives no group a second row. The wave is two blocks or two clusters
+// here (the GPU's occupancy there), so that groups take several rows each,
+// and some one more than others.
+template <class Body>
+bool launch_staged_rows(const fd::row_launch& shape, index_t rows, bool staged, std::size_t shared_bytes,
+                        const Body& body) {
+  const int grid = fd::staged_row_grid(shape, rows, 2 * shape.cluster_blocks);
+  if (!staged || grid == 0) return false;
+  fd::emulate_kernel(fd::simt_grid{grid, 1}, shape.block_threads, shared_bytes, body, shape.cluster_blocks);
+  fusor::gpu::staged_launch_counter().fetch_add(1);
+  return true;
+}
+
+// The staged kernel's body where softmax_cuda launches it, else the plain one's.
 template <bool Log, class Y, class X>
 void softmax(const fd::row_matrix<Y>& y, const fd::row_matrix<const X>& x) {
   fd::with_row_group<fd::emulated_simt, fd::vector_lanes<X, Y>, fd::cached_bytes<X>>(
       x.length, [&](auto group, fd::row_launch shape) {
-        launch_rows(shape, x.rows, [&] { fd::softmax_rows<decltype(group), Log>(y, x); });
+        using G = decltype(group);
+        if constexpr (fd::softmax_stages<Y, X>) {
+          constexpr int V = fd::vector_lanes<X, Y>;  // here, not outside the lambda: g++ 12 crashes on that
+          using stage = fd::staged_row<G, X, V, fd::cached_items<V, fd::cached_bytes<X>>>;
+          if (launch_staged_rows(shape, x.rows, fd::stages_rows<V, fd::cached_bytes<X>>(shape, x, y),
+                                 stage::bytes(shape.block_threads),
+                                 [&](unsigned char* shared) { fd::softmax_staged_rows<G, Log>(y, x, shared); }))
+            return;
+        }
+        launch_rows(shape, x.rows, [&] { fd::softmax_rows<G, Log>(y, x); });
       });
 }
 
@@ -70,18 +96,39 @@ void cross_entropy(const fd::row_matrix<G>& dlogits, const fd::per_row<L>& losse
   const index_t* const count = mean ? &counted : nullptr;
   fd::with_row_group<fd::emulated_simt, fd::vector_lanes<G, X>, fd::cached_bytes<X>>(
       logits.length, [&](auto group, fd::row_launch shape) {
+        using Group = decltype(group);
+        if constexpr (fd::cross_entropy_stages<G, X>) {
+          constexpr int V = fd::vector_lanes<G, X>;  // here, not outside the lambda: g++ 12 crashes on that
+          using stage = fd::staged_row<Group, X, V, fd::cached_items<V, fd::cached_bytes<X>>>;
+          if (launch_staged_rows(shape, logits.rows, fd::cross_entropy_staged<WithGradient>(shape, dlogits, logits),
+                                 stage::bytes(shape.block_threads), [&](unsigned char* shared) {
+                                   fd::cross_entropy_staged_rows<Group, WithGradient>(
+                                       dlogits, losses, logits, targets, ignore_index, count, grad_scale, shared);
+                                 }))
+            return;
+        }
         launch_rows(shape, logits.rows, [&] {
-          fd::cross_entropy_rows<decltype(group), WithGradient>(dlogits, losses, logits, targets, ignore_index, count,
-                                                                grad_scale);
+          fd::cross_entropy_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count,
+                                                      grad_scale);
         });
       });
 }
 
+// The staged kernel's body where norm_forward_cuda launches it, else the plain one's.
 template <bool Centered, class Y, class M, class R, class X, class W, class B>
 void norm_forward(const fd::norm_forward<Y, M, R, X, W, B>& f, float epsilon) {
   fd::with_row_group<fd::emulated_simt, fd::vector_lanes<Y, X, W, B>, fd::cached_bytes<X>>(
       f.x.length, [&](auto group, fd::row_launch shape) {
-        launch_rows(shape, f.x.rows, [&] { fd::norm_forward_rows<decltype(group), Centered>(f, epsilon); });
+        using G = decltype(group);
+        if constexpr (fd::norm_forward_stages<Y, X, W, B>) {
+          constexpr int V = fd::vector_lanes<Y, X, W, B>;  // here, not outside the lambda: g++ 12 crashes on that
+          using stage = fd::staged_row<G, X, V, fd::cached_items<V, fd::cached_bytes<X>>>;
+          if (launch_staged_rows(
+                  shape, f.x.rows, fd::norm_forward_staged<Centered>(shape, f), stage::bytes(shape.block_threads),
+                  [&](unsigned char* shared) { fd::norm_forward_staged_rows<G, Centered>(f, epsilon, shared); }))
+            return;
+        }
+        launch_rows(shape, f.x.rows, [&] { fd::norm_forward_rows<G, Centered>(f, epsilon); });
       });
 }
 

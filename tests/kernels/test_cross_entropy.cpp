@@ -112,8 +112,8 @@ struct emulated_cross_entropy {
 #endif
 
 template <class P, class Run = library_cross_entropy>
-void against_reference() {
-  for (const auto [rows, n] : row_shapes()) {
+void against_reference(const std::vector<row_shape>& shapes = row_shapes()) {
+  for (const auto [rows, n] : shapes) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(10 + n), -6.0, 6.0);
     const auto ht = random_targets(rows, n, std::uint32_t(20 + n));
     const auto x = to_space(hx);
@@ -128,7 +128,47 @@ void against_reference() {
   }
 }
 
+// 16-bit logits in rows of whole 16-byte items at one aligned step, more of
+// them than one wave of groups holds: the staged kernel, where each group
+// copies its next row into shared memory while it reduces and writes this
+// one (ignored rows among them). `shapes` are sized to pass a wave: the
+// GPU's (H100/H200), or the emulator's two blocks or clusters.
+template <class Run>
+void staged_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
+  const auto before = gpu::staged_launch_counter().load();
+  against_reference<bfloat16, Run>(shapes);
+  against_reference<float16, Run>(shapes);
+  // In place, as llm.c does: each row's gradient written over its logits.
+  const auto [rows, n] = shapes.front();
+  const auto hx = random_matrix<bfloat16>(rows, n, 31, -6.0, 6.0);
+  const auto ht = random_targets(rows, n, 32);
+  auto x = to_space(hx);
+  const auto t = to_space(ht);
+  space_tensor<float, vector_extents> losses(rows);
+  poison(losses);
+  Run::run(losses, x, x, t);
+  check_against_reference("staged cross_entropy in place", hx, ht, as_doubles(losses), as_doubles(x), true, 1.0);
+  if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size() + 1);
+}
+
 }  // namespace
+
+#if !FUSOR_HAS_CUDA
+FUSOR_TEST_CASE("cross_entropy's staged kernel under the SIMT emulator: warps, blocks and clusters") {
+  // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
+  staged_against_reference<emulated_cross_entropy>({{40, 256}, {9, 4096}, {5, 50304}}, true);
+}
+#endif
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("cross_entropy's staged kernel: 16-bit logits, more rows than a wave of groups") {
+  int device = 0, major = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
+  // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
+  staged_against_reference<library_cross_entropy>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
+}
+#endif
 
 FUSOR_TEST_CASE("cross_entropy: losses and dlogits at every row length, fp32/bf16/fp16, against fp64") {
   for_each_precision([](auto type) { against_reference<typename decltype(type)::type>(); });

@@ -104,8 +104,8 @@ struct emulated_norms {
 #endif
 
 template <class P, class Run = library_norms>
-void forward_against_reference(bool centered) {
-  for (const auto [rows, n] : row_shapes()) {
+void forward_against_reference(bool centered, const std::vector<row_shape>& shapes = row_shapes()) {
+  for (const auto [rows, n] : shapes) {
     // Rows centred near 3, so a one-pass variance would lose digits.
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(100 + n), 1.0, 5.0);
     const auto hw = random_vector<P>(n, std::uint32_t(200 + n), 0.5, 1.5);
@@ -233,6 +233,37 @@ FUSOR_TEST_CASE("layernorm's and rmsnorm's CUDA kernels under the SIMT emulator:
 // tested executor. dx is checked element by element with L over the perturbed
 // row; dweight and dbias with L over every row. Central differences, h = 1e-5,
 // tolerance 1e-6 relative (truncation ~1e-10, rounding ~1e-10).
+// 16-bit rows of whole 16-byte items at one aligned step, more of them than
+// one wave of groups holds: the staged forward kernel, where each group
+// copies its next row into shared memory while it reduces and writes this
+// one. `shapes` are sized to pass a wave: the GPU's (H100/H200), or the
+// emulator's two blocks or clusters.
+template <class Run>
+void staged_forward_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
+  for (const bool centered : {true, false}) {
+    const auto before = gpu::staged_launch_counter().load();
+    forward_against_reference<bfloat16, Run>(centered, shapes);
+    forward_against_reference<float16, Run>(centered, shapes);
+    if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
+  }
+}
+#if !FUSOR_HAS_CUDA
+FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernel under the SIMT emulator: warps, blocks and clusters") {
+  // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
+  staged_forward_against_reference<emulated_norms>({{40, 256}, {9, 4096}, {5, 50304}}, true);
+}
+#endif
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernel: 16-bit rows, more than a wave of groups") {
+  int device = 0, major = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
+  // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
+  staged_forward_against_reference<library_norms>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
+}
+#endif
+
 FUSOR_TEST_CASE("norm backward passes match central differences of the forward (fp64)") {
   const index_t rows = 5;
   for (const bool centered : {true, false})

@@ -435,6 +435,64 @@ FUSOR_TEST_CASE("softmax of rows longer than a block holds: clusters on sm_90") 
 }
 #endif
 
+namespace {
+// 16-bit rows of whole 16-byte items at one aligned step, more of them than
+// one wave of groups holds: the staged kernel, where each group copies its
+// next row into shared memory while it reduces and writes this one (on the
+// GPU; the host executor has no such kernel). `shapes` are sized to pass a
+// wave: the GPU's (H100/H200), or the emulator's two blocks or clusters.
+template <class Run>
+void staged_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
+  auto run = [&](auto input, auto output, index_t rows, index_t n) {
+    using P = decltype(input);
+    using Y = decltype(output);
+    const auto hx = random_matrix<P>(rows, n, std::uint32_t(4000 + n), -8.0, 8.0);
+    const auto x = to_space(hx);
+    space_tensor<Y, matrix_extents> y(rows, n), log_y(rows, n);
+    poison(y), poison(log_y);
+    const auto before = gpu::staged_launch_counter().load();
+    Run::template forward<false>(y, x);
+    Run::template forward<true>(log_y, x);
+    const std::string what = std::string(precision_name<P>()) + " into " + precision_name<Y>() + ", rows " +
+                             std::to_string(rows) + " x " + std::to_string(n);
+    if (counts_staged) CHECK_MESSAGE(gpu::staged_launch_counter().load() - before == 2u, what);
+    const auto xs = as_doubles(hx);
+    check_forward(as_doubles(y), xs, rows, n, false, row_tolerance<Y>(), row_floor<Y>(), "staged softmax " + what);
+    check_forward(as_doubles(log_y), xs, rows, n, true, row_tolerance<Y>(), row_floor<Y>(),
+                  "staged log_softmax " + what);
+  };
+  for (const auto [rows, n] : shapes) {
+    run(bfloat16{}, bfloat16{}, rows, n);
+    run(float16{}, float16{}, rows, n);
+  }
+  const auto [rows, n] = shapes.front();
+  run(bfloat16{}, float{}, rows, n);
+  // In place: a group's next row is fetched while this one is written over.
+  const auto hx = random_matrix<bfloat16>(rows, n, 4321, -8.0, 8.0);
+  auto x = to_space(hx);
+  Run::template forward<false>(x, x);
+  check_forward(as_doubles(x), as_doubles(hx), rows, n, false, row_tolerance<bfloat16>(), row_floor<bfloat16>(),
+                "staged softmax in place");
+}
+}  // namespace
+
+#if !FUSOR_HAS_CUDA
+FUSOR_TEST_CASE("softmax's staged kernel under the SIMT emulator: warps, blocks and clusters, 16-bit rows") {
+  // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
+  staged_against_reference<emulated_softmax>({{40, 256}, {9, 4096}, {5, 50304}}, true);
+}
+#endif
+#if defined(FUSOR_TEST_CUDA)
+FUSOR_TEST_CASE("softmax's staged kernel: 16-bit rows, more than a wave of groups") {
+  int device = 0, major = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
+  // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
+  staged_against_reference<library_softmax>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
+}
+#endif
+
 FUSOR_TEST_CASE("softmax: shape errors name both shapes") {
   space_tensor<float, matrix_extents> x(3, 4), y(3, 5), dy(4, 4), dx(3, 4);
   executor ex{};

@@ -146,5 +146,11 @@ inline std::atomic<std::uint64_t>& cluster_launch_counter() {
   static std::atomic<std::uint64_t> counter{0};
   return counter;
 }
+/// Of those, launches of the row-wise kernels that stage each group's next
+/// row in shared memory (16-bit rows; kernels/row_reduce.hpp, staged_row).
+inline std::atomic<std::uint64_t>& staged_launch_counter() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter;
+}
 
 }  // namespace fusor::gpu

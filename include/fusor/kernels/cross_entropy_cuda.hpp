@@ -8,11 +8,13 @@
 // (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
-#include "fusor/config.hpp"
-
+#include <cstddef>
+#include <cstdint>
 #include <cuda/std/cmath>
 #include <cuda/std/limits>
+#include <type_traits>
 
+#include "fusor/config.hpp"
 #include "fusor/kernels/row_reduce.hpp"
 
 #if FUSOR_HAS_CUDA
@@ -22,11 +24,16 @@
 
 namespace fusor::detail {
 
-// Loss and gradient of one row whose target is not ignored.
-template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X>
+// Loss and gradient of one row whose target is not ignored. A staged kernel
+// (cross_entropy_staged_rows) gives a cached, contiguous row's items:
+// items(k) is this thread's item k, and read_all() is called once all are
+// read; without them (null) the row is loaded here.
+template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X,
+          class Items = std::nullptr_t, class ReadAll = std::nullptr_t>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,
-                                                       index_t in_stride, int n, index_t target,
-                                                       statistic_t<X> scale) {
+                                                       index_t in_stride, int n, index_t target, statistic_t<X> scale,
+                                                       [[maybe_unused]] const Items& staged_items = nullptr,
+                                                       [[maybe_unused]] const ReadAll& read_all = nullptr) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   constexpr int items = Cached ? cached_items<V, cached_bytes<X>> : 1;
@@ -47,7 +54,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      const lanes<X, V> v = load(c);
+      lanes<X, V> v;
+      if constexpr (std::is_same_v<Items, std::nullptr_t>)
+        v = load(c);
+      else
+        v = staged_items(k);
       const int valid = valid_columns(c, n, V);
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j) {
@@ -55,6 +66,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
         if (j < valid) m = ::cuda::std::fmax(m, cache[k][j]);
       }
     }
+    if constexpr (!std::is_same_v<ReadAll, std::nullptr_t>) read_all();
     m = Group::all_reduce(m, max_op{});
     s = 0;
     FUSOR_UNROLL
@@ -102,6 +114,23 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
   }
 }
 
+// A row whose target is ignored: not read; zero loss, zero gradient.
+template <class Group, bool WithGradient, int V, class G, class L>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_ignored_row([[maybe_unused]] G* grad,
+                                                               [[maybe_unused]] index_t grad_stride, L& loss, int n) {
+  if (Group::lane() == 0) loss = convert<L>(0.0f);
+  if constexpr (WithGradient) {
+    const bool contiguous = grad_stride == 1 && reinterpret_cast<std::uintptr_t>(grad) % 16 == 0;
+    const lanes<float, V> zeros{};
+    for (int c = Group::template column<V>(0); c < n; c += Group::threads() * V) {
+      if (contiguous)
+        store_columns<true, V>(grad, c, n, 1, zeros);
+      else
+        store_columns<false, V>(grad, c, n, grad_stride, zeros);
+    }
+  }
+}
+
 // The rows of this thread's group: the body of cross_entropy_kernel.
 // `count`: rows not ignored, for the mean's scale; null for a plain grad_scale.
 template <class Group, bool WithGradient, class G, class L, class X, class T>
@@ -117,18 +146,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
     const index_t target = index_t(targets[r]);
     const X* in = logits.row(r);
     G* grad = WithGradient ? dlogits.row(r) : nullptr;
-    if (target == ignore_index) {  // not read: zero loss, zero gradient
-      if (Group::lane() == 0) losses[r] = convert<L>(0.0f);
-      if constexpr (WithGradient) {
-        const bool contiguous = dlogits.vector_row(grad);
-        const lanes<S, V> zeros{};
-        for (int c = Group::template column<V>(0); c < n; c += Group::threads() * V) {
-          if (contiguous)
-            store_columns<true, V>(grad, c, n, 1, zeros);
-          else
-            store_columns<false, V>(grad, c, n, dlogits.column_stride, zeros);
-        }
-      }
+    if (target == ignore_index) {
+      cross_entropy_ignored_row<Group, WithGradient, V>(grad, dlogits.column_stride, losses[r], n);
       continue;
     }
     const bool contiguous = logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad));
@@ -142,13 +161,66 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
   }
 }
 
-#if FUSOR_HAS_CUDA
+// Whether the cross-entropy of X logits with G gradients has a staged kernel
+// (staged_row): 16-bit logits in 16-byte items.
+template <class G, class X>
+inline constexpr bool cross_entropy_stages = sizeof(X) == 2 && sizeof(lanes<X, vector_lanes<G, X>>) == 16;
+
+// Whether the staged kernel takes the rows of `logits` (and `dlogits`) in a
+// launch of `shape` (stages_rows).
+template <bool WithGradient, class G, class X>
+bool cross_entropy_staged(const row_launch& shape, const row_matrix<G>& dlogits, const row_matrix<const X>& logits) {
+  constexpr int V = vector_lanes<G, X>;
+  if constexpr (WithGradient)
+    return stages_rows<V, cached_bytes<X>>(shape, logits, dlogits);
+  else
+    return stages_rows<V, cached_bytes<X>>(shape, logits);
+}
+
+// cross_entropy_rows where cross_entropy_staged holds: the rows come through
+// `stage` (staged_row's shared memory), each group's next row fetched while
+// it reduces and writes one (for_each_staged_row); an ignored row's copy is
+// not read. In place (dlogits = logits), a group writes only its own rows,
+// and has fetched a row before it writes any of it. The body of the staged
+// cross_entropy_kernel.
 template <class Group, bool WithGradient, class G, class L, class X, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_staged_rows(const row_matrix<G>& dlogits, const per_row<L>& losses,
+                                                               const row_matrix<const X>& logits,
+                                                               const per_row<T>& targets, index_t ignore_index,
+                                                               const index_t* count, float grad_scale,
+                                                               unsigned char* stage) {
+  static_assert(cross_entropy_stages<G, X>);
+  using S = statistic_t<X>;
+  constexpr int V = vector_lanes<G, X>;
+  const int n = int(logits.length);
+  const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
+  const index_t x_step = logits.offsets.single_step(), g_step = dlogits.offsets.single_step();
+  for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
+      logits.data, x_step, logits.rows, n, stage, [&](index_t r, const auto& items, const auto& read_all) {
+        const index_t target = index_t(targets[r]);
+        G* grad = WithGradient ? dlogits.data + r * g_step : nullptr;
+        if (target == ignore_index) {
+          read_all();  // the next row is fetched all the same
+          cross_entropy_ignored_row<Group, WithGradient, V>(grad, 1, losses[r], n);
+        } else {
+          cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], logits.data + r * x_step, 1, n, target,
+                                                             scale, items, read_all);
+        }
+      });
+}
+
+#if FUSOR_HAS_CUDA
+template <class Group, bool WithGradient, bool Staged, class G, class L, class X, class T>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     cross_entropy_kernel(const row_matrix<G> dlogits, const per_row<L> losses, const row_matrix<const X> logits,
                          const per_row<T> targets, const index_t ignore_index, const index_t* count,
                          const float grad_scale) {
-  cross_entropy_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count, grad_scale);
+  extern __shared__ __align__(16) unsigned char staged_rows[];
+  if constexpr (Staged)
+    cross_entropy_staged_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count, grad_scale,
+                                                   staged_rows);
+  else
+    cross_entropy_rows<Group, WithGradient>(dlogits, losses, logits, targets, ignore_index, count, grad_scale);
 }
 
 #endif  // FUSOR_HAS_CUDA
@@ -210,9 +282,19 @@ void cross_entropy_cuda(const row_matrix<G>& dlogits, const per_row<L>& losses, 
     launch_kernel<count_targets_kernel<T>>(1, reduce_block_threads, 0, ex.stream, targets, logits.rows, ignore_index,
                                            count.as<index_t>());
   with_row_group<device_simt, vector_lanes<G, X>, cached_bytes<X>>(logits.length, [&](auto group, row_launch shape) {
-    launch_rows<cross_entropy_kernel<decltype(group), WithGradient, G, L, X, T>>(
-        shape, logits.rows, 0, ex.stream, dlogits, losses, logits, targets, ignore_index, count.as<const index_t>(),
-        grad_scale);
+    using Group = decltype(group);
+    if constexpr (cross_entropy_stages<G, X>) {
+      constexpr int V = vector_lanes<G, X>;  // here, not outside the lambda: g++ 12 crashes on that
+      using stage = staged_row<Group, X, V, cached_items<V, cached_bytes<X>>>;
+      if (launch_staged_rows<cross_entropy_kernel<Group, WithGradient, true, G, L, X, T>>(
+              shape, logits.rows, cross_entropy_staged<WithGradient>(shape, dlogits, logits),
+              stage::bytes(shape.block_threads), ex.stream, dlogits, losses, logits, targets, ignore_index,
+              count.as<const index_t>(), grad_scale))
+        return;
+    }
+    launch_rows<cross_entropy_kernel<Group, WithGradient, false, G, L, X, T>>(shape, logits.rows, 0, ex.stream, dlogits,
+                                                                              losses, logits, targets, ignore_index,
+                                                                              count.as<const index_t>(), grad_scale);
   });
 }
 

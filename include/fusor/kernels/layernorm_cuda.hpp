@@ -63,8 +63,15 @@ struct add_two_sums {
 
 // ---- forward -----------------------------------------------------------------------------
 // Mean and rstd of one row; `Cached`: the row fits the group's registers.
-template <class Group, bool Centered, bool Contiguous, bool Cached, class F>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float epsilon) {
+// A staged kernel (norm_forward_staged_rows) gives a cached, contiguous
+// row's items: items(k) is this thread's item k, and read_all() is called
+// once all are read; without them (null) the row is loaded here.
+template <class Group, bool Centered, bool Contiguous, bool Cached, class F, class Items = std::nullptr_t,
+          class ReadAll = std::nullptr_t>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, float epsilon,
+                                                      [[maybe_unused]] const Items& staged_items = nullptr,
+                                                      [[maybe_unused]] const ReadAll& read_all = nullptr) {
+  constexpr bool staged = !std::is_same_v<Items, std::nullptr_t>;
   using X = std::remove_const_t<std::remove_pointer_t<decltype(f.x.data)>>;
   using Y = std::remove_pointer_t<decltype(f.y.data)>;
   using W = std::remove_pointer_t<decltype(f.weight.data)>;
@@ -80,21 +87,28 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, flo
   S mean = 0, variance = 0;
   lanes<X, V> cache[items];
   if constexpr (Cached) {
+    auto load_cached = [&](int k) {
+      if constexpr (staged)
+        cache[k] = staged_items(k);
+      else
+        cache[k] = load_x(Group::template column<V>(k));
+    };
     if constexpr (Centered) {
       S sum = 0;
       FUSOR_UNROLL
       for (int k = 0; k < items; ++k) {
-        cache[k] = load_x(Group::template column<V>(k));
+        load_cached(k);
         FUSOR_UNROLL
         for (int j = 0; j < V; ++j) sum += convert<S>(cache[k][j]);  // zero past the end
       }
+      if constexpr (staged) read_all();
       mean = Group::all_reduce(sum, sum_op{}) / S(n);
     }
     S squares = 0;
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      if constexpr (!Centered) cache[k] = load_x(c);
+      if constexpr (!Centered) load_cached(k);
       const int valid = valid_columns(c, n, V);
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j) {
@@ -102,6 +116,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, flo
         if (j < valid) squares += d * d;
       }
     }
+    if constexpr (staged && !Centered) read_all();
     variance = Group::all_reduce(squares, sum_op{}) / S(n);
   } else if constexpr (Centered) {
     mean_and_m2<S> stats{0, 0, 0};
@@ -177,11 +192,43 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_rows(const norm_forward<Y, M, 
   }
 }
 
-#if FUSOR_HAS_CUDA
+// Whether a norm forward of X has a staged kernel (staged_row): 16-bit inputs
+// in 16-byte items.
+template <class Y, class X, class W, class B>
+inline constexpr bool norm_forward_stages = sizeof(X) == 2 && sizeof(lanes<X, vector_lanes<Y, X, W, B>>) == 16;
+// Whether the staged kernel takes the rows of `f` in a launch of `shape`:
+// stages_rows for x and y, and the weight and bias read 16 bytes at a time.
+template <bool Centered, class Y, class M, class R, class X, class W, class B>
+bool norm_forward_staged(const row_launch& shape, const norm_forward<Y, M, R, X, W, B>& f) {
+  return stages_rows<vector_lanes<Y, X, W, B>, cached_bytes<X>>(shape, f.x, f.y) && f.weight.vector_ok() &&
+         (!Centered || f.bias.vector_ok());
+}
+
+// norm_forward_rows where norm_forward_staged holds: the rows come through
+// `stage` (staged_row's shared memory), each group's next row fetched while
+// it reduces and writes one (for_each_staged_row). The body of the staged
+// norm_forward_kernel.
 template <class Group, bool Centered, class Y, class M, class R, class X, class W, class B>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_staged_rows(const norm_forward<Y, M, R, X, W, B>& f, float epsilon,
+                                                              unsigned char* stage) {
+  static_assert(norm_forward_stages<Y, X, W, B>);
+  constexpr int V = vector_lanes<Y, X, W, B>;
+  for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
+      f.x.data, f.x.offsets.single_step(), f.x.rows, int(f.x.length), stage,
+      [&](index_t r, const auto& items, const auto& read_all) {
+        norm_forward_row<Group, Centered, true, true>(f, r, epsilon, items, read_all);
+      });
+}
+
+#if FUSOR_HAS_CUDA
+template <class Group, bool Centered, bool Staged, class Y, class M, class R, class X, class W, class B>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_forward_kernel(const norm_forward<Y, M, R, X, W, B> f, const float epsilon) {
-  norm_forward_rows<Group, Centered>(f, epsilon);
+  extern __shared__ __align__(16) unsigned char staged_rows[];
+  if constexpr (Staged)
+    norm_forward_staged_rows<Group, Centered>(f, epsilon, staged_rows);
+  else
+    norm_forward_rows<Group, Centered>(f, epsilon);
 }
 
 template <bool Centered, class Y, class M, class R, class X, class W, class B>
@@ -189,8 +236,16 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
   gpu::require(Centered ? "layernorm on the cuda executor" : "rmsnorm on the cuda executor");
   if (f.x.rows == 0 || f.x.length == 0) return;
   with_row_group<device_simt, vector_lanes<Y, X, W, B>, cached_bytes<X>>(f.x.length, [&](auto group, row_launch shape) {
-    launch_rows<norm_forward_kernel<decltype(group), Centered, Y, M, R, X, W, B>>(shape, f.x.rows, 0, ex.stream, f,
-                                                                                  epsilon);
+    using G = decltype(group);
+    if constexpr (norm_forward_stages<Y, X, W, B>) {
+      constexpr int V = vector_lanes<Y, X, W, B>;  // here, not outside the lambda: g++ 12 crashes on that
+      using stage = staged_row<G, X, V, cached_items<V, cached_bytes<X>>>;
+      if (launch_staged_rows<norm_forward_kernel<G, Centered, true, Y, M, R, X, W, B>>(
+              shape, f.x.rows, norm_forward_staged<Centered>(shape, f), stage::bytes(shape.block_threads), ex.stream, f,
+              epsilon))
+        return;
+    }
+    launch_rows<norm_forward_kernel<G, Centered, false, Y, M, R, X, W, B>>(shape, f.x.rows, 0, ex.stream, f, epsilon);
   });
 }
 

@@ -17,15 +17,14 @@
 // given group size, so results are deterministic run to run.
 #pragma once
 
-#include "fusor/config.hpp"
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cuda/std/cmath>
 #include <type_traits>
 
-#include <cuda/std/cmath>
-
+#include "fusor/config.hpp"
 #include "fusor/core/vector_access.hpp"
 #include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"
@@ -299,6 +298,97 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void for_each_item_batched(int n, const Load& lo
   }
 }
 
+// ---- the next row, staged in shared memory -------------------------------------------------
+// A group caches 32 elements of its row a thread: 64 bytes of 16-bit rows,
+// half of an fp32 row's 128, and the bytes in flight stop while the group
+// reduces and writes. bf16 rows reached 0.55-0.75x of the copy bandwidth where
+// fp32 rows reached 0.93-0.97x (H200, 2026-11-27). A staged kernel runs fewer
+// groups than rows (one wave: staged_row_grid), and its rows travel through
+// shared memory by cp.async (copy_async_16: no register held while in
+// flight): once a group has read its row's items into registers, it starts
+// copying its next row, which lands while this one is reduced and written.
+// Each thread copies and reads only its own items, so nothing needs a
+// barrier. Rows must be whole 16-byte items (length a multiple of V) with
+// 16-byte-aligned starts: items past the end land as zeros.
+template <class Group, class X, int V, int Items>
+struct staged_row {
+  using simt = typename Group::simt;
+  using item_type = lanes<X, V>;
+  static_assert(sizeof(item_type) == 16, "fusor: a staged row moves 16-byte items");
+  item_type* slots;  // this thread's item k: slots[k * local_threads()]
+
+  // Bytes of dynamic shared memory a block of `block_threads` threads stages.
+  static constexpr std::size_t bytes(int block_threads) {
+    return std::size_t(block_threads) * Items * sizeof(item_type);
+  }
+
+  // Threads of the group within this block (a warp, or the block: a cluster's
+  // blocks each stage their own threads' items).
+  FUSOR_DEVICE static int local_threads() { return Group::per_block > 1 ? 32 : simt::block_threads(); }
+  FUSOR_DEVICE explicit staged_row(unsigned char* shared) {
+    const int local = local_threads(), t = simt::thread();
+    slots = reinterpret_cast<item_type*>(shared) + (t / local) * Items * local + t % local;
+  }
+  // Starts copying this thread's items of `row` (n columns, a multiple of V)
+  // over the slots; this thread's reads of them come first in the code (the
+  // compiler barrier), and its copies land at wait().
+  FUSOR_DEVICE void fetch(const X* row, int n) {
+    simt::compiler_barrier();
+    FUSOR_UNROLL
+    for (int k = 0; k < Items; ++k) {
+      const int c = Group::template column<V>(k);
+      simt::copy_async_16_or_zero(slots + k * local_threads(), c < n ? row + c : row, c < n);
+    }
+    simt::commit_async();
+  }
+  // Waits until the row fetched last has landed.
+  FUSOR_DEVICE void wait() const { simt::wait_async(); }
+  // This thread's item k of that row.
+  FUSOR_DEVICE item_type item(int k) const { return simt::load_shared(slots + k * local_threads()); }
+};
+
+// The rows of a staged kernel's group: `row(r, items, read_all)` for each,
+// where items(k) is this thread's item k of row r (from shared memory) and
+// read_all() must follow the last items() call (it starts fetching the
+// group's next row). Row r of the input starts at x + r * x_step.
+template <class Group, int V, int Items, class X, class Row>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void for_each_staged_row(const X* x, index_t x_step, index_t rows, int n,
+                                                         unsigned char* shared, const Row& row) {
+  staged_row<Group, X, V, Items> stage(shared);
+  const index_t first = Group::first_row();
+  if (first < rows) stage.fetch(x + first * x_step, n);
+  for (index_t r = first; r < rows; r += Group::row_step()) {
+    stage.wait();
+    const index_t after = r + Group::row_step();
+    row(
+        r, [&](int k) { return stage.item(k); },
+        [&] {
+          if (after < rows) stage.fetch(x + after * x_step, n);
+        });
+  }
+}
+
+// Whether a staged kernel stages the rows of `matrices` (row_matrix, the
+// same length) for a launch of `shape`: the rows are cached (not a block
+// reading them twice) and whole items of V columns, and each matrix's rows
+// lie at one step from a 16-byte-aligned start, 16-byte aligned all
+// (row_matrix::uniform_vector_rows): the kernel tests nothing per row.
+template <int V, int ElementBytes, class First, class... Others>
+bool stages_rows(const row_launch& shape, const First& first, const Others&... others) {
+  return first.length % V == 0 && first.length <= group_capacity<V, ElementBytes>(shape.group_threads()) &&
+         first.uniform_vector_rows() && (others.uniform_vector_rows() && ...);
+}
+
+// The grid of a staged launch over `rows`: at most `resident` blocks (one
+// wave: a group takes its next row only after its current one), whole
+// clusters. 0 where that grid is no smaller than one block a group of rows
+// (row_grid): no group would take a second row, and the plain kernel serves.
+constexpr int staged_row_grid(const row_launch& shape, index_t rows, index_t resident) {
+  const int plain = row_grid(shape, rows);
+  const index_t wave = resident / shape.cluster_blocks * shape.cluster_blocks;
+  return wave >= shape.cluster_blocks && wave < plain ? int(wave) : 0;
+}
+
 // launch(Group{}, shape) with the group and launch shape row_launch_for
 // chooses for rows of `length` (row_launch.hpp): a warp_row_group, or a
 // block_row_group for a block or a cluster, on Simt's threads.
@@ -354,10 +444,17 @@ bool runs_in_clusters(const cudaLaunchConfig_t& config, int cluster_blocks) {
 // Kernel over `rows` in the shape with_row_group chose; in clusters where the
 // shape asks for them, Kernel's code for this GPU is sm_90 or newer and the
 // GPU holds such a cluster (runs_in_clusters), else in 512-thread blocks
-// (the kernel then reads long rows twice).
+// (the kernel then reads long rows twice). Staged kernels (`wave` not 0) in
+// at most `wave` blocks (staged_row_grid), and never in the fallback: their
+// rows must fit the group; false where the launch would have needed it, and
+// nothing launched.
 template <auto Kernel, class... Args>
-void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaStream_t stream,
-                 const Args&... args) {
+bool launch_rows_in_wave(row_launch shape, index_t rows, index_t wave, std::size_t shared_bytes, cudaStream_t stream,
+                         const Args&... args) {
+  auto grid = [&](const row_launch& s) {
+    const int plain = row_grid(s, rows);
+    return wave > 0 ? std::max(staged_row_grid(s, rows, wave), s.cluster_blocks) : plain;
+  };
   if (shape.cluster_blocks > 1) {
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
@@ -365,7 +462,7 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(row_grid(shape, rows)));
+    config.gridDim = dim3(unsigned(grid(shape)));
     config.blockDim = dim3(unsigned(shape.block_threads));
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
@@ -375,11 +472,55 @@ void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaS
       FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
       gpu::launch_counter().fetch_add(1);
       gpu::cluster_launch_counter().fetch_add(1);
-      return;
+      return true;
     }
+    if (wave > 0) return false;
     shape = block_row_launch;
   }
-  launch_kernel<Kernel>(row_grid(shape, rows), shape.block_threads, shared_bytes, stream, args...);
+  launch_kernel<Kernel>(grid(shape), shape.block_threads, shared_bytes, stream, args...);
+  return true;
+}
+template <auto Kernel, class... Args>
+void launch_rows(row_launch shape, index_t rows, std::size_t shared_bytes, cudaStream_t stream, const Args&... args) {
+  launch_rows_in_wave<Kernel>(shape, rows, 0, shared_bytes, stream, args...);
+}
+
+// Whether row kernels stage their next row where they can (staged_row). On
+// by default; a benchmark turns it off to time both kernels in one run.
+inline std::atomic<bool>& row_staging() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+// Launches the staged Kernel over `rows` and returns true; or returns false,
+// having launched nothing, where the plain kernel should run: staging is off,
+// the rows are not staged (`staged`: stages_rows), Kernel's code for this GPU
+// predates sm_80 (cp.async), one wave of blocks would give no group a second
+// row, or the shape's clusters cannot run here.
+template <auto Kernel, class... Args>
+bool launch_staged_rows(const row_launch& shape, index_t rows, bool staged, std::size_t shared_bytes,
+                        cudaStream_t stream, const Args&... args) {
+  if (!staged || !row_staging().load(std::memory_order_relaxed)) return false;
+  // Once a device: whether Kernel may copy asynchronously there, and then
+  // that it may take all the shared memory the device allows a block (the
+  // limit for a launch; occupancy follows the bytes each launch asks for).
+  static per_device_cache<bool> stages_here;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  const bool here = stages_here.get(device, [device] {
+    if (!gpu::code_version_at_least(Kernel, 80)) return false;
+    int most = 0;
+    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const std::size_t static_bytes = gpu::static_shared_bytes(Kernel);
+    if (std::size_t(most) > static_bytes) gpu::allow_dynamic_shared(Kernel, most - static_bytes, static_bytes);
+    return true;
+  });
+  if (!here) return false;
+  const index_t wave = gpu::resident_blocks<Kernel>(shape.block_threads, shared_bytes);
+  if (staged_row_grid(shape, rows, wave) == 0) return false;
+  if (!launch_rows_in_wave<Kernel>(shape, rows, wave, shared_bytes, stream, args...)) return false;
+  gpu::staged_launch_counter().fetch_add(1);
+  return true;
 }
 
 #endif  // FUSOR_HAS_CUDA

@@ -624,6 +624,7 @@ struct emulated_simt {
     s.fibers[std::size_t(s.current)].copies.push_back({at, inside ? from : nullptr});
   }
   static void commit_async() {}
+  static void compiler_barrier() {}  // the emulator runs the code as written
   static void wait_async() {
     simt_emulation::block_state& s = simt_emulation::state();
     auto& copies = s.fibers[std::size_t(s.current)].copies;

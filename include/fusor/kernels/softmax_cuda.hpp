@@ -32,36 +32,42 @@ namespace fusor::detail {
 // One row, read once into registers (at most Group::capacity elements) as
 // fp32 values; softmax keeps exp(x - max) there after the sum, so each
 // element's exp is computed once (bf16 rows were bound by computing it twice).
-template <class Group, bool Contiguous, bool Log, class Y, class X>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int n, index_t out_stride,
-                                                      index_t in_stride) {
-  using S = statistic_t<X>;
+// items(k) gives this thread's item k of the row (from memory, or from a
+// staged row), and read_all() is called once all are read. Whole: n is a
+// multiple of V (an item is inside the row or past its end: one test an
+// item instead of one a column).
+template <class Group, bool Contiguous, bool Log, bool Whole, class X, class Y, class Items, class ReadAll>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row_items, int n, index_t out_stride,
+                                                        const ReadAll& read_all) {
   constexpr int V = vector_lanes<X, Y>;
+  using S = statistic_t<X>;
   constexpr int items = cached_items<V, cached_bytes<X>>;
   constexpr bool fast_exp = !Log && all_16_bit<Y>;
+  // Columns of the item at c inside the row.
+  auto valid = [n](int c) { return Whole ? (c < n ? V : 0) : valid_columns(c, n, V); };
   lanes<S, V> cache[items];
   S m = -::cuda::std::numeric_limits<S>::infinity();
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
-    const int c = Group::template column<V>(k);
-    const lanes<X, V> v = load_columns<Contiguous, V>(in, c, n, in_stride);
-    const int valid = valid_columns(c, n, V);
+    const int valid_k = valid(Group::template column<V>(k));
+    const lanes<X, V> v = row_items(k);
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       cache[k][j] = convert<S>(v[j]);
-      if (j < valid) m = ::cuda::std::fmax(m, cache[k][j]);
+      if (j < valid_k) m = ::cuda::std::fmax(m, cache[k][j]);
     }
   }
+  read_all();
   m = Group::all_reduce(m, max_op{});
   S s = 0;
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
-    const int valid = valid_columns(Group::template column<V>(k), n, V);
+    const int valid_k = valid(Group::template column<V>(k));
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S e = row_exp<fast_exp>(cache[k][j] - m);
       if constexpr (!Log) cache[k][j] = e;
-      if (j < valid) s += e;
+      if (j < valid_k) s += e;
     }
   }
   s = Group::all_reduce(s, sum_op{});
@@ -76,7 +82,6 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const X* in, int
     store_columns<Contiguous, V>(out, c, n, out_stride, result);
   }
 }
-
 // One row of any length, read twice: online max and sum, then the outputs.
 template <class Group, bool Contiguous, bool Log, class Y, class In>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, int n, index_t out_stride,
@@ -106,19 +111,45 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, in
 // kernel the host tests run).
 template <class Group, bool Log, class Y, class X>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const row_matrix<const X>& x) {
+  constexpr int V = vector_lanes<X, Y>;
   const int n = int(x.length);
-  const bool fits = n <= Group::template capacity<vector_lanes<X, Y>, cached_bytes<X>>();
+  const bool fits = n <= Group::template capacity<V, cached_bytes<X>>();
   for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
     const bool contiguous = x.vector_row(in) && y.vector_row(out);
-    if (contiguous && fits)
-      softmax_row_cached<Group, true, Log>(out, in, n, 1, 1);
-    else if (contiguous)
+    if (contiguous && fits) {
+      softmax_row_cached<Group, true, Log, false, X>(
+          out, [&](int k) { return load_columns<true, V>(in, Group::template column<V>(k), n, 1); }, n, 1, [] {});
+    } else if (contiguous) {
       softmax_row_looped<Group, true, Log>(out, in, n, 1, 1);
-    else
+    } else {
       softmax_row_looped<Group, false, Log>(out, in, n, y.column_stride, x.column_stride);
+    }
   }
+}
+
+// Whether softmax of X into Y has a staged kernel (staged_row): 16-bit
+// inputs, whose cached rows hold half an fp32 row's bytes.
+template <class Y, class X>
+inline constexpr bool softmax_stages = sizeof(X) == 2 && sizeof(lanes<X, vector_lanes<X, Y>>) == 16;
+
+// softmax_rows where stages_rows holds (every row cached, whole items, at a
+// fixed step from a 16-byte-aligned start): the rows come through `stage`
+// (staged_row's shared memory), each group's next row fetched while it
+// reduces and writes one (for_each_staged_row). The body of the staged
+// softmax_kernel.
+template <class Group, bool Log, class Y, class X>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_staged_rows(const row_matrix<Y>& y, const row_matrix<const X>& x,
+                                                         unsigned char* stage) {
+  static_assert(softmax_stages<Y, X>);
+  constexpr int V = vector_lanes<X, Y>;
+  const int n = int(x.length);
+  const index_t y_step = y.offsets.single_step();
+  for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
+      x.data, x.offsets.single_step(), x.rows, n, stage, [&](index_t r, const auto& items, const auto& read_all) {
+        softmax_row_cached<Group, true, Log, true, X>(y.data + r * y_step, items, n, 1, read_all);
+      });
 }
 
 // dx for one row; the row is cached in registers when it fits.
@@ -214,10 +245,14 @@ void with_expression_row_group(index_t length, const Launch& launch) {
 }
 
 #if FUSOR_HAS_CUDA
-template <class Group, bool Log, class Y, class X>
+template <class Group, bool Log, bool Staged, class Y, class X>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     softmax_kernel(const row_matrix<Y> y, const row_matrix<const X> x) {
-  softmax_rows<Group, Log>(y, x);
+  extern __shared__ __align__(16) unsigned char staged_rows[];
+  if constexpr (Staged)
+    softmax_staged_rows<Group, Log>(y, x, staged_rows);
+  else
+    softmax_rows<Group, Log>(y, x);
 }
 
 template <class Group, bool Log, class Y, class E, std::size_t Rank>
@@ -237,7 +272,16 @@ void softmax_cuda(const row_matrix<Y>& y, const row_matrix<const X>& x, const cu
   gpu::require("softmax on the cuda executor");
   if (x.rows == 0 || x.length == 0) return;
   with_row_group<device_simt, vector_lanes<X, Y>, cached_bytes<X>>(x.length, [&](auto group, row_launch shape) {
-    launch_rows<softmax_kernel<decltype(group), Log, Y, X>>(shape, x.rows, 0, ex.stream, y, x);
+    using G = decltype(group);
+    if constexpr (softmax_stages<Y, X>) {
+      constexpr int V = vector_lanes<X, Y>;  // here, not outside the lambda: g++ 12 crashes on that
+      using stage = staged_row<G, X, V, cached_items<V, cached_bytes<X>>>;
+      if (launch_staged_rows<softmax_kernel<G, Log, true, Y, X>>(shape, x.rows,
+                                                                 stages_rows<V, cached_bytes<X>>(shape, x, y),
+                                                                 stage::bytes(shape.block_threads), ex.stream, y, x))
+        return;
+    }
+    launch_rows<softmax_kernel<G, Log, false, Y, X>>(shape, x.rows, 0, ex.stream, y, x);
   });
 }
 

@@ -29,6 +29,8 @@
 //                                     wait_async (cp.async.cg); commit_async() closes a group
 //   copy_async_16_or_zero(to, from, inside)  the same, or 16 zero bytes where
 //                                     not inside (one instruction: source size 0)
+//   compiler_barrier()                no memory access moves across it when compiled
+//                                     (a thread's reads of bytes it then copy_asyncs over)
 //   wait_async()                      this thread's copies have landed (a
 //                                     sync_block after it shows them to the others)
 //   load_shared(p), store_shared(p, v) a plain read or write of shared memory
@@ -171,6 +173,9 @@ struct device_simt {
     __trap();  // launched only on sm_80 and later
 #endif
   }
+  // No memory access moves across it in the compiled code (copy_async's asm
+  // does not say which memory it touches).
+  __device__ static void compiler_barrier() { asm volatile("" ::: "memory"); }
   __device__ static void commit_async() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;");
