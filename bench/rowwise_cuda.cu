@@ -11,9 +11,9 @@
 // cross-entropy logits read + gradient written. Each figure is the median of
 // 30 timed runs (CUDA events) after 5 warm-up runs; the first row of every
 // output is checked against the host executor first. The bf16 softmax,
-// layernorm and cross-entropy are timed twice: with the staged kernel (the
-// default) and the plain one ("unstaged"). Prints a Markdown table; exits 77
-// without a GPU.
+// layernorm (forward and backward) and cross-entropy are timed twice: with
+// the staged kernel (the default) and the plain one ("unstaged"). Prints a
+// Markdown table; exits 77 without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -211,6 +211,14 @@ void layernorm_rows(index_t rows, index_t n, cudaStream_t stream) {
     const bool backward_ok = first_row_matches(dx, want_dx, 2e-2);
     const double backward_ms = fusor_bench::median_ms(warmup_runs, timed_runs, stream, [&] { fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex); });
     print_row("layernorm_backward", name<P>(), rows, n, backward_ms, 3.0 * double(rows * n) * sizeof(P), backward_ok);
+    print_unstaged(
+        "layernorm_backward unstaged", name<P>(), rows, n, 3.0 * double(rows * n) * sizeof(P), stream,
+        [&] {
+          poison(dx);
+          fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
+          return first_row_matches(dx, want_dx, 2e-2);
+        },
+        [&] { fusor::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex); });
   }
 }
 

@@ -143,15 +143,26 @@ void norm_backward(const fd::norm_backward<DX, DW, DB, DY, X, W, M, R>& b) {
   const index_t n = b.x.length, width = Centered ? 2 * n : n;
   fd::with_row_group<fd::emulated_simt, V, fd::cached_bytes<X, DY>>(n, [&](auto group, fd::row_launch shape) {
     using Group = decltype(group);
+    std::size_t staging_bytes = 0;
+    if constexpr (fd::norm_backward_stages<DX, DY, X, W>)
+      if (fd::norm_backward_staged(shape, b))
+        staging_bytes =
+            2 * fd::staged_row<Group, X, V, fd::cached_items<V, fd::cached_bytes<X, DY>>>::bytes(shape.block_threads);
     const fd::norm_backward_plan plan = fd::plan_norm_backward<Group, V, Centered, S>(
         b.x.rows, n, shape, std::size_t(227) << 10, 2,
-        [](index_t wanted, std::size_t) { return int(std::min<index_t>(wanted, 3)); });
+        [](index_t wanted, std::size_t, bool) { return int(std::min<index_t>(wanted, 3)); }, staging_bytes);
     std::vector<S> partials(std::size_t(plan.partial_rows * width), std::numeric_limits<S>::quiet_NaN());
     if (plan.accumulate) {
       fd::emulate_kernel(fd::simt_grid{plan.partial_rows, 1}, shape.block_threads, plan.shared_bytes,
                          [&](unsigned char* shared) {
+                           if constexpr (fd::norm_backward_stages<DX, DY, X, W>)
+                             if (plan.staged) {
+                               fd::norm_backward_rows<Group, Centered, true, true>(b, partials.data(), shared);
+                               return;
+                             }
                            fd::norm_backward_rows<Group, Centered, true>(b, partials.data(), shared);
                          });
+      if (plan.staged) fusor::gpu::staged_launch_counter().fetch_add(1);
     } else {
       launch_rows(shape, b.x.rows,
                   [&] { fd::norm_backward_rows<Group, Centered, false>(b, static_cast<S*>(nullptr), nullptr); });

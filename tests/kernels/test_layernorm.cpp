@@ -141,8 +141,8 @@ void forward_against_reference(bool centered, const std::vector<row_shape>& shap
 }
 
 template <class P, class Run = library_norms>
-void backward_against_reference(bool centered) {
-  for (const auto [rows, n] : row_shapes()) {
+void backward_against_reference(bool centered, const std::vector<row_shape>& shapes = row_shapes()) {
+  for (const auto [rows, n] : shapes) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(400 + n), 1.0, 5.0);
     const auto hdy = random_matrix<P>(rows, n, std::uint32_t(500 + n), -1.0, 1.0);
     const auto hw = random_vector<P>(n, std::uint32_t(600 + n), 0.5, 1.5);
@@ -247,20 +247,34 @@ void staged_forward_against_reference(const std::vector<row_shape>& shapes, bool
     if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
   }
 }
+// The backward pass's accumulating kernel, its x and dy rows staged beside
+// the accumulators (its grid is one wave already).
+template <class Run>
+void staged_backward_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
+  for (const bool centered : {true, false}) {
+    const auto before = gpu::staged_launch_counter().load();
+    backward_against_reference<bfloat16, Run>(centered, shapes);
+    backward_against_reference<float16, Run>(centered, shapes);
+    if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
+  }
+}
 #if !FUSOR_HAS_CUDA
-FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernel under the SIMT emulator: warps, blocks and clusters") {
+FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels under the SIMT emulator: warps, blocks and clusters") {
   // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
   staged_forward_against_reference<emulated_norms>({{40, 256}, {9, 4096}, {5, 50304}}, true);
+  // Warps, a 256-thread block, a 512-thread block (x and dy: 16 columns of each a thread).
+  staged_backward_against_reference<emulated_norms>({{40, 256}, {9, 4096}, {5, 8192}}, true);
 }
 #endif
 #if defined(FUSOR_TEST_CUDA)
-FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernel: 16-bit rows, more than a wave of groups") {
+FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels: 16-bit rows, more than a wave of groups") {
   int device = 0, major = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
   // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
   staged_forward_against_reference<library_norms>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
+  staged_backward_against_reference<library_norms>({{5000, 1000}, {1500, 4096}, {300, 16384}}, major >= 8);
 }
 #endif
 

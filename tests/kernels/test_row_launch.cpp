@@ -6,11 +6,11 @@
 // of its own thread, and the slot leads back to the column; and its plan.
 #include <algorithm>
 #include <cstddef>
-#include <tuple>
-#include <vector>
-
 #include <fusor/kernels/layernorm_cuda.hpp>
 #include <fusor/kernels/row_launch.hpp>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "support/fusor_test.hpp"
 
@@ -148,7 +148,7 @@ struct block {
 // chunks: whole rows, at least parameter_rows_batch each, covering every row
 // once, enough for four blocks a multiprocessor where the rows allow.
 FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared memory, else chunks of rows") {
-  const auto resident = [](index_t wanted, std::size_t) { return int(std::min<index_t>(wanted, 264)); };
+  const auto resident = [](index_t wanted, std::size_t, bool) { return int(std::min<index_t>(wanted, 264)); };
   const std::size_t h200 = (std::size_t(227) << 10) - 1024;  // opt-in shared memory beside 1 KiB of static
   // fp32 rows of 768 a warp: 8 accumulator rows of 2 x 768 floats (48 KiB) a block.
   auto p = detail::plan_norm_backward<warps, 4, true, float>(1000, 768, detail::row_launch_for<4, 8>(768), h200, 132,
@@ -181,4 +181,37 @@ FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared
     CHECK(p.column_blocks * p.partial_rows < 4 * 132 + 2 * p.column_blocks);  // four a multiprocessor, rounded up
   }
   CHECK(detail::row_launch_for<4, 8>(50304).cluster_blocks > 1);  // the last case is a cluster's row
+}
+
+// A staged kernel's rows (bf16 x and dy) take shared memory after the
+// accumulators: staged where both fit, else the accumulating kernel alone;
+// the occupancy is asked for the kernel and the bytes that will run.
+FUSOR_TEST_CASE("layernorm backward's plan: the staged rows beside the accumulators where both fit") {
+  const row_launch shape = detail::row_launch_for<8, 8>(4096);  // bf16 x and dy: a 256-thread block
+  const std::size_t accumulators = 2 * 4096 * sizeof(float), staging = 2 * 256 * 2 * 16;
+  std::vector<std::pair<std::size_t, bool>> asked;
+  const auto resident = [&](index_t wanted, std::size_t bytes, bool staged) {
+    asked.emplace_back(bytes, staged);
+    return int(std::min<index_t>(wanted, 264));
+  };
+  auto p = detail::plan_norm_backward<block, 8, true, float>(16384, 4096, shape, std::size_t(227) << 10, 132, resident,
+                                                             staging);
+  CHECK(p.accumulate);
+  CHECK(p.staged);
+  CHECK(p.shared_bytes == accumulators + staging);
+  CHECK(p.partial_rows == 264);
+  // Room for the accumulators only: not staged.
+  p = detail::plan_norm_backward<block, 8, true, float>(16384, 4096, shape, accumulators + staging - 1, 132, resident,
+                                                        staging);
+  CHECK(p.accumulate);
+  CHECK_FALSE(p.staged);
+  CHECK(p.shared_bytes == accumulators);
+  // No staging asked for (rows the staged kernel does not take).
+  p = detail::plan_norm_backward<block, 8, true, float>(16384, 4096, shape, std::size_t(227) << 10, 132, resident);
+  CHECK_FALSE(p.staged);
+  CHECK(p.shared_bytes == accumulators);
+  REQUIRE(asked.size() == 3);
+  CHECK(asked[0] == std::pair{accumulators + staging, true});
+  CHECK(asked[1] == std::pair{accumulators, false});
+  CHECK(asked[2] == std::pair{accumulators, false});
 }

@@ -196,7 +196,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_staged_rows(const row_matrix<
   const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
   const index_t x_step = logits.offsets.single_step(), g_step = dlogits.offsets.single_step();
   for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
-      logits.data, x_step, logits.rows, n, stage, [&](index_t r, const auto& items, const auto& read_all) {
+      logits.rows, n, stage,
+      [&](index_t r, const auto& read_all, const auto& items) {
         const index_t target = index_t(targets[r]);
         G* grad = WithGradient ? dlogits.data + r * g_step : nullptr;
         if (target == ignore_index) {
@@ -206,7 +207,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_staged_rows(const row_matrix<
           cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], logits.data + r * x_step, 1, n, target,
                                                              scale, items, read_all);
         }
-      });
+      },
+      staged_input<X>{logits.data, x_step});
 }
 
 #if FUSOR_HAS_CUDA

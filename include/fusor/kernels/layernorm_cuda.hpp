@@ -214,10 +214,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_staged_rows(const norm_forward
   static_assert(norm_forward_stages<Y, X, W, B>);
   constexpr int V = vector_lanes<Y, X, W, B>;
   for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
-      f.x.data, f.x.offsets.single_step(), f.x.rows, int(f.x.length), stage,
-      [&](index_t r, const auto& items, const auto& read_all) {
+      f.x.rows, int(f.x.length), stage,
+      [&](index_t r, const auto& read_all, const auto& items) {
         norm_forward_row<Group, Centered, true, true>(f, r, epsilon, items, read_all);
-      });
+      },
+      staged_input<X>{f.x.data, f.x.offsets.single_step()});
 }
 
 #if FUSOR_HAS_CUDA
@@ -259,8 +260,16 @@ void norm_forward_cuda(const norm_forward<Y, M, R, X, W, B>& f, float epsilon, c
 // accumulator row `acc` at the slots of the columns this thread owns, dbias's
 // `padded` slots after dweight's (passed in: computed per element, its
 // division was most of the row's instructions).
-template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc, int padded) {
+// A staged kernel gives a cached, contiguous row's items: x_items(k) and
+// dy_items(k) are this thread's item k of x and dy, and read_all() is called
+// once all are read; without them (null) the rows are loaded here.
+template <class Group, bool Centered, bool Contiguous, bool Cached, bool Accumulate, class Bk, class S,
+          class XItems = std::nullptr_t, class DYItems = std::nullptr_t, class ReadAll = std::nullptr_t>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S* acc, int padded,
+                                                       [[maybe_unused]] const XItems& x_items = nullptr,
+                                                       [[maybe_unused]] const DYItems& dy_items = nullptr,
+                                                       [[maybe_unused]] const ReadAll& read_all = nullptr) {
+  constexpr bool staged = !std::is_same_v<XItems, std::nullptr_t>;
   using Simt = typename Group::simt;
   using DX = std::remove_pointer_t<decltype(b.dx.data)>;
   using DY = std::remove_const_t<std::remove_pointer_t<decltype(b.dy.data)>>;
@@ -301,10 +310,16 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      xcache[k] = load_x(c);
-      gcache[k] = load_dy(c);
+      if constexpr (staged) {
+        xcache[k] = x_items(k);
+        gcache[k] = dy_items(k);
+      } else {
+        xcache[k] = load_x(c);
+        gcache[k] = load_dy(c);
+      }
       sums = add_two_sums{}(sums, sums_of(item{xcache[k], gcache[k], load_w(c)}));
     }
+    if constexpr (staged) read_all();
   } else {
     for_each_item_batched<Group, V>(n, load, [&](int, const item& t) { sums = add_two_sums{}(sums, sums_of(t)); });
   }
@@ -347,10 +362,28 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
 // shared memory (`shared`) and the block writes the sum of its groups' rows
 // to `partials` (one row per block); without, dweight and dbias are left to
 // norm_parameter_partials.
-template <class Group, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
-          class M, class R>
+// Whether a norm backward of X and DY has a staged kernel (staged_row):
+// 16-bit x and dy in 16-byte items.
+template <class DX, class DY, class X, class W>
+inline constexpr bool norm_backward_stages = sizeof(X) == 2 && sizeof(DY) == 2 &&
+                                             sizeof(lanes<X, vector_lanes<DX, DY, X, W>>) == 16 &&
+                                             sizeof(lanes<DY, vector_lanes<DX, DY, X, W>>) == 16;
+
+// Whether the staged kernel takes the rows of `b` in a launch of `shape`:
+// stages_rows for x, dy and dx, and the weight read 16 bytes at a time.
+template <class DX, class DW, class DB, class DY, class X, class W, class M, class R>
+bool norm_backward_staged(const row_launch& shape, const norm_backward<DX, DW, DB, DY, X, W, M, R>& b) {
+  return stages_rows<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(shape, b.x, b.dy, b.dx) && b.weight.vector_ok();
+}
+
+// Staged (norm_backward_staged holds; with Accumulate): the x and dy rows
+// come through staged_row shared memory after the accumulators, each group's
+// next rows fetched while it reduces and writes one (for_each_staged_row).
+template <class Group, bool Centered, bool Accumulate, bool Staged = false, class DX, class DW, class DB, class DY,
+          class X, class W, class M, class R>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b,
                                                         statistic_t<X>* partials, unsigned char* shared) {
+  static_assert(!Staged || Accumulate);
   using Simt = typename Group::simt;
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
@@ -364,16 +397,25 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, 
     for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) Simt::store_shared(acc + slot, S(0));
   }
 
-  const bool fits = n <= Group::template capacity<V, cached_bytes<X, DY>>();
-  for (index_t r = Group::first_row(); r < b.x.rows; r += Group::row_step()) {
-    const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
-                            b.dx.vector_row(b.dx.row(r));
-    if (contiguous && fits)
-      norm_backward_row<Group, Centered, true, true, Accumulate>(b, r, acc, bias_slots);
-    else if (contiguous)
-      norm_backward_row<Group, Centered, true, false, Accumulate>(b, r, acc, bias_slots);
-    else
-      norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc, bias_slots);
+  if constexpr (Staged) {
+    for_each_staged_row<Group, V, cached_items<V, cached_bytes<X, DY>>>(
+        b.x.rows, n, shared + std::size_t(Group::per_block) * std::size_t(width) * sizeof(S),
+        [&](index_t r, const auto& read_all, const auto& x_items, const auto& dy_items) {
+          norm_backward_row<Group, Centered, true, true, true>(b, r, acc, bias_slots, x_items, dy_items, read_all);
+        },
+        staged_input<X>{b.x.data, b.x.offsets.single_step()}, staged_input<DY>{b.dy.data, b.dy.offsets.single_step()});
+  } else {
+    const bool fits = n <= Group::template capacity<V, cached_bytes<X, DY>>();
+    for (index_t r = Group::first_row(); r < b.x.rows; r += Group::row_step()) {
+      const bool contiguous = b.weight.vector_ok() && b.x.vector_row(b.x.row(r)) && b.dy.vector_row(b.dy.row(r)) &&
+                              b.dx.vector_row(b.dx.row(r));
+      if (contiguous && fits)
+        norm_backward_row<Group, Centered, true, true, Accumulate>(b, r, acc, bias_slots);
+      else if (contiguous)
+        norm_backward_row<Group, Centered, true, false, Accumulate>(b, r, acc, bias_slots);
+      else
+        norm_backward_row<Group, Centered, false, false, Accumulate>(b, r, acc, bias_slots);
+    }
   }
   if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
     Simt::sync_block();
@@ -514,20 +556,24 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_parameter_sums(const S* partials, int 
 // multiprocessor, each of at least parameter_rows_batch rows.
 struct norm_backward_plan {
   bool accumulate = false;
+  bool staged = false;           // the accumulating kernel stages its rows (norm_backward_staged)
   std::size_t shared_bytes = 0;  // the accumulating row kernel's dynamic shared memory
   int partial_rows = 0;
   index_t column_blocks = 0, rows_per_chunk = 0;  // the column kernel's, without accumulate
 };
 template <class Group, int V, bool Centered, class S, class ResidentBlocks>
 norm_backward_plan plan_norm_backward(index_t rows, index_t n, const row_launch& shape, std::size_t shared_available,
-                                      int multiprocessors, const ResidentBlocks& resident_blocks) {
+                                      int multiprocessors, const ResidentBlocks& resident_blocks,
+                                      std::size_t staging_bytes = 0) {
   norm_backward_plan plan;
   const index_t row_width = accumulator_row_width<V, Centered>(n, shape.group_threads());
   const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(row_width) * sizeof(S);
   if (shape.cluster_blocks == 1 && shared_bytes <= shared_available) {
     plan.accumulate = true;
-    plan.shared_bytes = shared_bytes;
-    plan.partial_rows = resident_blocks((rows + Group::per_block - 1) / Group::per_block, shared_bytes);
+    plan.staged = staging_bytes > 0 && shared_bytes + staging_bytes <= shared_available;
+    plan.shared_bytes = shared_bytes + (plan.staged ? staging_bytes : 0);
+    plan.partial_rows =
+        resident_blocks((rows + Group::per_block - 1) / Group::per_block, plan.shared_bytes, plan.staged);
     return plan;
   }
   plan.column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
@@ -540,12 +586,12 @@ norm_backward_plan plan_norm_backward(index_t rows, index_t n, const row_launch&
 }
 
 #if FUSOR_HAS_CUDA
-template <class Group, bool Centered, bool Accumulate, class DX, class DW, class DB, class DY, class X, class W,
-          class M, class R>
+template <class Group, bool Centered, bool Accumulate, bool Staged, class DX, class DW, class DB, class DY, class X,
+          class W, class M, class R>
 __global__ void __launch_bounds__(Group::max_block_threads, Group::min_blocks)
     norm_backward_kernel(const norm_backward<DX, DW, DB, DY, X, W, M, R> b, statistic_t<X>* partials) {
   extern __shared__ __align__(16) unsigned char shared_accumulators[];
-  norm_backward_rows<Group, Centered, Accumulate>(b, partials, shared_accumulators);
+  norm_backward_rows<Group, Centered, Accumulate, Staged>(b, partials, shared_accumulators);
 }
 
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
@@ -575,8 +621,11 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
                           const cuda_executor& ex) {
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
-  constexpr auto accumulating = norm_backward_kernel<Group, Centered, true, DX, DW, DB, DY, X, W, M, R>;
-  constexpr auto rows_only = norm_backward_kernel<Group, Centered, false, DX, DW, DB, DY, X, W, M, R>;
+  constexpr auto accumulating = norm_backward_kernel<Group, Centered, true, false, DX, DW, DB, DY, X, W, M, R>;
+  constexpr auto rows_only = norm_backward_kernel<Group, Centered, false, false, DX, DW, DB, DY, X, W, M, R>;
+  constexpr bool stages = norm_backward_stages<DX, DY, X, W>;
+  // The staged kernel where the rows allow it (else the accumulating one, never launched).
+  constexpr auto staged_kernel = norm_backward_kernel<Group, Centered, true, stages, DX, DW, DB, DY, X, W, M, R>;
   const index_t n = b.x.length;
   const index_t width = Centered ? 2 * n : n;  // a partial row
 
@@ -587,14 +636,30 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   // failed to launch when only the accumulators were weighed (rows of 4097 fp32, H200).
   const std::size_t static_bytes = gpu::static_shared_bytes(accumulating);
   const std::size_t shared_available = std::size_t(shared_limit) > static_bytes ? shared_limit - static_bytes : 0;
+  // Staging (the x and dy rows through shared memory, after the accumulators) where the kernel's code may
+  // copy asynchronously (sm_80 or newer) and staging is on.
+  std::size_t staging_bytes = 0;
+  if constexpr (stages)
+    if (row_staging().load(std::memory_order_relaxed) && norm_backward_staged(shape, b) &&
+        gpu::code_version_at_least(staged_kernel, 80))
+      staging_bytes = 2 * staged_row<Group, X, V, cached_items<V, cached_bytes<X, DY>>>::bytes(shape.block_threads);
   const norm_backward_plan plan = plan_norm_backward<Group, V, Centered, S>(
-      b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(), [&](index_t wanted, std::size_t shared_bytes) {
-        gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes);  // before the occupancy query
-        const index_t resident = gpu::resident_blocks<accumulating>(shape.block_threads, shared_bytes);
+      b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(),
+      [&](index_t wanted, std::size_t shared_bytes, bool staged) {
+        // Before the occupancy query: the kernel that will run, with the bytes it will ask for.
+        const index_t resident = staged ? (gpu::allow_dynamic_shared(staged_kernel, shared_bytes, static_bytes),
+                                           gpu::resident_blocks<staged_kernel>(shape.block_threads, shared_bytes))
+                                        : (gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes),
+                                           gpu::resident_blocks<accumulating>(shape.block_threads, shared_bytes));
         return int(std::clamp<index_t>(std::min(wanted, resident), 1, max_row_blocks));
-      });
+      },
+      staging_bytes);
   buffer<device_space> partials(std::size_t(plan.partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
-  if (plan.accumulate) {
+  if (plan.accumulate && plan.staged) {
+    launch_kernel<staged_kernel>(plan.partial_rows, shape.block_threads, plan.shared_bytes, ex.stream, b,
+                                 partials.as<S>());
+    gpu::staged_launch_counter().fetch_add(1);
+  } else if (plan.accumulate) {
     launch_kernel<accumulating>(plan.partial_rows, shape.block_threads, plan.shared_bytes, ex.stream, b,
                                 partials.as<S>());
   } else {

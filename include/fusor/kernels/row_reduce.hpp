@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cuda/std/cmath>
+#include <cuda/std/tuple>
 #include <type_traits>
 
 #include "fusor/config.hpp"
@@ -318,7 +319,7 @@ struct staged_row {
   item_type* slots;  // this thread's item k: slots[k * local_threads()]
 
   // Bytes of dynamic shared memory a block of `block_threads` threads stages.
-  static constexpr std::size_t bytes(int block_threads) {
+  FUSOR_HOST_DEVICE static constexpr std::size_t bytes(int block_threads) {
     return std::size_t(block_threads) * Items * sizeof(item_type);
   }
 
@@ -347,25 +348,41 @@ struct staged_row {
   FUSOR_DEVICE item_type item(int k) const { return simt::load_shared(slots + k * local_threads()); }
 };
 
-// The rows of a staged kernel's group: `row(r, items, read_all)` for each,
-// where items(k) is this thread's item k of row r (from shared memory) and
-// read_all() must follow the last items() call (it starts fetching the
-// group's next row). Row r of the input starts at x + r * x_step.
-template <class Group, int V, int Items, class X, class Row>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void for_each_staged_row(const X* x, index_t x_step, index_t rows, int n,
-                                                         unsigned char* shared, const Row& row) {
-  staged_row<Group, X, V, Items> stage(shared);
-  const index_t first = Group::first_row();
-  if (first < rows) stage.fetch(x + first * x_step, n);
-  for (index_t r = first; r < rows; r += Group::row_step()) {
-    stage.wait();
-    const index_t after = r + Group::row_step();
-    row(
-        r, [&](int k) { return stage.item(k); },
-        [&] {
-          if (after < rows) stage.fetch(x + after * x_step, n);
-        });
+// An input of a staged kernel: row r starts at data + r * step.
+template <class X>
+struct staged_input {
+  const X* data;
+  index_t step;
+};
+
+// The rows of a staged kernel's group: `row(r, read_all, items...)` for
+// each, where items(k) (one for each input, in order) is this thread's item k
+// of the input's row r, from shared memory, and read_all() must follow the
+// last items() call (it starts fetching the group's next row). Each input
+// stages its rows in its own staged_row::bytes of `shared`, one after another.
+template <class Group, int V, int Items, class Row, class... X>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void for_each_staged_row(index_t rows, int n, unsigned char* shared, const Row& row,
+                                                         const staged_input<X>&... inputs) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    using first_input = std::tuple_element_t<0, std::tuple<X...>>;  // every input's items are 16 bytes
+    const std::size_t input_bytes = staged_row<Group, first_input, V, Items>::bytes(Group::simt::block_threads());
+    ::cuda::std::tuple<staged_row<Group, X, V, Items>...> stages{
+        staged_row<Group, X, V, Items>(shared + I * input_bytes)...};
+    auto fetch = [&](index_t r) { (::cuda::std::get<I>(stages).fetch(inputs.data + r * inputs.step, n), ...); };
+    const index_t first = Group::first_row();
+    if (first < rows) fetch(first);
+    for (index_t r = first; r < rows; r += Group::row_step()) {
+      ::cuda::std::get<0>(stages).wait();  // every copy of this thread
+      const index_t after = r + Group::row_step();
+      row(
+          r,
+          [&] {
+            if (after < rows) fetch(after);
+          },
+          [&](int k) { return ::cuda::std::get<I>(stages).item(k); }...);
+    }
   }
+  (std::index_sequence_for<X...>{});
 }
 
 // Whether a staged kernel stages the rows of `matrices` (row_matrix, the

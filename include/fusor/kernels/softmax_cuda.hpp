@@ -147,9 +147,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_staged_rows(const row_matrix<Y>& y,
   const int n = int(x.length);
   const index_t y_step = y.offsets.single_step();
   for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
-      x.data, x.offsets.single_step(), x.rows, n, stage, [&](index_t r, const auto& items, const auto& read_all) {
+      x.rows, n, stage,
+      [&](index_t r, const auto& read_all, const auto& items) {
         softmax_row_cached<Group, true, Log, true, X>(y.data + r * y_step, items, n, 1, read_all);
-      });
+      },
+      staged_input<X>{x.data, x.offsets.single_step()});
 }
 
 // dx for one row; the row is cached in registers when it fits.
