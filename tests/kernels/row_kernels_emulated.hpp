@@ -10,14 +10,15 @@
 #if !FUSOR_HAS_CUDA
 #include <algorithm>
 #include <cstddef>
+#include <limits>
+#include <vector>
+
 #include <fusor/core/cuda_runtime.hpp>
 #include <fusor/kernels/cross_entropy_cuda.hpp>
 #include <fusor/kernels/layernorm_cuda.hpp>
 #include <fusor/kernels/row_reduce.hpp>
 #include <fusor/kernels/simt_emulator.hpp>
 #include <fusor/kernels/softmax_cuda.hpp>
-#include <limits>
-#include <vector>
 
 namespace rowwise_test::emulated {
 

@@ -151,4 +151,22 @@ inline constexpr bool counts_launches = true;
 inline constexpr bool counts_launches = false;  // the host executor launches nothing
 #endif
 
+// Rows the staged kernels take (kernels/row_reduce.hpp, staged_row): 16-bit,
+// whole 16-byte items, more rows than one wave of groups holds. Under the
+// SIMT emulator (a wave of two blocks or clusters): warps (eight rows a
+// block), a 128-thread block, a cluster of four 512-thread blocks.
+inline std::vector<row_shape> staged_emulated_shapes() { return {{40, 256}, {9, 4096}, {5, 50304}}; }
+#if defined(FUSOR_TEST_CUDA)
+// On an H100/H200, past a wave of warps (4 blocks of 8 a multiprocessor:
+// 4,224 rows), of 128-thread blocks (8: 1,056) and of clusters' blocks (2: 264).
+inline std::vector<row_shape> staged_gpu_shapes() { return {{5000, 1000}, {1500, 4096}, {300, 50304}}; }
+// Whether this GPU runs the staged kernels (cp.async: sm_80 and later).
+inline bool gpu_stages_rows() {
+  int device = 0, major = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+#endif
+
 }  // namespace rowwise_test

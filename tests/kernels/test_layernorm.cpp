@@ -229,55 +229,54 @@ FUSOR_TEST_CASE("layernorm's and rmsnorm's CUDA kernels under the SIMT emulator:
 }
 #endif
 
-// L = sum(R * y) over all rows, fp64 storage, forward and backward under the
-// tested executor. dx is checked element by element with L over the perturbed
-// row; dweight and dbias with L over every row. Central differences, h = 1e-5,
-// tolerance 1e-6 relative (truncation ~1e-10, rounding ~1e-10).
+namespace {
 // 16-bit rows of whole 16-byte items at one aligned step, more of them than
-// one wave of groups holds: the staged forward kernel, where each group
-// copies its next row into shared memory while it reduces and writes this
-// one. `shapes` are sized to pass a wave: the GPU's (H100/H200), or the
-// emulator's two blocks or clusters.
+// one wave of groups holds: the staged kernels, where each group copies its
+// next row into shared memory while it reduces and writes this one. `shapes`
+// are sized to pass a wave: the GPU's (H100/H200), or the emulator's two
+// blocks or clusters. The backward pass's accumulating kernel stages its x
+// and dy rows beside the accumulators (its grid is one wave already); long
+// rows (clusters) go to the column kernel, so its longest shape is a 512- or
+// 1024-thread block's.
 template <class Run>
-void staged_forward_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
+void staged_against_reference(const std::vector<row_shape>& shapes, bool backward, bool counts_staged) {
   for (const bool centered : {true, false}) {
     const auto before = gpu::staged_launch_counter().load();
-    forward_against_reference<bfloat16, Run>(centered, shapes);
-    forward_against_reference<float16, Run>(centered, shapes);
+    if (backward) {
+      backward_against_reference<bfloat16, Run>(centered, shapes);
+      backward_against_reference<float16, Run>(centered, shapes);
+    } else {
+      forward_against_reference<bfloat16, Run>(centered, shapes);
+      forward_against_reference<float16, Run>(centered, shapes);
+    }
     if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
   }
 }
-// The backward pass's accumulating kernel, its x and dy rows staged beside
-// the accumulators (its grid is one wave already).
-template <class Run>
-void staged_backward_against_reference(const std::vector<row_shape>& shapes, bool counts_staged) {
-  for (const bool centered : {true, false}) {
-    const auto before = gpu::staged_launch_counter().load();
-    backward_against_reference<bfloat16, Run>(centered, shapes);
-    backward_against_reference<float16, Run>(centered, shapes);
-    if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
-  }
+// The staged shapes with the cluster's rows replaced by a block's.
+std::vector<row_shape> without_clusters(std::vector<row_shape> shapes, index_t block_length) {
+  shapes.back().length = block_length;
+  return shapes;
 }
+}  // namespace
+
 #if !FUSOR_HAS_CUDA
 FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels under the SIMT emulator: warps, blocks and clusters") {
-  // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
-  staged_forward_against_reference<emulated_norms>({{40, 256}, {9, 4096}, {5, 50304}}, true);
-  // Warps, a 256-thread block, a 512-thread block (x and dy: 16 columns of each a thread).
-  staged_backward_against_reference<emulated_norms>({{40, 256}, {9, 4096}, {5, 8192}}, true);
+  staged_against_reference<emulated_norms>(staged_emulated_shapes(), false, true);
+  // x and dy, 16 columns of each a thread: a 512-thread block for 8192.
+  staged_against_reference<emulated_norms>(without_clusters(staged_emulated_shapes(), 8192), true, true);
 }
 #endif
 #if defined(FUSOR_TEST_CUDA)
 FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels: 16-bit rows, more than a wave of groups") {
-  int device = 0, major = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
-  // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
-  staged_forward_against_reference<library_norms>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
-  staged_backward_against_reference<library_norms>({{5000, 1000}, {1500, 4096}, {300, 16384}}, major >= 8);
+  staged_against_reference<library_norms>(staged_gpu_shapes(), false, gpu_stages_rows());
+  staged_against_reference<library_norms>(without_clusters(staged_gpu_shapes(), 16384), true, gpu_stages_rows());
 }
 #endif
 
+// L = sum(R * y) over all rows, fp64 storage, forward and backward under the
+// tested executor. dx is checked element by element with L over the perturbed
+// row; dweight and dbias with L over every row. Central differences, h = 1e-5,
+// tolerance 1e-6 relative (truncation ~1e-10, rounding ~1e-10).
 FUSOR_TEST_CASE("norm backward passes match central differences of the forward (fp64)") {
   const index_t rows = 5;
   for (const bool centered : {true, false})

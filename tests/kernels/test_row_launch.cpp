@@ -6,11 +6,12 @@
 // of its own thread, and the slot leads back to the column; and its plan.
 #include <algorithm>
 #include <cstddef>
-#include <fusor/kernels/layernorm_cuda.hpp>
-#include <fusor/kernels/row_launch.hpp>
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <fusor/kernels/layernorm_cuda.hpp>
+#include <fusor/kernels/row_launch.hpp>
 
 #include "support/fusor_test.hpp"
 

@@ -478,18 +478,12 @@ void staged_against_reference(const std::vector<row_shape>& shapes, bool counts_
 
 #if !FUSOR_HAS_CUDA
 FUSOR_TEST_CASE("softmax's staged kernel under the SIMT emulator: warps, blocks and clusters, 16-bit rows") {
-  // Warps (eight rows a block), a 128-thread block, a cluster of four 512-thread blocks.
-  staged_against_reference<emulated_softmax>({{40, 256}, {9, 4096}, {5, 50304}}, true);
+  staged_against_reference<emulated_softmax>(staged_emulated_shapes(), true);
 }
 #endif
 #if defined(FUSOR_TEST_CUDA)
 FUSOR_TEST_CASE("softmax's staged kernel: 16-bit rows, more than a wave of groups") {
-  int device = 0, major = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // A wave on an H200: warps, 4 blocks of 8 a multiprocessor (4,224 rows);
-  // 128-thread blocks, 8 a multiprocessor (1,056); clusters' blocks, 2 (264).
-  staged_against_reference<library_softmax>({{5000, 1000}, {1500, 4096}, {300, 50304}}, major >= 8);
+  staged_against_reference<library_softmax>(staged_gpu_shapes(), gpu_stages_rows());
 }
 #endif
 

@@ -2,19 +2,24 @@
 // softmax cross-entropy (cross_entropy.hpp): per-row loss and logits gradient
 // in one pass, the count of rows that are not ignored (for the mean), and the
 // single-block, fixed-order reduction of the losses. bf16 and fp16 logits take
-// exp's fast form (row_exp in row_reduce.hpp). The kernels' bodies
+// exp's fast form (row_exp in row_reduce.hpp), and where their rows are
+// cached, whole 16-byte items at one aligned step they run staged (each
+// group fetches its next row into shared memory while it works on one:
+// staged_row in row_reduce.hpp). The kernels' bodies
 // (cross_entropy_rows, count_targets, cross_entropy_reduce_block) are written
 // against the Simt policy: the host tests run them under the SIMT emulator
 // (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
+#include "fusor/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
-#include <cuda/std/cmath>
-#include <cuda/std/limits>
 #include <type_traits>
 
-#include "fusor/config.hpp"
+#include <cuda/std/cmath>
+#include <cuda/std/limits>
+
 #include "fusor/kernels/row_reduce.hpp"
 
 #if FUSOR_HAS_CUDA

@@ -21,6 +21,11 @@
 // dweight and dbias are deterministic for a given device and shape. Two or
 // three launches.
 //
+// 16-bit rows that are cached, whole 16-byte items at one aligned step run
+// staged, forward and in the accumulating backward kernel: each group
+// fetches its next row (x, and dy) into shared memory while it works on one
+// (staged_row in row_reduce.hpp); the forward then launches one wave of groups.
+//
 // Rows and element offsets are index_t (tensors past 2^31 elements); columns
 // within a row are int, rows being at most detail::max_row_length (rows.hpp,
 // checked before the launch), and an accumulator row of 2n is indexed in index_t.

@@ -17,15 +17,19 @@
 // given group size, so results are deterministic run to run.
 #pragma once
 
+#include "fusor/config.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
 #include <cuda/std/cmath>
 #include <cuda/std/tuple>
-#include <type_traits>
 
-#include "fusor/config.hpp"
 #include "fusor/core/vector_access.hpp"
 #include "fusor/kernels/row_launch.hpp"
 #include "fusor/kernels/rows.hpp"

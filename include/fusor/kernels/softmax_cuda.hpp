@@ -9,6 +9,9 @@
 // a thread at a time: an online max and sum in one pass, then the outputs.
 // Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
 // row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
+// The forward of 16-bit rows that are cached, whole 16-byte items at one
+// aligned step runs staged: one wave of groups, each fetching its next row
+// into shared memory while it works on one (staged_row in row_reduce.hpp).
 //
 // The kernels' bodies (softmax_rows, softmax_expression_rows,
 // softmax_backward_rows) take the group as a template parameter and the group
