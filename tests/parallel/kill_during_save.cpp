@@ -166,12 +166,21 @@ int main(int argc, char** argv) {
     newest = steps;
     const auto stray = temporaries(root);
     stray_seen += !stray.empty();
-    // A kill leaves the temporary of the file it interrupted, and at most one
-    // earlier one (of `latest`, until it is written again): each write removes
-    // its own file's stale temporaries (io/file.hpp).
-    if (stray.size() > 2)
+    // Each write removes its own file's stale temporaries (io/file.hpp), so a
+    // file has at most one: that of the last process killed while writing it.
+    // A save writes four files (this rank's shard and its index, the manifest,
+    // then `latest`), and a kill inside each of them in turn, last file first
+    // (each process resuming from the same save), leaves one beside each.
+    std::map<fs::path, int> per_file;  // temporaries of each file they stand for
+    for (const auto& t : stray) {
+      const std::string name = t.filename().string();
+      if (++per_file[t.parent_path() / name.substr(1, name.find(".tmp.") - 1)] > 1)
+        return fail("after kill " + std::to_string(k) + ": two temporary files of one file, one of them '" +
+                    t.string() + "' (earlier ones were not cleaned up)");
+    }
+    if (stray.size() > 4)
       return fail("after kill " + std::to_string(k) + ": " + std::to_string(stray.size()) +
-                  " temporary files, the first '" + stray.front().string() + "' (earlier ones were not cleaned up)");
+                  " temporary files, the first '" + stray.front().string() + "': more than a save writes files");
   }
   // One more good save: every temporary a kill left behind is gone after it.
   try {
