@@ -14,7 +14,6 @@
 #include "fusor/config.hpp"
 
 #include <cstddef>
-#include <cstdint>
 #include <type_traits>
 
 #include <cuda/std/cmath>
@@ -119,13 +118,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
   }
 }
 
-// A row whose target is ignored: not read; zero loss, zero gradient.
+// A row whose target is ignored: not read; zero loss, zero gradient
+// (`contiguous`: the gradient row is dlogits.vector_row).
 template <class Group, bool WithGradient, int V, class G, class L>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_ignored_row([[maybe_unused]] G* grad,
-                                                               [[maybe_unused]] index_t grad_stride, L& loss, int n) {
+                                                               [[maybe_unused]] index_t grad_stride,
+                                                               [[maybe_unused]] bool contiguous, L& loss, int n) {
   if (Group::lane() == 0) loss = convert<L>(0.0f);
   if constexpr (WithGradient) {
-    const bool contiguous = grad_stride == 1 && reinterpret_cast<std::uintptr_t>(grad) % 16 == 0;
     const lanes<float, V> zeros{};
     for (int c = Group::template column<V>(0); c < n; c += Group::threads() * V) {
       if (contiguous)
@@ -152,7 +152,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
     const X* in = logits.row(r);
     G* grad = WithGradient ? dlogits.row(r) : nullptr;
     if (target == ignore_index) {
-      cross_entropy_ignored_row<Group, WithGradient, V>(grad, dlogits.column_stride, losses[r], n);
+      cross_entropy_ignored_row<Group, WithGradient, V>(grad, dlogits.column_stride, dlogits.vector_row(grad),
+                                                        losses[r], n);
       continue;
     }
     const bool contiguous = logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad));
@@ -207,7 +208,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_staged_rows(const row_matrix<
         G* grad = WithGradient ? dlogits.data + r * g_step : nullptr;
         if (target == ignore_index) {
           read_all();  // the next row is fetched all the same
-          cross_entropy_ignored_row<Group, WithGradient, V>(grad, 1, losses[r], n);
+          cross_entropy_ignored_row<Group, WithGradient, V>(grad, 1, true, losses[r], n);
         } else {
           cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], logits.data + r * x_step, 1, n, target,
                                                              scale, items, read_all);

@@ -646,7 +646,7 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
   std::size_t staging_bytes = 0;
   if constexpr (stages)
     if (row_staging().load(std::memory_order_relaxed) && norm_backward_staged(shape, b) &&
-        gpu::code_version_at_least(staged_kernel, 80))
+        stages_on_this_device<staged_kernel>())
       staging_bytes = 2 * staged_row<Group, X, V, cached_items<V, cached_bytes<X, DY>>>::bytes(shape.block_threads);
   const norm_backward_plan plan = plan_norm_backward<Group, V, Centered, S>(
       b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(),

@@ -513,6 +513,25 @@ inline std::atomic<bool>& row_staging() {
   return on;
 }
 
+// Whether the staged Kernel may run on the current device: its code copies
+// asynchronously (sm_80 or newer). Asked once a device, which then also lets
+// Kernel take all the shared memory the device allows a block (the limit for
+// a launch; occupancy follows the bytes each launch asks for).
+template <auto Kernel>
+bool stages_on_this_device() {
+  static per_device_cache<bool> known;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  return known.get(device, [device] {
+    if (!gpu::code_version_at_least(Kernel, 80)) return false;
+    int most = 0;
+    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const std::size_t static_bytes = gpu::static_shared_bytes(Kernel);
+    if (std::size_t(most) > static_bytes) gpu::allow_dynamic_shared(Kernel, most - static_bytes, static_bytes);
+    return true;
+  });
+}
+
 // Launches the staged Kernel over `rows` and returns true; or returns false,
 // having launched nothing, where the plain kernel should run: staging is off,
 // the rows are not staged (`staged`: stages_rows), Kernel's code for this GPU
@@ -521,22 +540,7 @@ inline std::atomic<bool>& row_staging() {
 template <auto Kernel, class... Args>
 bool launch_staged_rows(const row_launch& shape, index_t rows, bool staged, std::size_t shared_bytes,
                         cudaStream_t stream, const Args&... args) {
-  if (!staged || !row_staging().load(std::memory_order_relaxed)) return false;
-  // Once a device: whether Kernel may copy asynchronously there, and then
-  // that it may take all the shared memory the device allows a block (the
-  // limit for a launch; occupancy follows the bytes each launch asks for).
-  static per_device_cache<bool> stages_here;
-  int device = 0;
-  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  const bool here = stages_here.get(device, [device] {
-    if (!gpu::code_version_at_least(Kernel, 80)) return false;
-    int most = 0;
-    FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const std::size_t static_bytes = gpu::static_shared_bytes(Kernel);
-    if (std::size_t(most) > static_bytes) gpu::allow_dynamic_shared(Kernel, most - static_bytes, static_bytes);
-    return true;
-  });
-  if (!here) return false;
+  if (!staged || !row_staging().load(std::memory_order_relaxed) || !stages_on_this_device<Kernel>()) return false;
   const index_t wave = gpu::resident_blocks<Kernel>(shape.block_threads, shared_bytes);
   if (staged_row_grid(shape, rows, wave) == 0) return false;
   if (!launch_rows_in_wave<Kernel>(shape, rows, wave, shared_bytes, stream, args...)) return false;
