@@ -134,9 +134,9 @@ void norm_forward(const fd::norm_forward<Y, M, R, X, W, B>& f, float epsilon) {
 }
 
 // The launches of norm_backward_launch, by plan_norm_backward for a GPU of
-// two multiprocessors, 227 KiB of shared memory a block and three blocks
-// resident (so that a group takes several rows); the sums kernel in at most
-// four blocks (it strides over the columns past them).
+// two multiprocessors, 227 KiB of shared memory a block and three blocks or
+// clusters resident (so that a group takes several rows); the sums kernel in
+// at most four blocks (it strides over the columns past them).
 template <bool Centered, class DX, class DW, class DB, class DY, class X, class W, class M, class R>
 void norm_backward(const fd::norm_backward<DX, DW, DB, DY, X, W, M, R>& b) {
   using S = fd::statistic_t<X>;
@@ -154,15 +154,17 @@ void norm_backward(const fd::norm_backward<DX, DW, DB, DY, X, W, M, R>& b) {
         [](index_t wanted, std::size_t, bool) { return int(std::min<index_t>(wanted, 3)); }, staging_bytes);
     std::vector<S> partials(std::size_t(plan.partial_rows * width), std::numeric_limits<S>::quiet_NaN());
     if (plan.accumulate) {
-      fd::emulate_kernel(fd::simt_grid{plan.partial_rows, 1}, shape.block_threads, plan.shared_bytes,
-                         [&](unsigned char* shared) {
-                           if constexpr (fd::norm_backward_stages<DX, DY, X, W>)
-                             if (plan.staged) {
-                               fd::norm_backward_rows<Group, Centered, true, true>(b, partials.data(), shared);
-                               return;
-                             }
-                           fd::norm_backward_rows<Group, Centered, true>(b, partials.data(), shared);
-                         });
+      fd::emulate_kernel(
+          fd::simt_grid{plan.partial_rows * shape.cluster_blocks, 1}, shape.block_threads, plan.shared_bytes,
+          [&](unsigned char* shared) {
+            if constexpr (fd::norm_backward_stages<DX, DY, X, W>)
+              if (plan.staged) {
+                fd::norm_backward_rows<Group, Centered, true, true>(b, partials.data(), shared);
+                return;
+              }
+            fd::norm_backward_rows<Group, Centered, true>(b, partials.data(), shared);
+          },
+          shape.cluster_blocks);
       if (plan.staged) fusor::gpu::staged_launch_counter().fetch_add(1);
     } else {
       launch_rows(shape, b.x.rows,

@@ -160,12 +160,13 @@ inline std::vector<row_shape> staged_emulated_shapes() { return {{40, 256}, {9, 
 // On an H100/H200, past a wave of warps (4 blocks of 8 a multiprocessor:
 // 4,224 rows), of 128-thread blocks (8: 1,056) and of clusters' blocks (2: 264).
 inline std::vector<row_shape> staged_gpu_shapes() { return {{5000, 1000}, {1500, 4096}, {300, 50304}}; }
-// Whether this GPU runs the staged kernels (cp.async: sm_80 and later).
+// Whether this GPU runs the staged kernels at every staged shape: cp.async
+// (sm_80 and later), and the cluster's rows in clusters (sm_90 and later).
 inline bool gpu_stages_rows() {
   int device = 0, major = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 8;
+  return major >= 9;
 }
 #endif
 

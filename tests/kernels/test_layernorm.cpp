@@ -218,8 +218,9 @@ FUSOR_TEST_CASE("layernorm_backward and rmsnorm_backward: every row length again
 
 #if !FUSOR_HAS_CUDA
 // The CUDA kernels' code on the host: the forward's rows; the backward's rows
-// accumulating dweight and dbias in shared memory (rows up to 16384), or dx
-// alone then the column kernel (longer rows); the partial rows' sums.
+// accumulating dweight and dbias in shared memory (rows up to 16384 a block,
+// up to 65536 a cluster's blocks, each its part), or dx alone then the column
+// kernel (longer rows); the partial rows' sums.
 FUSOR_TEST_CASE("layernorm's and rmsnorm's CUDA kernels under the SIMT emulator: every row length, both passes") {
   for (const bool centered : {true, false})
     for_each_precision([&](auto type) {
@@ -235,9 +236,8 @@ namespace {
 // next row into shared memory while it reduces and writes this one. `shapes`
 // are sized to pass a wave: the GPU's (H100/H200), or the emulator's two
 // blocks or clusters. The backward pass's accumulating kernel stages its x
-// and dy rows beside the accumulators (its grid is one wave already); long
-// rows (clusters) go to the column kernel, so its longest shape is a 512- or
-// 1024-thread block's.
+// and dy rows beside the accumulators (its grid is one wave already), a
+// cluster's blocks each beside their part of the accumulators.
 template <class Run>
 void staged_against_reference(const std::vector<row_shape>& shapes, bool backward, bool counts_staged) {
   for (const bool centered : {true, false}) {
@@ -252,24 +252,18 @@ void staged_against_reference(const std::vector<row_shape>& shapes, bool backwar
     if (counts_staged) CHECK(gpu::staged_launch_counter().load() - before == 2 * shapes.size());
   }
 }
-// The staged shapes with the cluster's rows replaced by a block's.
-std::vector<row_shape> without_clusters(std::vector<row_shape> shapes, index_t block_length) {
-  shapes.back().length = block_length;
-  return shapes;
-}
 }  // namespace
 
 #if !FUSOR_HAS_CUDA
 FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels under the SIMT emulator: warps, blocks and clusters") {
   staged_against_reference<emulated_norms>(staged_emulated_shapes(), false, true);
-  // x and dy, 16 columns of each a thread: a 512-thread block for 8192.
-  staged_against_reference<emulated_norms>(without_clusters(staged_emulated_shapes(), 8192), true, true);
+  staged_against_reference<emulated_norms>(staged_emulated_shapes(), true, true);
 }
 #endif
 #if defined(FUSOR_TEST_CUDA)
 FUSOR_TEST_CASE("layernorm's and rmsnorm's staged kernels: 16-bit rows, more than a wave of groups") {
   staged_against_reference<library_norms>(staged_gpu_shapes(), false, gpu_stages_rows());
-  staged_against_reference<library_norms>(without_clusters(staged_gpu_shapes(), 16384), true, gpu_stages_rows());
+  staged_against_reference<library_norms>(staged_gpu_shapes(), true, gpu_stages_rows());
 }
 #endif
 

@@ -94,31 +94,46 @@ FUSOR_TEST_CASE("row-wise launch: grids of whole groups and clusters, within the
 
 namespace {
 
-// Every column [0, n) of a group of `threads`, V columns an item: owned by
-// lane (c / V) % threads, its slot below padded and its own (slots congruent
-// to the lane), no slot shared, and the slot's column is the column.
+// Every column [0, n) of a group of `threads` whose blocks hold `local` of
+// them each (a cluster: threads / local blocks), V columns an item: owned by
+// lane (c / V) % threads of block lane / local, its slot in that block's
+// accumulators below padded and its own (slots congruent to its local lane),
+// no slot of a block shared, and the slot's column is the column.
+template <int V>
+void check_slots(int threads, int local, index_t n) {
+  const int blocks = threads / local;
+  const index_t padded = detail::accumulator_padded<V>(n, threads, local);
+  INFO("threads ", threads, " in blocks of ", local, ", V ", V, ", n ", n, ", padded ", padded);
+  CHECK(padded * blocks >= n);
+  CHECK(padded % (index_t(local) * V) == 0);
+  CHECK(padded * blocks - n < index_t(threads) * V);
+  CHECK(detail::accumulator_row_width<V, false>(n, threads, local) == padded);    // rmsnorm: dweight's slots
+  CHECK(detail::accumulator_row_width<V, true>(n, threads, local) == 2 * padded);  // layernorm: and dbias's
+  std::vector<std::vector<int>> column_of(std::size_t(blocks), std::vector<int>(std::size_t(padded), -1));
+  int wrong = 0;
+  for (int lane = 0; lane < threads; ++lane) {
+    const int block = lane / local, local_lane = lane % local;
+    auto& columns = column_of[std::size_t(block)];
+    int k = 0;
+    for (int c = lane * V; c < padded * blocks; c += threads * V, ++k)  // item k: column (k threads + lane) V
+      for (int j = 0; j < V; ++j) {
+        const int slot = detail::accumulator_slot<V>(k, j, local, local_lane);
+        const bool ok = slot >= 0 && slot < padded && slot % local == local_lane &&
+                        columns[std::size_t(slot)] == -1 &&
+                        detail::accumulator_column<V>(slot, threads, local, block * local) == c + j;
+        if (!ok && wrong++ == 0) FAIL_CHECK("column " << c + j << " of lane " << lane << ": slot " << slot);
+        if (slot >= 0 && slot < padded) columns[std::size_t(slot)] = c + j;
+      }
+  }
+  CHECK(wrong == 0);
+  for (int block = 0; block < blocks; ++block)
+    for (index_t s = 0; s < padded; ++s)
+      CHECK_MESSAGE(column_of[std::size_t(block)][std::size_t(s)] >= 0, "block ", block, "'s slot ", s, " of no column");
+}
+
 template <int V>
 void check_slots(int threads, index_t n) {
-  const index_t padded = detail::accumulator_padded<V>(n, threads);
-  INFO("threads ", threads, ", V ", V, ", n ", n, ", padded ", padded);
-  CHECK(padded >= n);
-  CHECK(padded % (index_t(threads) * V) == 0);
-  CHECK(padded - n < index_t(threads) * V);
-  CHECK(detail::accumulator_row_width<V, false>(n, threads) == padded);    // rmsnorm: dweight's slots
-  CHECK(detail::accumulator_row_width<V, true>(n, threads) == 2 * padded);  // layernorm: and dbias's
-  std::vector<int> column_of(std::size_t(padded), -1);
-  int wrong = 0;
-  for (int lane = 0; lane < threads; ++lane)
-    for (int c = lane * V; c < padded; c += threads * V)  // column (k threads + lane) V
-      for (int j = 0; j < V; ++j) {
-        const index_t slot = detail::accumulator_slot<V>(c, j, threads, lane);
-        const bool ok = slot >= 0 && slot < padded && slot % threads == lane && column_of[std::size_t(slot)] == -1 &&
-                        detail::accumulator_column<V>(int(slot), threads) == c + j;
-        if (!ok && wrong++ == 0) FAIL_CHECK("column " << c + j << " of lane " << lane << ": slot " << slot);
-        if (slot >= 0 && slot < padded) column_of[std::size_t(slot)] = c + j;
-      }
-  CHECK(wrong == 0);
-  for (index_t s = 0; s < padded; ++s) CHECK_MESSAGE(column_of[std::size_t(s)] >= 0, "slot ", s, " of no column");
+  check_slots<V>(threads, threads, n);
 }
 
 }  // namespace
@@ -130,6 +145,12 @@ FUSOR_TEST_CASE("layernorm backward's accumulator slots: one a column, its own t
       check_slots<2>(threads, n);
       check_slots<4>(threads, n);
       check_slots<8>(threads, n);
+    }
+  // Clusters of two to eight 512-thread blocks, each keeping its own threads' columns.
+  for (int blocks = 2; blocks <= detail::max_cluster_blocks; ++blocks)
+    for (const index_t n : {index_t(1), index_t(16385), index_t(50304), index_t(65536)}) {
+      check_slots<4>(512 * blocks, 512, n);
+      check_slots<8>(512 * blocks, 512, n);
     }
 }
 
@@ -145,9 +166,9 @@ struct block {
 
 // plan_norm_backward (layernorm_cuda.hpp): accumulators in shared memory where
 // a block's groups' rows fit, in as many blocks as the GPU holds at once (at
-// most one a group of rows); otherwise, and for clusters, the column kernel's
-// chunks: whole rows, at least parameter_rows_batch each, covering every row
-// once, enough for four blocks a multiprocessor where the rows allow.
+// most one a group of rows); otherwise the column kernel's chunks: whole
+// rows, at least parameter_rows_batch each, covering every row once, enough
+// for four blocks a multiprocessor where the rows allow.
 FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared memory, else chunks of rows") {
   const auto resident = [](index_t wanted, std::size_t, bool) { return int(std::min<index_t>(wanted, 264)); };
   const std::size_t h200 = (std::size_t(227) << 10) - 1024;  // opt-in shared memory beside 1 KiB of static
@@ -166,10 +187,10 @@ FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared
                                                         resident);
   CHECK(p.accumulate);
   CHECK(p.partial_rows == 264);
-  // Too little shared memory, or a cluster: the column kernel's chunks.
+  // Too little shared memory (rows of 131072: a 512-thread block's 1 MiB): the column kernel's chunks.
   for (const auto& [rows, n, available] : {std::tuple{index_t(100000), index_t(4096), std::size_t(1024)},
                                            std::tuple{index_t(3), index_t(4096), std::size_t(0)},
-                                           std::tuple{index_t(5000), index_t(50304), h200}}) {
+                                           std::tuple{index_t(5000), index_t(131072), h200}}) {
     INFO("rows ", rows, ", length ", n);
     const row_launch shape = detail::row_launch_for<4, 8>(n);
     p = detail::plan_norm_backward<block, 4, true, float>(rows, n, shape, available, 132, resident);
@@ -181,7 +202,38 @@ FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared
     CHECK(index_t(p.partial_rows - 1) * p.rows_per_chunk < rows);  // no empty chunk
     CHECK(p.column_blocks * p.partial_rows < 4 * 132 + 2 * p.column_blocks);  // four a multiprocessor, rounded up
   }
-  CHECK(detail::row_launch_for<4, 8>(50304).cluster_blocks > 1);  // the last case is a cluster's row
+  CHECK(detail::row_launch_for<4, 8>(131072).cluster_blocks == 1);  // the last case: a block reading rows twice
+}
+
+// A cluster's blocks each keep the accumulators of their own threads'
+// columns: a seventh of a 50304-column row's each, in as many clusters as the
+// GPU holds at once; where its clusters do not run (resident 0), the column
+// kernel's chunks.
+FUSOR_TEST_CASE("layernorm backward's plan: a cluster's blocks accumulate their part of the row") {
+  const row_launch shape = detail::row_launch_for<4, 8>(50304);  // fp32 x and dy, 16 columns of each a thread
+  REQUIRE(shape.cluster_blocks == 7);
+  const std::size_t h200 = (std::size_t(227) << 10) - 1024;
+  std::vector<index_t> wanted;
+  const auto resident = [&](index_t units, std::size_t, bool) {
+    wanted.push_back(units);
+    return int(std::min<index_t>(units, 37));
+  };
+  // 50304 columns over 3584 threads, 4 columns an item: 4 items a thread, 4 x 512 x 4 columns a block.
+  auto p = detail::plan_norm_backward<block, 4, true, float>(5000, 50304, shape, h200, 132, resident);
+  CHECK(p.accumulate);
+  CHECK(p.shared_bytes == 2 * 8192 * sizeof(float));
+  CHECK(p.partial_rows == 37);
+  p = detail::plan_norm_backward<block, 4, false, float>(20, 50304, shape, h200, 132, resident);  // rmsnorm
+  CHECK(p.accumulate);
+  CHECK(p.shared_bytes == 8192 * sizeof(float));
+  CHECK(p.partial_rows == 20);  // a cluster a row
+  CHECK(wanted == std::vector<index_t>{5000, 20});
+  p = detail::plan_norm_backward<block, 4, true, float>(5000, 50304, shape, h200, 132,
+                                                        [](index_t, std::size_t, bool) { return 0; });
+  CHECK_FALSE(p.accumulate);
+  CHECK(p.shared_bytes == 0);
+  CHECK(p.column_blocks == (50304 + 1023) / 1024);
+  CHECK(index_t(p.partial_rows) * p.rows_per_chunk >= 5000);
 }
 
 // A staged kernel's rows (bf16 x and dy) take shared memory after the

@@ -8,18 +8,21 @@
 // variance is two-pass from registers; a longer or strided row is read twice,
 // with Welford's running mean and M2 combined over the group. One launch.
 //
-// Backward: where the accumulator rows fit in shared memory, each group (warp
-// or block, never a cluster) owns an accumulator row for dweight (and dbias)
+// Backward: where the accumulator rows fit in shared memory, each group
+// (warp, block or cluster) owns an accumulator row for dweight (and dbias)
 // into which each thread adds only the columns it owns, so no atomics are
-// needed; at the end each block sums its groups in order into one partial
-// row. Longer rows (their accumulators would live in global memory, read and
-// written for every row: 0.04x of the copy bandwidth on an H200) get dx alone
-// from the row kernel (a cluster's on sm_90), then a column kernel sums dy *
-// xhat (and dy) over chunks of rows into one partial row per chunk, reading x
-// and dy once more. A last kernel sums the
-// partial rows in a fixed order, 32 columns and eight slices of rows a block:
-// dweight and dbias are deterministic for a given device and shape. Two or
-// three launches.
+// needed; a cluster's row is split among its blocks, each keeping its own
+// threads' columns. At the end each block sums its groups in order into one
+// partial row (a cluster's blocks each write their columns of one). Rows
+// whose accumulators do not fit (rows longer than a cluster holds, which a
+// 512-thread block reads twice; their accumulators would live in global
+// memory, read and written for every row: 0.04x of the copy bandwidth on an
+// H200), or whose clusters do not run here, get dx alone from the row
+// kernel, then a column kernel sums dy * xhat (and dy) over chunks of rows
+// into one partial row per chunk, reading x and dy once more. A last kernel
+// sums the partial rows in a fixed order, 32 columns and eight slices of rows
+// a block: dweight and dbias are deterministic for a given device and shape.
+// Two or three launches.
 //
 // 16-bit rows that are cached, whole 16-byte items at one aligned step run
 // staged, forward and in the accumulating backward kernel: each group
@@ -331,17 +334,18 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
   sums = Group::all_reduce(sums, add_two_sums{});
   const S mean_g = Centered ? sums.first / S(n) : S(0), mean_gx = sums.second * rstd / S(n);
 
-  // Called for items that start inside the row (c < n), whose V slots are
-  // all inside the padded accumulator row.
-  auto write = [&](int c, const item& t) {
+  // Called for this thread's item k (column c) where it starts inside the row
+  // (c < n): its V slots are all inside the padded accumulator row.
+  auto write = [&](int k, int c, const item& t) {
     lanes<S, V> result;
-    S* const item_slots = Accumulate ? acc + accumulator_slot<V>(c, 0, Group::threads(), Group::lane()) : nullptr;
+    S* const item_slots =
+        Accumulate ? acc + accumulator_slot<V>(k, 0, Group::local_threads(), Group::local_lane()) : nullptr;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S xhat = (convert<S>(t.x[j]) - mean) * rstd, g = convert<S>(t.dy[j]);
       result[j] = rstd * (g * convert<S>(t.w[j]) - mean_g - xhat * mean_gx);
       if constexpr (Accumulate) {
-        S* const weight_slot = item_slots + j * Group::threads();
+        S* const weight_slot = item_slots + j * Group::local_threads();
         Simt::store_shared(weight_slot, Simt::load_shared(weight_slot) + g * xhat);
         if constexpr (Centered) {
           S* const bias_slot = weight_slot + padded;
@@ -355,18 +359,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_row(const Bk& b, index_t r, S
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
-      if (c < n) write(c, item{xcache[k], gcache[k], load_w(c)});
+      if (c < n) write(k, c, item{xcache[k], gcache[k], load_w(c)});
     }
-  } else {
-    for_each_item_batched<Group, V>(n, load, write);
+  } else {  // items in order, each once, those past the row's end (not called) last: k counts them
+    int k = 0;
+    for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) { write(k++, c, t); });
   }
 }
 
-// dx of every row of this thread's group: the body of norm_backward_kernel.
-// With Accumulate, each group's accumulator row lives in the block's dynamic
-// shared memory (`shared`) and the block writes the sum of its groups' rows
-// to `partials` (one row per block); without, dweight and dbias are left to
-// norm_parameter_partials.
 // Whether a norm backward of X and DY has a staged kernel (staged_row):
 // 16-bit x and dy in 16-byte items.
 template <class DX, class DY, class X, class W>
@@ -381,6 +381,12 @@ bool norm_backward_staged(const row_launch& shape, const norm_backward<DX, DW, D
   return stages_rows<vector_lanes<DX, DY, X, W>, cached_bytes<X, DY>>(shape, b.x, b.dy, b.dx) && b.weight.vector_ok();
 }
 
+// dx of every row of this thread's group: the body of norm_backward_kernel.
+// With Accumulate, each group's accumulator row lives in the block's dynamic
+// shared memory (`shared`; a cluster's, split among its blocks) and the
+// block (the cluster) writes the sum of its groups' rows to `partials` (one
+// row per block or cluster); without, dweight and dbias are left to
+// norm_parameter_partials.
 // Staged (norm_backward_staged holds; with Accumulate): the x and dy rows
 // come through staged_row shared memory after the accumulators, each group's
 // next rows fetched while it reduces and writes one (for_each_staged_row).
@@ -393,13 +399,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, 
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<DX, DY, X, W>;
   const int n = int(b.x.length);
-  const index_t padded = accumulator_padded<V>(n, Group::threads());
-  const index_t width = accumulator_row_width<V, Centered>(n, Group::threads());
+  const index_t padded = accumulator_padded<V>(n, Group::threads(), Group::local_threads());
+  const index_t width = accumulator_row_width<V, Centered>(n, Group::threads(), Group::local_threads());
   S* const block_accumulators = reinterpret_cast<S*>(shared);
   S* const acc = Accumulate ? block_accumulators + Group::index() * width : nullptr;
   const int bias_slots = Accumulate ? int(padded) : 0;  // accumulators fit shared memory: int
   if constexpr (Accumulate) {  // each thread zeroes the slots it adds into: no barrier needed
-    for (index_t slot = Group::lane(); slot < width; slot += Group::threads()) Simt::store_shared(acc + slot, S(0));
+    for (index_t slot = Group::local_lane(); slot < width; slot += Group::local_threads())
+      Simt::store_shared(acc + slot, S(0));
   }
 
   if constexpr (Staged) {
@@ -425,13 +432,18 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_backward_rows(const norm_backward<DX, 
   if constexpr (Accumulate) {  // the groups' rows summed in order, by column: dweight, then dbias
     Simt::sync_block();
     const index_t partial_width = Centered ? 2 * index_t(n) : index_t(n);
+    // One partial row a block, or a cluster (warps are never in clusters: no division for them).
+    const index_t unit = Group::per_block > 1 ? Simt::block_x() : Simt::block_x() / Simt::cluster_blocks();
+    S* const partial = partials + unit * partial_width;
+    const int first_lane = Simt::cluster_rank() * Group::local_threads();  // this block's part of a cluster's row
     for (index_t slot = Simt::thread(); slot < width; slot += Simt::block_threads()) {
       const bool bias = slot >= padded;
-      const index_t c = accumulator_column<V>(int(bias ? slot - padded : slot), Group::threads());
+      const index_t c =
+          accumulator_column<V>(int(bias ? slot - padded : slot), Group::threads(), Group::local_threads(), first_lane);
       if (c >= n) continue;
       S total = 0;
       for (int g = 0; g < Group::per_block; ++g) total += Simt::load_shared(block_accumulators + g * width + slot);
-      partials[Simt::block_x() * partial_width + (bias ? index_t(n) : 0) + c] = total;
+      partial[(bias ? index_t(n) : 0) + c] = total;
     }
   }
 }
@@ -551,35 +563,40 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_parameter_sums(const S* partials, int 
 }
 
 // How layernorm backward is launched over `rows` rows of n in `shape` (plain
-// arithmetic, shared by the CUDA launch and the emulated tests). Where the
-// groups' accumulator rows fit a block's shared memory (`shared_available`
-// bytes beside its static storage), the row kernel accumulates dweight and
-// dbias, in partial_rows blocks (resident_blocks(wanted, shared_bytes): those
-// that fit the GPU at once), one partial row each. Otherwise the row kernel
-// writes dx alone and the column kernel's (column_blocks x partial_rows) grid
-// sums chunks of rows_per_chunk rows: chunks enough for four blocks a
-// multiprocessor, each of at least parameter_rows_batch rows.
+// arithmetic, shared by the CUDA launch and the emulated tests). Where a
+// block's part of its groups' accumulator rows fits its shared memory
+// (`shared_available` bytes beside its static storage), the row kernel
+// accumulates dweight and dbias in partial_rows launch units (blocks, or
+// clusters where the shape has them), one partial row each:
+// resident(wanted, shared_bytes, staged) answers how many units the GPU holds
+// at once (at most `wanted`, at least 1), or 0 where the kernel's clusters do
+// not run on it. Otherwise the row kernel writes dx alone and the column
+// kernel's (column_blocks x partial_rows) grid sums chunks of rows_per_chunk
+// rows: chunks enough for four blocks a multiprocessor, each of at least
+// parameter_rows_batch rows.
 struct norm_backward_plan {
   bool accumulate = false;
   bool staged = false;           // the accumulating kernel stages its rows (norm_backward_staged)
-  std::size_t shared_bytes = 0;  // the accumulating row kernel's dynamic shared memory
-  int partial_rows = 0;
+  std::size_t shared_bytes = 0;  // the accumulating row kernel's dynamic shared memory a block
+  int partial_rows = 0;          // with accumulate: the row kernel's blocks (clusters)
   index_t column_blocks = 0, rows_per_chunk = 0;  // the column kernel's, without accumulate
 };
-template <class Group, int V, bool Centered, class S, class ResidentBlocks>
+template <class Group, int V, bool Centered, class S, class Resident>
 norm_backward_plan plan_norm_backward(index_t rows, index_t n, const row_launch& shape, std::size_t shared_available,
-                                      int multiprocessors, const ResidentBlocks& resident_blocks,
-                                      std::size_t staging_bytes = 0) {
+                                      int multiprocessors, const Resident& resident, std::size_t staging_bytes = 0) {
   norm_backward_plan plan;
-  const index_t row_width = accumulator_row_width<V, Centered>(n, shape.group_threads());
+  const index_t row_width = accumulator_row_width<V, Centered>(n, shape.group_threads(), shape.local_threads());
   const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(row_width) * sizeof(S);
-  if (shape.cluster_blocks == 1 && shared_bytes <= shared_available) {
-    plan.accumulate = true;
-    plan.staged = staging_bytes > 0 && shared_bytes + staging_bytes <= shared_available;
-    plan.shared_bytes = shared_bytes + (plan.staged ? staging_bytes : 0);
-    plan.partial_rows =
-        resident_blocks((rows + Group::per_block - 1) / Group::per_block, plan.shared_bytes, plan.staged);
-    return plan;
+  if (shared_bytes <= shared_available) {
+    const bool staged = staging_bytes > 0 && shared_bytes + staging_bytes <= shared_available;
+    const std::size_t bytes = shared_bytes + (staged ? staging_bytes : 0);
+    if (const int units = resident((rows + Group::per_block - 1) / Group::per_block, bytes, staged); units > 0) {
+      plan.accumulate = true;
+      plan.staged = staged;
+      plan.shared_bytes = bytes;
+      plan.partial_rows = units;
+      return plan;
+    }
   }
   plan.column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);
   const index_t wanted_blocks = 4 * index_t(multiprocessors);
@@ -652,21 +669,22 @@ void norm_backward_launch(const norm_backward<DX, DW, DB, DY, X, W, M, R>& b, co
       b.x.rows, n, shape, shared_available, gpu::multiprocessor_count(),
       [&](index_t wanted, std::size_t shared_bytes, bool staged) {
         // Before the occupancy query: the kernel that will run, with the bytes it will ask for.
-        const index_t resident = staged ? (gpu::allow_dynamic_shared(staged_kernel, shared_bytes, static_bytes),
-                                           gpu::resident_blocks<staged_kernel>(shape.block_threads, shared_bytes))
-                                        : (gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes),
-                                           gpu::resident_blocks<accumulating>(shape.block_threads, shared_bytes));
-        return int(std::clamp<index_t>(std::min(wanted, resident), 1, max_row_blocks));
+        const index_t blocks = staged ? (gpu::allow_dynamic_shared(staged_kernel, shared_bytes, static_bytes),
+                                         resident_row_blocks<staged_kernel>(shape, shared_bytes))
+                                      : (gpu::allow_dynamic_shared(accumulating, shared_bytes, static_bytes),
+                                         resident_row_blocks<accumulating>(shape, shared_bytes));
+        const index_t units = blocks / shape.cluster_blocks;  // 0: the clusters do not run here
+        return units == 0 ? 0
+                          : int(std::clamp<index_t>(std::min(wanted, units), 1, max_row_blocks / shape.cluster_blocks));
       },
       staging_bytes);
   buffer<device_space> partials(std::size_t(plan.partial_rows) * std::size_t(width) * sizeof(S), ex.stream);
+  const int grid = plan.partial_rows * shape.cluster_blocks;  // with accumulate
   if (plan.accumulate && plan.staged) {
-    launch_kernel<staged_kernel>(plan.partial_rows, shape.block_threads, plan.shared_bytes, ex.stream, b,
-                                 partials.as<S>());
+    launch_in_shape<staged_kernel>(shape, grid, plan.shared_bytes, ex.stream, b, partials.as<S>());
     gpu::staged_launch_counter().fetch_add(1);
   } else if (plan.accumulate) {
-    launch_kernel<accumulating>(plan.partial_rows, shape.block_threads, plan.shared_bytes, ex.stream, b,
-                                partials.as<S>());
+    launch_in_shape<accumulating>(shape, grid, plan.shared_bytes, ex.stream, b, partials.as<S>());
   } else {
     launch_rows<rows_only>(shape, b.x.rows, 0, ex.stream, b, static_cast<S*>(nullptr));
     launch_kernel<norm_parameter_partials_kernel<Centered, DX, DW, DB, DY, X, W, M, R>>(

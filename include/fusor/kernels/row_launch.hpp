@@ -60,6 +60,8 @@ struct row_launch {
   constexpr int group_threads() const {
     return rows_per_block > 1 ? block_threads / rows_per_block : block_threads * cluster_blocks;
   }
+  // Threads of one row's group in one block (a cluster's blocks each hold block_threads).
+  constexpr int local_threads() const { return rows_per_block > 1 ? block_threads / rows_per_block : block_threads; }
 };
 
 // A warp a row, eight rows a 256-thread block; a 512-thread block a row
@@ -92,30 +94,33 @@ constexpr int row_grid(const row_launch& shape, index_t rows) {
 
 // ---- layernorm backward's accumulators ----------------------------------------------------
 // A group's accumulator row holds dweight's terms in slots [0, padded) and
-// dbias's in [padded, 2 padded), padded = n rounded up to threads * V (the
-// group's threads). Slots are item-major: column (k threads + lane) V + j is
-// slot (k V + j) threads + lane, so the threads of a warp add into
-// consecutive words (by column, 16-bit rows had 8-way shared-memory bank
-// conflicts), and each thread's slots are those congruent to its lane. Groups
-// that accumulate are one block at most (never a cluster); `threads` is a
-// power of two (32 to 1024).
+// dbias's in [padded, 2 padded). A cluster's row is split among its blocks:
+// each keeps the slots of the columns its own threads own, in its own shared
+// memory (a 50304-column row's 2 x 50304 floats do not fit one block's; its
+// seventh does). `threads` is the group's, `local` its threads in one block
+// (a warp's 32, a block's, a cluster's block's: powers of two from 32 to
+// 1024), and padded the block's share of n rounded up to threads * V.
+// Slots are item-major: thread `local_lane`'s item k (column
+// (k threads + lane) V) lane j is slot (k V + j) local + local_lane, so the
+// threads of a warp add into consecutive words (by column, 16-bit rows had
+// 8-way shared-memory bank conflicts), and each thread's slots are those
+// congruent to its local lane.
 template <int V>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n, int threads) {
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_padded(index_t n, int threads, int local) {
   const index_t step = index_t(threads) * V;
-  return (n + step - 1) / step * step;
+  return (n + step - 1) / step * local * V;
 }
-// The length of one group's accumulator row: dweight's padded slots, and
-// dbias's after them where the norm is centered (layernorm; rmsnorm has no bias).
+// The length of one group's accumulator row in one block: dweight's padded
+// slots, and dbias's after them where the norm is centered (layernorm;
+// rmsnorm has no bias).
 template <int V, bool Centered>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_row_width(index_t n, int threads) {
-  return (Centered ? 2 : 1) * accumulator_padded<V>(n, threads);
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_row_width(index_t n, int threads, int local) {
+  return (Centered ? 2 : 1) * accumulator_padded<V>(n, threads, local);
 }
-// The slot of column c + j, c being a column that thread `lane` owns (a
-// multiple of V): with item c / V = k threads + lane, (k V + j) threads + lane
-// without a division by the run-time group size.
+// The slot of lane j of this thread's item k.
 template <int V>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE index_t accumulator_slot(int c, int j, int threads, int lane) {
-  return index_t(c / V - lane) * V + index_t(j) * threads + lane;
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int accumulator_slot(int k, int j, int local, int local_lane) {
+  return (k * V + j) * local + local_lane;
 }
 // log2 of a power of two, by a count of trailing zeros.
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int log2_of_power_of_two(int x) {
@@ -125,13 +130,14 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int log2_of_power_of_two(int x) {
   return __builtin_ctz(unsigned(x));
 #endif
 }
-// The column of slot s in [0, padded): accumulators fit shared memory, so
-// slots are int; divisions by the run-time group size are shifts.
+// The column of slot s in [0, padded) of the block whose first thread is
+// the group's lane `first_lane` (0 but in a cluster): accumulators fit shared
+// memory, so slots are int; divisions by the run-time block size are shifts.
 template <int V>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int accumulator_column(int s, int threads) {
-  const int shift = log2_of_power_of_two(threads);
-  const int k = (s >> shift) / V, rest = s - k * threads * V;
-  return ((k << shift) + (rest & (threads - 1))) * V + (rest >> shift);
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int accumulator_column(int s, int threads, int local, int first_lane) {
+  const int shift = log2_of_power_of_two(local);
+  const int k = (s >> shift) / V, rest = s - k * local * V;
+  return (k * threads + first_lane + (rest & (local - 1))) * V + (rest >> shift);
 }
 
 }  // namespace fusor::detail

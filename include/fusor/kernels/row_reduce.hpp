@@ -23,6 +23,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -72,6 +74,9 @@ struct warp_row_group {
   FUSOR_DEVICE static constexpr int threads() { return 32; }
   FUSOR_DEVICE static int lane() { return Simt::thread() % 32; }
   FUSOR_DEVICE static int index() { return Simt::thread() / 32; }
+  // The group's threads in this block, and this thread's index among them.
+  FUSOR_DEVICE static constexpr int local_threads() { return 32; }
+  FUSOR_DEVICE static int local_lane() { return lane(); }
   FUSOR_DEVICE static index_t first_row() { return Simt::block_x() * per_block + index(); }
   FUSOR_DEVICE static index_t row_step() { return Simt::grid_x() * per_block; }
   template <int V>
@@ -100,6 +105,9 @@ struct block_row_group {
   FUSOR_DEVICE static int threads() { return Simt::block_threads() * Simt::cluster_blocks(); }
   FUSOR_DEVICE static int lane() { return Simt::cluster_rank() * Simt::block_threads() + Simt::thread(); }
   FUSOR_DEVICE static int index() { return 0; }
+  // The group's threads in this block (a cluster's blocks hold a part each), and this thread's index among them.
+  FUSOR_DEVICE static int local_threads() { return Simt::block_threads(); }
+  FUSOR_DEVICE static int local_lane() { return Simt::thread(); }
   FUSOR_DEVICE static index_t first_row() { return Simt::block_x() / Simt::cluster_blocks(); }
   FUSOR_DEVICE static index_t row_step() { return Simt::grid_x() / Simt::cluster_blocks(); }
   template <int V>
@@ -320,19 +328,18 @@ struct staged_row {
   using simt = typename Group::simt;
   using item_type = lanes<X, V>;
   static_assert(sizeof(item_type) == 16, "fusor: a staged row moves 16-byte items");
-  item_type* slots;  // this thread's item k: slots[k * local_threads()]
+  item_type* slots;  // this thread's item k: slots[k * Group::local_threads()]
 
   // Bytes of dynamic shared memory a block of `block_threads` threads stages.
   FUSOR_HOST_DEVICE static constexpr std::size_t bytes(int block_threads) {
     return std::size_t(block_threads) * Items * sizeof(item_type);
   }
 
-  // Threads of the group within this block (a warp, or the block: a cluster's
+  // A group's threads stage their items in their own block (a cluster's
   // blocks each stage their own threads' items).
-  FUSOR_DEVICE static int local_threads() { return Group::per_block > 1 ? 32 : simt::block_threads(); }
   FUSOR_DEVICE explicit staged_row(unsigned char* shared) {
-    const int local = local_threads(), t = simt::thread();
-    slots = reinterpret_cast<item_type*>(shared) + (t / local) * Items * local + t % local;
+    const int local = Group::local_threads();
+    slots = reinterpret_cast<item_type*>(shared) + Group::index() * Items * local + Group::local_lane();
   }
   // Starts copying this thread's items of `row` (n columns, a multiple of V)
   // over the slots; this thread's reads of them come first in the code (the
@@ -342,14 +349,14 @@ struct staged_row {
     FUSOR_UNROLL
     for (int k = 0; k < Items; ++k) {
       const int c = Group::template column<V>(k);
-      simt::copy_async_16_or_zero(slots + k * local_threads(), c < n ? row + c : row, c < n);
+      simt::copy_async_16_or_zero(slots + k * Group::local_threads(), c < n ? row + c : row, c < n);
     }
     simt::commit_async();
   }
   // Waits until the row fetched last has landed.
   FUSOR_DEVICE void wait() const { simt::wait_async(); }
   // This thread's item k of that row.
-  FUSOR_DEVICE item_type item(int k) const { return simt::load_shared(slots + k * local_threads()); }
+  FUSOR_DEVICE item_type item(int k) const { return simt::load_shared(slots + k * Group::local_threads()); }
 };
 
 // An input of a staged kernel: row r starts at data + r * step.
@@ -436,35 +443,94 @@ void launch_kernel(dim3 grid, int block, std::size_t shared_bytes, cudaStream_t 
   gpu::launch_counter().fetch_add(1);
 }
 
-// Whether Kernel can run on the current device in clusters of `config`'s
-// cluster size (`cluster_blocks`, up to max_cluster_blocks), block size and
-// dynamic shared memory: its code for this device is sm_90 or newer (from
-// sm_90 PTX, not JIT-compiled from older PTX) and at least one such cluster
-// fits the GPU (a MIG slice may hold fewer multiprocessors than the cluster
-// needs). Asked once per device and cluster size: launch_rows keeps the block
-// size and shared memory of a kernel's clusters fixed.
+// Kernel's launch in `grid` blocks (a multiple of the cluster size) in
+// clusters of `shape`; `cluster` is the attribute the configuration points to.
+inline cudaLaunchConfig_t cluster_launch_config(const row_launch& shape, int grid, std::size_t shared_bytes,
+                                                cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(shape.cluster_blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(grid));
+  config.blockDim = dim3(unsigned(shape.block_threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Clusters of Kernel in `shape` (up to max_cluster_blocks blocks), each
+// block with `shared_bytes` of dynamic shared memory, that the current device
+// holds at once; 0 where none runs: Kernel's code for this device is older
+// than sm_90 (or JIT-compiled from older PTX), or no such cluster fits the GPU
+// (a MIG slice may hold fewer multiprocessors than the cluster needs). Cached
+// per device, shape and bytes. Past 48 KB of shared memory, Kernel must be
+// allowed its bytes first (gpu::allow_dynamic_shared).
 template <auto Kernel>
-bool runs_in_clusters(const cudaLaunchConfig_t& config, int cluster_blocks) {
-  static per_device_cache<bool> known[max_cluster_blocks + 1];
+int resident_clusters(const row_launch& shape, std::size_t shared_bytes) {
+  static std::mutex guard;
+  static std::map<std::tuple<int, int, int, std::size_t>, int> known;
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  return known[cluster_blocks].get(device, [&] {
-    if (!gpu::code_version_at_least(Kernel, 90)) return false;
+  const auto key = std::make_tuple(device, shape.block_threads, shape.cluster_blocks, shared_bytes);
+  {
+    std::lock_guard<std::mutex> lock(guard);
+    if (const auto found = known.find(key); found != known.end()) return found->second;
+  }
+  int clusters = 0;
+  if (gpu::code_version_at_least(Kernel, 90)) {
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = cluster_launch_config(shape, shape.cluster_blocks, shared_bytes, 0, attribute);
     // An error (a cluster size the device refuses, as drivers may answer
-    // instead of 0) means no: the blocks' fallback is always right, and a
+    // instead of 0) means none: the blocks' fallback is always right, and a
     // broken device reports itself at the launch that follows.
-    int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config) != cudaSuccess) {
       gpu::forget_reported_error();
-      return false;
+      clusters = 0;
     }
-    return clusters > 0;
-  });
+  }
+  std::lock_guard<std::mutex> lock(guard);
+  known.emplace(key, clusters);
+  return clusters;
+}
+
+// Blocks of Kernel launched in `shape` (clusters where it has them) with
+// `shared_bytes` of dynamic shared memory a block that the current device
+// holds at once: one wave; 0 where its clusters do not run here.
+template <auto Kernel>
+index_t resident_row_blocks(const row_launch& shape, std::size_t shared_bytes) {
+  if (shape.cluster_blocks > 1) return index_t(resident_clusters<Kernel>(shape, shared_bytes)) * shape.cluster_blocks;
+  return gpu::resident_blocks<Kernel>(shape.block_threads, shared_bytes);
+}
+
+// Kernel in `grid` blocks in clusters of `shape` (resident_clusters says it runs there).
+template <auto Kernel, class... Args>
+void launch_in_clusters(const row_launch& shape, int grid, std::size_t shared_bytes, cudaStream_t stream,
+                        const Args&... args) {
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = cluster_launch_config(shape, grid, shared_bytes, stream, cluster);
+  FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
+  gpu::launch_counter().fetch_add(1);
+  gpu::cluster_launch_counter().fetch_add(1);
+}
+
+// Kernel in `grid` blocks of `shape`, in its clusters where it has them
+// (resident_row_blocks says they run here).
+template <auto Kernel, class... Args>
+void launch_in_shape(const row_launch& shape, int grid, std::size_t shared_bytes, cudaStream_t stream,
+                     const Args&... args) {
+  if (shape.cluster_blocks > 1)
+    launch_in_clusters<Kernel>(shape, grid, shared_bytes, stream, args...);
+  else
+    launch_kernel<Kernel>(grid, shape.block_threads, shared_bytes, stream, args...);
 }
 
 // Kernel over `rows` in the shape with_row_group chose; in clusters where the
-// shape asks for them, Kernel's code for this GPU is sm_90 or newer and the
-// GPU holds such a cluster (runs_in_clusters), else in 512-thread blocks
+// shape asks for them and the GPU runs Kernel's clusters (resident_clusters),
+// else in 512-thread blocks
 // (the kernel then reads long rows twice). Staged kernels (`wave` not 0) in
 // at most `wave` blocks (staged_row_grid), and never in the fallback: their
 // rows must fit the group; false where the launch would have needed it, and
@@ -477,22 +543,8 @@ bool launch_rows_in_wave(row_launch shape, index_t rows, index_t wave, std::size
     return wave > 0 ? std::max(staged_row_grid(s, rows, wave), s.cluster_blocks) : plain;
   };
   if (shape.cluster_blocks > 1) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = unsigned(shape.cluster_blocks);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(grid(shape)));
-    config.blockDim = dim3(unsigned(shape.block_threads));
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    if (runs_in_clusters<Kernel>(config, shape.cluster_blocks)) {
-      FUSOR_CUDA_CHECK(cudaLaunchKernelEx(&config, Kernel, args...));
-      gpu::launch_counter().fetch_add(1);
-      gpu::cluster_launch_counter().fetch_add(1);
+    if (resident_clusters<Kernel>(shape, shared_bytes) > 0) {
+      launch_in_clusters<Kernel>(shape, grid(shape), shared_bytes, stream, args...);
       return true;
     }
     if (wave > 0) return false;
@@ -541,7 +593,7 @@ template <auto Kernel, class... Args>
 bool launch_staged_rows(const row_launch& shape, index_t rows, bool staged, std::size_t shared_bytes,
                         cudaStream_t stream, const Args&... args) {
   if (!staged || !row_staging().load(std::memory_order_relaxed) || !stages_on_this_device<Kernel>()) return false;
-  const index_t wave = gpu::resident_blocks<Kernel>(shape.block_threads, shared_bytes);
+  const index_t wave = resident_row_blocks<Kernel>(shape, shared_bytes);
   if (staged_row_grid(shape, rows, wave) == 0) return false;
   if (!launch_rows_in_wave<Kernel>(shape, rows, wave, shared_bytes, stream, args...)) return false;
   gpu::staged_launch_counter().fetch_add(1);
