@@ -34,6 +34,14 @@ void expect_assignment_works(const cuda_executor& ex, std::uint32_t seed) {
 
 __global__ void empty_kernel() {}
 
+// Writes its thread index into all its dynamic shared memory and one word out: it ran.
+__global__ void shared_kernel(int* out) {
+  extern __shared__ int words[];
+  words[threadIdx.x] = int(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) *out = words[blockDim.x - 1];
+}
+
 }  // namespace
 
 FUSOR_TEST_CASE("gpu::code_version_at_least: this binary's code against the device it runs on") {
@@ -59,6 +67,35 @@ FUSOR_TEST_CASE("gpu::resident_blocks: the occupancy API's answer for each launc
   CHECK(large < small);
   CHECK(gpu::resident_blocks<empty_kernel>(256, 0) == small);  // asked again: the cached answer
   CHECK(gpu::resident_blocks<empty_kernel>(1024, 0) == direct(1024, 0));
+}
+
+// The kernel's dynamic shared-memory limit is shared by every host thread:
+// a later call for fewer bytes must not lower it under a launch that asked
+// for more (two threads, two row lengths, one kernel).
+FUSOR_TEST_CASE("gpu::allow_dynamic_shared: the limit is raised, never lowered") {
+  int device = 0, optin = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const std::size_t most = std::size_t(optin) - gpu::static_shared_bytes(shared_kernel);
+  if (most <= 64 * 1024) {
+    MESSAGE("skipped: this GPU allows a block only " << optin << " bytes of shared memory");
+    return;
+  }
+  const auto limit = [] {
+    cudaFuncAttributes attributes{};
+    FUSOR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, shared_kernel));
+    return std::size_t(attributes.maxDynamicSharedSizeBytes);
+  };
+  gpu::allow_dynamic_shared(shared_kernel, most, 0);
+  CHECK(limit() == most);
+  gpu::allow_dynamic_shared(shared_kernel, 50 * 1024, 0);  // another caller's smaller rows
+  CHECK(limit() == most);
+  space_tensor<int, vector_extents> out(1);
+  poison(out);
+  shared_kernel<<<1, 256, most>>>(out.data());  // the first caller's launch
+  FUSOR_CUDA_CHECK(cudaGetLastError());
+  FUSOR_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(to_host(out)(0) == 255);
 }
 
 FUSOR_TEST_CASE("a failed CUDA call is not blamed on the next kernel launch") {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
@@ -90,10 +91,24 @@ std::size_t static_shared_bytes(Kernel* kernel) {
 }
 /// Lets `kernel` launch with `dynamic_bytes` of dynamic shared memory beside its
 /// `static_bytes`: past 48 KB in all a kernel must ask for its dynamic part.
+/// The limit is the kernel's, for every host thread: it is only ever raised
+/// (per kernel and device), since a thread lowering it to its own smaller
+/// bytes could fail another thread's launch that had raised it just before.
+inline void allow_dynamic_shared_bytes(const void* kernel, std::size_t dynamic_bytes, std::size_t static_bytes) {
+  if (dynamic_bytes + static_bytes <= 48 * 1024) return;
+  static std::mutex guard;
+  static std::map<std::pair<int, const void*>, std::size_t> allowed;
+  int device = 0;
+  FUSOR_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(guard);  // held through the call: no thread launches on a limit being lowered
+  std::size_t& most = allowed[{device, kernel}];
+  if (dynamic_bytes <= most) return;
+  FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
+  most = dynamic_bytes;
+}
 template <class Kernel>
 void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t static_bytes) {
-  if (dynamic_bytes + static_bytes > 48 * 1024)
-    FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
+  allow_dynamic_shared_bytes(reinterpret_cast<const void*>(kernel), dynamic_bytes, static_bytes);
 }
 
 /// Whether `kernel`'s code for the current device was compiled for compute

@@ -414,9 +414,8 @@ void attention_backward_cuda(const attention_backward<DQKV, DY, QKV, Y, L>& w, c
   if constexpr (std::is_same_v<S, float> && sizeof(DY) == 2 && sizeof(Y) == 2) {
     if (flash_delta_takes(w)) {
       launch_attention_kernel<attention_flash_delta_kernel<DQKV, DY, QKV, Y, L>>(
-          "causal_attention_backward", g.batch * g.heads,
-          (g.time + flash_delta_rows_per_block(g.head_dim) - 1) / flash_delta_rows_per_block(g.head_dim),
-          flash_delta_threads, 0, ex.stream, w, delta.as<float>());
+          "causal_attention_backward", g.batch * g.heads, flash_delta_grid_y(g.time, g.head_dim), flash_delta_threads,
+          0, ex.stream, w, delta.as<float>());
       delta_done = true;
     }
   }

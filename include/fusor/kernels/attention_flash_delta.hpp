@@ -11,6 +11,7 @@
 // flight a warp, with four 64-bit divisions a row.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "fusor/config.hpp"
@@ -30,7 +31,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int flash_delta_threads_per_row(index_t hea
   while (threads < chunks) threads *= 2;
   return threads;
 }
-// Rows of one block: blocks are (batch x heads, ceil(time / this)).
+// Rows of one block at a time: blocks are (batch x heads, flash_delta_grid_y).
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int flash_delta_rows_per_block(index_t head_dim) {
   return flash_delta_threads / flash_delta_threads_per_row(head_dim);
 }
@@ -43,28 +44,39 @@ bool flash_delta_takes(const attention_backward<DQKV, DY, QKV, Y, L>& w) {
          flash_rows_take(w.y);
 }
 
-// delta[(b H + h) T + t] for rows t of block_y's rows of head block_x % H of
-// sample block_x / H; flash_delta_threads threads.
+// The grid's y: blocks of rows, at most a CUDA grid's 65535 (time past
+// 524,280 at heads over 64); the blocks stride over the rest.
+inline index_t flash_delta_grid_y(index_t time, index_t head_dim) {
+  const index_t rows = flash_delta_rows_per_block(head_dim);
+  return std::min<index_t>((time + rows - 1) / rows, 65535);
+}
+
+// delta[(b H + h) T + t] for rows t of block_y's blocks of rows (block_y,
+// block_y + grid_y, ...) of head block_x % H of sample block_x / H;
+// flash_delta_threads threads.
 template <class Simt, class DQKV, class DY, class QKV, class Y, class L>
 FUSOR_DEVICE void flash_delta_block(const attention_backward<DQKV, DY, QKV, Y, L>& w, float* delta) {
   const attention_geometry& g = w.shape;
   const int per_row = flash_delta_threads_per_row(g.head_dim), thread = Simt::thread();
-  const int chunk = thread % per_row;
+  const int chunk = thread % per_row, rows = flash_delta_rows_per_block(g.head_dim);
   const index_t bh = Simt::block_x(), b = bh / g.heads, h = bh % g.heads;
-  const index_t t = Simt::block_y() * flash_delta_rows_per_block(g.head_dim) + thread / per_row;
-  const bool row_inside = t < g.time;
-  float sum = 0.0f;
-  if (row_inside && 8 * chunk < g.head_dim) {
-    const index_t column = g.query_column(h) + 8 * chunk;
-    const auto dy = load_lanes<8, true>(w.dy.row(b, t) + column);
-    const auto y = load_lanes<8, true>(w.y.row(b, t) + column);
-    FUSOR_UNROLL
-    for (int j = 0; j < 8; ++j) sum += convert<float>(dy[j]) * convert<float>(y[j]);
+  // The same trip count for every thread of the block: the shuffles below see every lane.
+  for (index_t first = Simt::block_y() * rows; first < g.time; first += Simt::grid_y() * rows) {
+    const index_t t = first + thread / per_row;
+    const bool row_inside = t < g.time;
+    float sum = 0.0f;
+    if (row_inside && 8 * chunk < g.head_dim) {
+      const index_t column = g.query_column(h) + 8 * chunk;
+      const auto dy = load_lanes<8, true>(w.dy.row(b, t) + column);
+      const auto y = load_lanes<8, true>(w.y.row(b, t) + column);
+      FUSOR_UNROLL
+      for (int j = 0; j < 8; ++j) sum += convert<float>(dy[j]) * convert<float>(y[j]);
+    }
+    // Every lane of the warp takes part; groups of per_row lanes (a power of
+    // two, at most 16) sum among themselves.
+    for (int mask = per_row / 2; mask > 0; mask /= 2) sum += Simt::shfl_xor(sum, mask);
+    if (row_inside && chunk == 0) delta[bh * g.time + t] = sum;
   }
-  // Every lane of the warp takes part; groups of per_row lanes (a power of
-  // two, at most 16) sum among themselves.
-  for (int mask = per_row / 2; mask > 0; mask /= 2) sum += Simt::shfl_xor(sum, mask);
-  if (row_inside && chunk == 0) delta[bh * g.time + t] = sum;
 }
 
 #if FUSOR_HAS_CUDA

@@ -47,14 +47,18 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
   auto load = [&](int c) { return load_columns<Contiguous, V>(in, c, n, in_stride); };
   const bool valid_target = target >= 0 && target < n;
   // Read before the reductions: with dlogits = logits another thread may
-  // overwrite this element with its gradient once they are done.
+  // overwrite this element with its gradient once they are done. Lane 0
+  // starts its maximum from it (an element of the row: the row's maximum is
+  // the same), so the reductions, and the gradients written after them,
+  // depend on the value read: no compiler or warp can move the read later.
   const S target_logit = Group::lane() == 0 && valid_target ? convert<S>(in[target * in_stride]) : S(0);
+  const S first_max = Group::lane() == 0 && valid_target ? target_logit : -::cuda::std::numeric_limits<S>::infinity();
   // Cached: the row as fp32 values, then exp(x - max) once the max is known
   // (the gradient reuses it: each element's exp is computed once).
   lanes<S, V> cache[items];
   S m, s;
   if constexpr (Cached) {
-    m = -::cuda::std::numeric_limits<S>::infinity();
+    m = first_max;
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
@@ -84,7 +88,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
     }
     s = Group::all_reduce(s, sum_op{});
   } else {
-    max_and_sum<S, fast_exp> stats{-::cuda::std::numeric_limits<S>::infinity(), S(0)};
+    max_and_sum<S, fast_exp> stats{first_max, S(0)};  // no element yet: a sum of 0 at any maximum
     for_each_item_batched<Group, V>(n, load,
                                     [&](int c, const lanes<X, V>& v) { stats.add(v, valid_columns(c, n, V)); });
     stats = Group::all_reduce(stats, combine_max_and_sum{});
