@@ -37,11 +37,12 @@ struct row_shape {
 // GPU's boundaries: a warp's register capacity (1024 elements at 32 bits, 2048
 // at 16), a block's (16384 / 32768; half that for two cached rows), past which
 // rows go to clusters of 512-thread blocks (sm_90: 32769 is three blocks,
-// GPT-2's vocabulary 50304 four, 131072 the most a cluster of eight holds;
-// two cached rows: 16385 three blocks, 50304 seven), and 200003, read twice.
+// GPT-2's vocabulary 50304 four, 131072 the most a portable cluster of eight
+// holds, 200003 thirteen; two cached rows: 16385 three blocks, 50304 seven,
+// 131072 sixteen, 200003 read twice), and 300007, read twice.
 inline std::vector<row_shape> row_shapes() {
-  return {{37, 1},   {37, 3},    {37, 31},   {37, 32},    {37, 33},   {19, 1000},  {7, 1025},  {7, 2049},
-          {5, 4097}, {3, 8193},  {3, 16385}, {2, 32769},  {2, 50304}, {2, 131072}, {2, 200003}};
+  return {{37, 1},   {37, 3},   {37, 31},   {37, 32},   {37, 33},   {19, 1000},  {7, 1025},   {7, 2049},
+          {5, 4097}, {3, 8193}, {3, 16385}, {2, 32769}, {2, 50304}, {2, 131072}, {2, 200003}, {2, 300007}};
 }
 
 // Calls f(std::type_identity<P>{}) for fp32, bf16 and fp16 storage.

@@ -1,6 +1,6 @@
 // The CUDA row-wise kernels' shapes, checked on the host (row_launch.hpp):
 // the group chosen for each row length (the smallest that holds the row in
-// registers, clusters of 512-thread blocks up to eight, then a block that
+// registers, clusters of 512-thread blocks up to sixteen, then a block that
 // reads twice), grids that are whole clusters within the grid limit, and
 // layernorm backward's accumulator slots: every column of a row has one slot
 // of its own thread, and the slot leads back to the column; and its plan.
@@ -47,19 +47,23 @@ FUSOR_TEST_CASE("row-wise launch: the smallest group that holds the row, then cl
   check_shape(fp32_rows(32768), {1024, 1, 1}, 32768);
   check_shape(fp32_rows(32769), {512, 3, 1}, 32769);
   check_shape(fp32_rows(50304), {512, 4, 1}, 50304);
-  check_shape(fp32_rows(131072), {512, 8, 1}, 131072);
-  check_shape(fp32_rows(131073), {512, 1, 1}, 131073);
-  check_shape(fp32_rows(200003), {512, 1, 1}, 200003);
+  check_shape(fp32_rows(131072), {512, 8, 1}, 131072);  // the portable cluster's most
+  check_shape(fp32_rows(131073), {512, 9, 1}, 131073);
+  check_shape(fp32_rows(200003), {512, 13, 1}, 200003);
+  check_shape(fp32_rows(262144), {512, 16, 1}, 262144);
+  check_shape(fp32_rows(262145), {512, 1, 1}, 262145);
   // Two cached rows: half the elements a thread.
   check_shape(two_cached_bf16_rows(512), {256, 1, 8}, 512);
   check_shape(two_cached_bf16_rows(513), {64, 1, 1}, 513);
   check_shape(two_cached_bf16_rows(16384), {1024, 1, 1}, 16384);
   check_shape(two_cached_bf16_rows(16385), {512, 3, 1}, 16385);
   check_shape(two_cached_bf16_rows(50304), {512, 7, 1}, 50304);
-  check_shape(two_cached_bf16_rows(65537), {512, 1, 1}, 65537);
+  check_shape(two_cached_bf16_rows(65537), {512, 9, 1}, 65537);
+  check_shape(two_cached_bf16_rows(131072), {512, 16, 1}, 131072);
+  check_shape(two_cached_bf16_rows(131073), {512, 1, 1}, 131073);
   // Every length: the group holds the row when it can, and no smaller group would.
   auto held = [](int threads) { return detail::group_capacity<4, 4>(threads); };
-  for (index_t n = 1; n <= 140000; n += 97) {
+  for (index_t n = 1; n <= 270000; n += 97) {
     const row_launch shape = fp32_rows(n);
     INFO("length ", n);
     if (shape.cluster_blocks == 1 && shape.block_threads == 512 && n > held(512)) {
@@ -146,7 +150,7 @@ FUSOR_TEST_CASE("layernorm backward's accumulator slots: one a column, its own t
       check_slots<4>(threads, n);
       check_slots<8>(threads, n);
     }
-  // Clusters of two to eight 512-thread blocks, each keeping its own threads' columns.
+  // Clusters of two to sixteen 512-thread blocks, each keeping its own threads' columns.
   for (int blocks = 2; blocks <= detail::max_cluster_blocks; ++blocks)
     for (const index_t n : {index_t(1), index_t(16385), index_t(50304), index_t(65536)}) {
       check_slots<4>(512 * blocks, 512, n);
@@ -187,10 +191,10 @@ FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared
                                                         resident);
   CHECK(p.accumulate);
   CHECK(p.partial_rows == 264);
-  // Too little shared memory (rows of 131072: a 512-thread block's 1 MiB): the column kernel's chunks.
-  for (const auto& [rows, n, available] : {std::tuple{index_t(100000), index_t(4096), std::size_t(1024)},
-                                           std::tuple{index_t(3), index_t(4096), std::size_t(0)},
-                                           std::tuple{index_t(5000), index_t(131072), h200}}) {
+  // Too little shared memory (rows of 200003: a 512-thread block's 1.6 MB): the column kernel's chunks.
+  for (const auto& [rows, n, available] :
+       {std::tuple{index_t(100000), index_t(4096), std::size_t(1024)},
+        std::tuple{index_t(3), index_t(4096), std::size_t(0)}, std::tuple{index_t(5000), index_t(200003), h200}}) {
     INFO("rows ", rows, ", length ", n);
     const row_launch shape = detail::row_launch_for<4, 8>(n);
     p = detail::plan_norm_backward<block, 4, true, float>(rows, n, shape, available, 132, resident);
@@ -202,7 +206,7 @@ FUSOR_TEST_CASE("layernorm backward's plan: accumulate where the rows fit shared
     CHECK(index_t(p.partial_rows - 1) * p.rows_per_chunk < rows);  // no empty chunk
     CHECK(p.column_blocks * p.partial_rows < 4 * 132 + 2 * p.column_blocks);  // four a multiprocessor, rounded up
   }
-  CHECK(detail::row_launch_for<4, 8>(131072).cluster_blocks == 1);  // the last case: a block reading rows twice
+  CHECK(detail::row_launch_for<4, 8>(200003).cluster_blocks == 1);  // the last case: a block reading rows twice
 }
 
 // A cluster's blocks each keep the accumulators of their own threads'

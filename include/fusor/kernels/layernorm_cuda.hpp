@@ -2,9 +2,9 @@
 // (layernorm.hpp), forward and backward.
 //
 // Forward: a warp (rows up to 1024 elements), a block of 64 to 1024 threads
-// or on sm_90 a cluster of up to eight 512-thread blocks per row, the smallest
+// or on sm_90 a cluster of up to sixteen 512-thread blocks per row, the smallest
 // whose registers hold the row (row_reduce.hpp). A contiguous row that fits in
-// registers (up to 32768 elements, clusters 131072) is read once and its
+// registers (up to 32768 elements, clusters 262144) is read once and its
 // variance is two-pass from registers; a longer or strided row is read twice,
 // with Welford's running mean and M2 combined over the group. One launch.
 //

@@ -16,24 +16,29 @@ namespace fusor::detail {
 // Launch shapes of every row-wise kernel: warps of a 256-thread block take one
 // row each, or a block of 64 to 1024 threads takes one row: the smallest
 // group whose registers hold the row (row_launch_for). On sm_90 a row too long
-// for one block is held by a cluster of two to eight 512-thread blocks
+// for one block is held by a cluster of two to sixteen 512-thread blocks
 // (block_rows spans the cluster; reductions go through distributed shared
 // memory) and still read once; longer rows, and GPUs or binaries without
-// clusters, go to 512-thread blocks that read them twice. Each thread caches
-// 32 elements of its row in registers (a warp: rows up to 1024 elements,
-// blocks: 2048 to 32768, clusters: up to 131072), counted as 4 bytes wide:
+// clusters (or without clusters past the portable eight blocks), go to
+// 512-thread blocks that read them twice. Each thread caches 32 elements of
+// its row in registers (a warp: rows up to 1024 elements, blocks: 2048 to
+// 32768, clusters: up to 262144), counted as 4 bytes wide:
 // every element becomes an fp32 value when used, and more elements would cost
 // occupancy (bf16 rows kept as read, 64 elements a thread, spilled in every
 // bf16 kernel: 44 to 151 spill stores in the SASS, 2026-11-27). A pass
 // caching two rows (y and dy, x and dy) keeps 16 elements of each (a warp:
-// 512, blocks: 1024 to 16384). Kernels are capped at 64 registers a thread
+// 512, blocks: 1024 to 16384, clusters: up to 131072). Kernels are capped at 64 registers a thread
 // (32 resident warps a multiprocessor).
 // Small groups keep many rows in flight on a multiprocessor: one 512-thread
 // block per 4096-element row kept 16 KB in flight per block, two blocks a
 // multiprocessor, and read a quarter of the copy bandwidth (bf16, H200).
 inline constexpr int warp_rows_block_threads = 256;
 inline constexpr int block_row_threads = 512;
-inline constexpr int max_cluster_blocks = 8;  // the portable cluster size
+// Clusters of up to 8 blocks run on every sm_90 GPU (the portable size);
+// H100 and H200 run up to 16 where the kernel allows non-portable sizes
+// (resident_clusters asks; where the GPU refuses, the rows are read twice).
+inline constexpr int portable_cluster_blocks = 8;
+inline constexpr int max_cluster_blocks = 16;
 inline constexpr int cached_row_bytes = 128;
 inline constexpr int max_row_blocks = 1 << 16;
 

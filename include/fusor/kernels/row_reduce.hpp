@@ -465,10 +465,11 @@ inline cudaLaunchConfig_t cluster_launch_config(const row_launch& shape, int gri
 // Clusters of Kernel in `shape` (up to max_cluster_blocks blocks), each
 // block with `shared_bytes` of dynamic shared memory, that the current device
 // holds at once; 0 where none runs: Kernel's code for this device is older
-// than sm_90 (or JIT-compiled from older PTX), or no such cluster fits the GPU
-// (a MIG slice may hold fewer multiprocessors than the cluster needs). Cached
-// per device, shape and bytes. Past 48 KB of shared memory, Kernel must be
-// allowed its bytes first (gpu::allow_dynamic_shared).
+// than sm_90 (or JIT-compiled from older PTX), the GPU refuses a cluster past
+// the portable size, or no such cluster fits it (a MIG slice may hold fewer
+// multiprocessors than the cluster needs). Cached per device, shape and
+// bytes. Past 48 KB of shared memory, Kernel must be allowed its bytes first
+// (gpu::allow_dynamic_shared).
 template <auto Kernel>
 int resident_clusters(const row_launch& shape, std::size_t shared_bytes) {
   static std::mutex guard;
@@ -481,7 +482,11 @@ int resident_clusters(const row_launch& shape, std::size_t shared_bytes) {
     if (const auto found = known.find(key); found != known.end()) return found->second;
   }
   int clusters = 0;
-  if (gpu::code_version_at_least(Kernel, 90)) {
+  // Past eight blocks the kernel must allow a non-portable size; a GPU that cannot refuses here.
+  const bool allowed = shape.cluster_blocks <= portable_cluster_blocks ||
+                       cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  if (!allowed) gpu::forget_reported_error();
+  if (allowed && gpu::code_version_at_least(Kernel, 90)) {
     cudaLaunchAttribute attribute;
     const cudaLaunchConfig_t config = cluster_launch_config(shape, shape.cluster_blocks, shared_bytes, 0, attribute);
     // An error (a cluster size the device refuses, as drivers may answer
@@ -530,11 +535,10 @@ void launch_in_shape(const row_launch& shape, int grid, std::size_t shared_bytes
 
 // Kernel over `rows` in the shape with_row_group chose; in clusters where the
 // shape asks for them and the GPU runs Kernel's clusters (resident_clusters),
-// else in 512-thread blocks
-// (the kernel then reads long rows twice). Staged kernels (`wave` not 0) in
-// at most `wave` blocks (staged_row_grid), and never in the fallback: their
-// rows must fit the group; false where the launch would have needed it, and
-// nothing launched.
+// else in 512-thread blocks (the kernel then reads long rows twice). Staged
+// kernels (`wave` not 0) in at most `wave` blocks (staged_row_grid), and
+// never in the fallback: their rows must fit the group; false where the
+// launch would have needed it, and nothing launched.
 template <auto Kernel, class... Args>
 bool launch_rows_in_wave(row_launch shape, index_t rows, index_t wave, std::size_t shared_bytes, cudaStream_t stream,
                          const Args&... args) {

@@ -724,7 +724,7 @@ struct emulated_simt {
 
 // Runs body(shared) in every thread of every block of `grid`, `threads` (a
 // multiple of 32) threads a block with `shared_bytes` of shared memory, as a
-// launch would; with cluster_blocks > 1 (up to 8, dividing grid.x), the
+// launch would; with cluster_blocks > 1 (up to 16, dividing grid.x), the
 // blocks of each cluster run together (cluster_sync, load_cluster_shared).
 // Rethrows the first error a thread raised, and throws one where threads
 // wait at a barrier the others never reach. Returns the launch's counters.
@@ -733,9 +733,9 @@ inline simt_counters emulate_kernel(simt_grid grid, int threads, std::size_t sha
   if (threads <= 0 || threads % 32 != 0 || threads > 1024)
     throw error("fusor: simt emulator: blocks of " + std::to_string(threads) +
                 " threads; it runs whole warps, up to 1024 threads");
-  if (cluster_blocks < 1 || cluster_blocks > 8 || grid.x % cluster_blocks != 0)
+  if (cluster_blocks < 1 || cluster_blocks > 16 || grid.x % cluster_blocks != 0)
     throw error("fusor: simt emulator: clusters of " + std::to_string(cluster_blocks) + " blocks over a grid of " +
-                std::to_string(grid.x) + ": a cluster is 1 to 8 blocks and divides the grid's x");
+                std::to_string(grid.x) + ": a cluster is 1 to 16 blocks and divides the grid's x");
   namespace se = simt_emulation;
   const std::size_t static_begin = (shared_bytes + 127) / 128 * 128,
                     all_bytes = static_begin + se::static_shared_capacity;

@@ -23,9 +23,9 @@
 // over a row, which is in cache by the second). The GPU (softmax_cuda.hpp)
 // takes a row per warp up to 1024 elements and per block above that,
 // the smallest of 64 to 1024 threads whose registers hold the row, and on
-// sm_90 per cluster of up to eight 512-thread blocks; a contiguous row of up
-// to 32768 elements (clusters: 131072) is read once, into registers
-// (backward: 16384 of each of y and dy; clusters: 65536), a longer, strided
+// sm_90 per cluster of up to sixteen 512-thread blocks; a contiguous row of up
+// to 32768 elements (clusters: 262144) is read once, into registers
+// (backward: 16384 of each of y and dy; clusters: 131072), a longer, strided
 // or expression row twice. A row with unit column stride and a 16-byte-aligned start moves
 // in 16-byte vectors; other layouts take element accesses: correct, slower.
 // One launch per call.
