@@ -158,17 +158,24 @@ inline constexpr bool counts_launches = false;  // the host executor launches no
 // block), a 128-thread block, a cluster of four 512-thread blocks.
 inline std::vector<row_shape> staged_emulated_shapes() { return {{40, 256}, {9, 4096}, {5, 50304}}; }
 #if defined(FUSOR_TEST_CUDA)
-// On an H100/H200, past a wave of warps (4 blocks of 8 a multiprocessor:
-// 4,224 rows), of 128-thread blocks (8: 1,056) and of clusters' blocks (2: 264).
-inline std::vector<row_shape> staged_gpu_shapes() { return {{5000, 1000}, {1500, 4096}, {300, 50304}}; }
-// Whether this GPU runs the staged kernels at every staged shape: cp.async
-// (sm_80 and later), and the cluster's rows in clusters (sm_90 and later).
-inline bool gpu_stages_rows() {
+// The current GPU's compute capability, major part.
+inline int gpu_compute_major() {
   int device = 0, major = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
   FUSOR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9;
+  return major;
 }
+// On an H100/H200, past a wave of warps (4 blocks of 8 a multiprocessor:
+// 4,224 rows), of 128-thread blocks (8: 1,056) and of clusters' blocks (2:
+// 264); the cluster's rows only where clusters run (sm_90 and later:
+// elsewhere 512-thread blocks read them twice, unstaged).
+inline std::vector<row_shape> staged_gpu_shapes() {
+  std::vector<row_shape> shapes{{5000, 1000}, {1500, 4096}};
+  if (gpu_compute_major() >= 9) shapes.push_back({300, 50304});
+  return shapes;
+}
+// Whether this GPU runs the staged kernels (cp.async: sm_80 and later).
+inline bool gpu_stages_rows() { return gpu_compute_major() >= 8; }
 #endif
 
 }  // namespace rowwise_test

@@ -64,11 +64,28 @@ struct library_norms {
                        const M& mean, const R& rstd) {
     executor ex{};
     const auto before = launches();
+#if defined(FUSOR_TEST_CUDA)
+    const auto clusters_before = gpu::cluster_launch_counter().load();
+#endif
     if (centered) layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, ex);
     else rmsnorm_backward(dx, dw, dy, x, w, rstd, ex);
     finish(ex);
     // Two launches where the accumulator rows fit shared memory, three for long rows on a GPU.
-    if (counts_launches) CHECK((launches() - before == 2 || launches() - before == 3));
+    const auto launched = launches() - before;
+    if (counts_launches) CHECK((launched == 2 || launched == 3));
+#if defined(FUSOR_TEST_CUDA)
+    // Rows a portable cluster holds: on sm_90 its blocks accumulate their parts (one cluster launch, then the sums).
+    namespace fd = fusor::detail;
+    using XE = typename X::element_type;
+    using DYE = typename DY::element_type;
+    constexpr int V = fd::vector_lanes<typename DX::element_type, DYE, XE, typename W::element_type>;
+    const fd::row_launch shape = fd::row_launch_for<V, fd::cached_bytes<XE, DYE>>(x.extent(1));
+    if (shape.cluster_blocks > 1 && shape.cluster_blocks <= fd::portable_cluster_blocks && gpu_compute_major() >= 9) {
+      INFO("rows of ", x.extent(1), " in clusters of ", shape.cluster_blocks);
+      CHECK(launched == 2);
+      CHECK(gpu::cluster_launch_counter().load() - clusters_before == 1);
+    }
+#endif
   }
 };
 #if !FUSOR_HAS_CUDA

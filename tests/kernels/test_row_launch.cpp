@@ -271,4 +271,14 @@ FUSOR_TEST_CASE("layernorm backward's plan: the staged rows beside the accumulat
   CHECK(asked[0] == std::pair{accumulators + staging, true});
   CHECK(asked[1] == std::pair{accumulators, false});
   CHECK(asked[2] == std::pair{accumulators, false});
+  // The staged kernel not running (its clusters refused): the accumulating kernel alone, asked next.
+  asked.clear();
+  p = detail::plan_norm_backward<block, 8, true, float>(
+      16384, 4096, shape, std::size_t(227) << 10, 132,
+      [&](index_t wanted, std::size_t bytes, bool staged) { return staged ? 0 : resident(wanted, bytes, staged); },
+      staging);
+  CHECK(p.accumulate);
+  CHECK_FALSE(p.staged);
+  CHECK(p.shared_bytes == accumulators);
+  CHECK(asked == std::vector<std::pair<std::size_t, bool>>{{accumulators, false}});
 }

@@ -588,14 +588,18 @@ norm_backward_plan plan_norm_backward(index_t rows, index_t n, const row_launch&
   const index_t row_width = accumulator_row_width<V, Centered>(n, shape.group_threads(), shape.local_threads());
   const std::size_t shared_bytes = std::size_t(Group::per_block) * std::size_t(row_width) * sizeof(S);
   if (shared_bytes <= shared_available) {
-    const bool staged = staging_bytes > 0 && shared_bytes + staging_bytes <= shared_available;
-    const std::size_t bytes = shared_bytes + (staged ? staging_bytes : 0);
-    if (const int units = resident((rows + Group::per_block - 1) / Group::per_block, bytes, staged); units > 0) {
-      plan.accumulate = true;
-      plan.staged = staged;
-      plan.shared_bytes = bytes;
-      plan.partial_rows = units;
-      return plan;
+    // Staged where the rows fit beside the accumulators; else, or where the staged kernel's clusters do not
+    // run, the accumulating kernel alone.
+    for (const bool staged : {staging_bytes > 0 && shared_bytes + staging_bytes <= shared_available, false}) {
+      const std::size_t bytes = shared_bytes + (staged ? staging_bytes : 0);
+      if (const int units = resident((rows + Group::per_block - 1) / Group::per_block, bytes, staged); units > 0) {
+        plan.accumulate = true;
+        plan.staged = staged;
+        plan.shared_bytes = bytes;
+        plan.partial_rows = units;
+        return plan;
+      }
+      if (!staged) break;
     }
   }
   plan.column_blocks = (n + index_t(parameter_threads) * V - 1) / (index_t(parameter_threads) * V);

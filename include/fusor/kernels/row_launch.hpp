@@ -104,7 +104,8 @@ constexpr int row_grid(const row_launch& shape, index_t rows) {
 // memory (a 50304-column row's 2 x 50304 floats do not fit one block's; its
 // seventh does). `threads` is the group's, `local` its threads in one block
 // (a warp's 32, a block's, a cluster's block's: powers of two from 32 to
-// 1024), and padded the block's share of n rounded up to threads * V.
+// 1024), and padded = a thread's items (n over threads * V, rounded up)
+// x local x V: n rounded up to threads * V where the group is one block.
 // Slots are item-major: thread `local_lane`'s item k (column
 // (k threads + lane) V) lane j is slot (k V + j) local + local_lane, so the
 // threads of a warp add into consecutive words (by column, 16-bit rows had
