@@ -32,15 +32,16 @@
 
 namespace fusor::detail {
 
-// One row, read once into registers (at most Group::capacity elements) as
-// fp32 values; softmax keeps exp(x - max) there after the sum, so each
-// element's exp is computed once (bf16 rows were bound by computing it twice).
+// One contiguous row, read once into registers (at most Group::capacity
+// elements) as fp32 values; softmax keeps exp(x - max) there after the sum, so
+// each element's exp is computed once (bf16 rows were bound by computing it
+// twice).
 // items(k) gives this thread's item k of the row (from memory, or from a
 // staged row), and read_all() is called once all are read. Whole: n is a
 // multiple of V (an item is inside the row or past its end: one test an
 // item instead of one a column).
-template <class Group, bool Contiguous, bool Log, bool Whole, class X, class Y, class Items, class ReadAll>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row_items, int n, index_t out_stride,
+template <class Group, bool Log, bool Whole, class X, class Y, class Items, class ReadAll>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row_items, int n,
                                                         const ReadAll& read_all) {
   constexpr int V = vector_lanes<X, Y>;
   using S = statistic_t<X>;
@@ -82,7 +83,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row
     lanes<S, V> result;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) result[j] = Log ? cache[k][j] - m - log_s : cache[k][j] * inverse;
-    store_columns<Contiguous, V>(out, c, n, out_stride, result);
+    store_columns<true, V>(out, c, n, 1, result);
   }
 }
 // One row of any length, read twice: online max and sum, then the outputs.
@@ -122,8 +123,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const 
     Y* out = y.row(r);
     const bool contiguous = x.vector_row(in) && y.vector_row(out);
     if (contiguous && fits) {
-      softmax_row_cached<Group, true, Log, false, X>(
-          out, [&](int k) { return load_columns<true, V>(in, Group::template column<V>(k), n, 1); }, n, 1, [] {});
+      softmax_row_cached<Group, Log, false, X>(
+          out, [&](int k) { return load_columns<true, V>(in, Group::template column<V>(k), n, 1); }, n, [] {});
     } else if (contiguous) {
       softmax_row_looped<Group, true, Log>(out, in, n, 1, 1);
     } else {
@@ -152,7 +153,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_staged_rows(const row_matrix<Y>& y,
   for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
       x.rows, n, stage,
       [&](index_t r, const auto& read_all, const auto& items) {
-        softmax_row_cached<Group, true, Log, true, X>(y.data + r * y_step, items, n, 1, read_all);
+        softmax_row_cached<Group, Log, true, X>(y.data + r * y_step, items, n, read_all);
       },
       staged_input<X>{x.data, x.offsets.single_step()});
 }
