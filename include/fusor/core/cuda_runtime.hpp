@@ -106,6 +106,7 @@ inline void allow_dynamic_shared_bytes(const void* kernel, std::size_t dynamic_b
   FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
   most = dynamic_bytes;
 }
+/// allow_dynamic_shared_bytes for a kernel of any signature.
 template <class Kernel>
 void allow_dynamic_shared(Kernel* kernel, std::size_t dynamic_bytes, std::size_t static_bytes) {
   allow_dynamic_shared_bytes(reinterpret_cast<const void*>(kernel), dynamic_bytes, static_bytes);
