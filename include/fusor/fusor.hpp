@@ -35,6 +35,7 @@
 #include "fusor/core/stream_binding.hpp"
 #include "fusor/core/strided_views.hpp"
 #include "fusor/core/tensor.hpp"
+#include "fusor/core/value_cache.hpp"
 #include "fusor/core/vector_access.hpp"
 #include "fusor/core/view.hpp"
 #include "fusor/data/character_corpus.hpp"

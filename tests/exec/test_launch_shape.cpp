@@ -1,13 +1,8 @@
 // The cuda executor's launch arithmetic (fusor/exec/launch_shape.hpp), on the
 // host: every shape covers its work, stays within gridDim.x's limit of
 // 2^31 - 1 blocks for work past 2^31 (and far past), honours a launch policy
-// where it can, and the occupancy suggestions are cached per device.
+// where it can.
 #include <doctest/doctest.h>
-
-#include <atomic>
-#include <stdexcept>
-#include <thread>
-#include <vector>
 
 #include <fusor/exec/launch_shape.hpp>
 
@@ -100,42 +95,3 @@ TEST_CASE("launch shape: more items than an int holds is refused with a clear er
   check_covers(plan_launch({1024, 0}, work, h100_like), work);
 }
 
-TEST_CASE("per-device cache: one value per device, computed once each") {
-  fusor::detail::per_device_cache<occupancy_suggestion, 4> cache;
-  int calls = 0;
-  auto for_device = [&](int device) {
-    return [&calls, device] {
-      ++calls;
-      return occupancy_suggestion{100 + device, 32 * (device + 1)};
-    };
-  };
-  CHECK(cache.get(0, for_device(0)).min_grid == 100);
-  CHECK(cache.get(1, for_device(1)).min_grid == 101);  // a second GPU gets its own numbers
-  CHECK(cache.get(0, for_device(1)).min_grid == 100);  // device 0's, kept
-  CHECK(cache.get(1, for_device(0)).block == 64);
-  CHECK(calls == 2);
-  // Past the cached devices: computed on every call, never mixed up with another.
-  CHECK(cache.get(4, for_device(4)).min_grid == 104);
-  CHECK(cache.get(4, for_device(4)).min_grid == 104);
-  CHECK(calls == 4);
-}
-
-TEST_CASE("per-device cache: a failed computation is tried again; threads compute a device once") {
-  fusor::detail::per_device_cache<int, 2> cache;
-  CHECK_THROWS_AS(cache.get(0, []() -> int { throw std::runtime_error("no device"); }), std::runtime_error);
-  CHECK(cache.get(0, [] { return 7; }) == 7);
-
-  std::atomic<int> calls{0};
-  std::vector<std::thread> threads;
-  std::vector<int> seen(8, 0);
-  for (int t = 0; t < 8; ++t)
-    threads.emplace_back([&, t] {
-      seen[std::size_t(t)] = cache.get(1, [&] {
-        ++calls;
-        return 11;
-      });
-    });
-  for (auto& t : threads) t.join();
-  CHECK(calls.load() == 1);
-  for (const int v : seen) CHECK(v == 11);
-}

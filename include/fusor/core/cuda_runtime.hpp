@@ -11,14 +11,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
+#include "fusor/core/value_cache.hpp"
 
 #if FUSOR_HAS_CUDA
 #include <cuda_runtime.h>
@@ -62,23 +61,14 @@ inline int multiprocessor_count() {
 /// allowed it (allow_dynamic_shared) before it is asked about.
 template <auto Kernel>
 int resident_blocks(int block_threads, std::size_t dynamic_shared) {
-  static std::mutex guard;
-  static std::map<std::tuple<int, int, std::size_t>, int> per_multiprocessor;
+  static detail::keyed_cache<std::tuple<int, int, std::size_t>, int> per_multiprocessor;
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(device, block_threads, dynamic_shared);
-  int blocks = 0;
-  {
-    std::lock_guard<std::mutex> lock(guard);
-    const auto known = per_multiprocessor.find(key);
-    if (known != per_multiprocessor.end()) blocks = known->second;
-  }
-  if (blocks == 0) {
-    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, block_threads, dynamic_shared));
-    blocks = std::max(blocks, 1);
-    std::lock_guard<std::mutex> lock(guard);
-    per_multiprocessor.emplace(key, blocks);
-  }
+  const int blocks = per_multiprocessor.get({device, block_threads, dynamic_shared}, [&] {
+    int fitting = 0;
+    FUSOR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fitting, Kernel, block_threads, dynamic_shared));
+    return std::max(fitting, 1);
+  });
   return multiprocessor_count() * blocks;
 }
 
@@ -96,15 +86,15 @@ std::size_t static_shared_bytes(Kernel* kernel) {
 /// bytes could fail another thread's launch that had raised it just before.
 inline void allow_dynamic_shared_bytes(const void* kernel, std::size_t dynamic_bytes, std::size_t static_bytes) {
   if (dynamic_bytes + static_bytes <= 48 * 1024) return;
-  static std::mutex guard;
-  static std::map<std::pair<int, const void*>, std::size_t> allowed;
+  static detail::keyed_cache<std::pair<int, const void*>, std::size_t> allowed;
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(guard);  // held through the call: no thread launches on a limit being lowered
-  std::size_t& most = allowed[{device, kernel}];
-  if (dynamic_bytes <= most) return;
-  FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
-  most = dynamic_bytes;
+  // Under the cache's lock: two threads' raises cannot cross, so the limit never goes down.
+  allowed.update({device, kernel}, [&](std::size_t& most) {
+    if (dynamic_bytes <= most) return;
+    FUSOR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)));
+    most = dynamic_bytes;
+  });
 }
 /// allow_dynamic_shared_bytes for a kernel of any signature.
 template <class Kernel>

@@ -1,19 +1,18 @@
 // fusor/exec/launch_shape.hpp — the CUDA executor's launch arithmetic, kept
 // free of CUDA so the host tests check it: the launch policy, the grid, block
 // and items per thread for a given amount of work (any index_t, past 2^31
-// included), and a cache of per-device values (the occupancy API's
-// suggestions differ between GPUs of one machine).
+// included). The occupancy API's suggestions it starts from are kept per
+// device (core/value_cache.hpp).
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <limits>
-#include <mutex>
 #include <string>
 
 #include "fusor/core/error.hpp"
 #include "fusor/core/extents.hpp"
+#include "fusor/core/value_cache.hpp"
 
 namespace fusor {
 
@@ -61,24 +60,6 @@ inline launch_shape plan_launch(const launch_policy& policy, index_t work, occup
                 "launch_policy::block_size");
   return {int(ceil_div(blocks_needed, items)), int(block), int(items)};
 }
-
-// One value per device ordinal, computed once per device by `compute` (thread
-// safe; a `compute` that throws is tried again next time). Devices past the
-// first `Devices` are not cached: their value is computed on every call.
-template <class T, int Devices = 64>
-class per_device_cache {
- public:
-  template <class Compute>
-  T get(int device, Compute&& compute) {
-    if (device < 0 || device >= Devices) return compute();
-    std::call_once(once_[std::size_t(device)], [&] { values_[std::size_t(device)] = compute(); });
-    return values_[std::size_t(device)];
-  }
-
- private:
-  std::array<std::once_flag, Devices> once_{};
-  std::array<T, Devices> values_{};
-};
 
 }  // namespace detail
 }  // namespace fusor

@@ -23,8 +23,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
-#include <map>
-#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -472,34 +470,27 @@ inline cudaLaunchConfig_t cluster_launch_config(const row_launch& shape, int gri
 // (gpu::allow_dynamic_shared).
 template <auto Kernel>
 int resident_clusters(const row_launch& shape, std::size_t shared_bytes) {
-  static std::mutex guard;
-  static std::map<std::tuple<int, int, int, std::size_t>, int> known;
+  static keyed_cache<std::tuple<int, int, int, std::size_t>, int> known;
   int device = 0;
   FUSOR_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(device, shape.block_threads, shape.cluster_blocks, shared_bytes);
-  {
-    std::lock_guard<std::mutex> lock(guard);
-    if (const auto found = known.find(key); found != known.end()) return found->second;
-  }
-  int clusters = 0;
-  // Past eight blocks the kernel must allow a non-portable size; a GPU that cannot refuses here.
-  const bool allowed = shape.cluster_blocks <= portable_cluster_blocks ||
-                       cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-  if (!allowed) gpu::forget_reported_error();
-  if (allowed && gpu::code_version_at_least(Kernel, 90)) {
+  return known.get({device, shape.block_threads, shape.cluster_blocks, shared_bytes}, [&] {
+    // Past eight blocks the kernel must allow a non-portable size; a GPU that cannot refuses here.
+    const bool allowed = shape.cluster_blocks <= portable_cluster_blocks ||
+                         cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if (!allowed) gpu::forget_reported_error();
+    if (!allowed || !gpu::code_version_at_least(Kernel, 90)) return 0;
     cudaLaunchAttribute attribute;
     const cudaLaunchConfig_t config = cluster_launch_config(shape, shape.cluster_blocks, shared_bytes, 0, attribute);
     // An error (a cluster size the device refuses, as drivers may answer
     // instead of 0) means none: the blocks' fallback is always right, and a
     // broken device reports itself at the launch that follows.
+    int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &config) != cudaSuccess) {
       gpu::forget_reported_error();
-      clusters = 0;
+      return 0;
     }
-  }
-  std::lock_guard<std::mutex> lock(guard);
-  known.emplace(key, clusters);
-  return clusters;
+    return clusters;
+  });
 }
 
 // Blocks of Kernel launched in `shape` (clusters where it has them) with
