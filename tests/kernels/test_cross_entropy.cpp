@@ -365,6 +365,80 @@ void odd_operands_against_reference() {
 }
 }  // namespace
 
+// Contiguous rows that start between 16-byte boundaries (a vocabulary of
+// 50257) are cached through the aligned window around each, where the
+// gradient row starts as far past a boundary and the window fits the group's
+// registers; else read twice. Logits and dlogits `x_offset` and `g_offset`
+// elements into their memory (equal: cached, bar the rows whose window passes
+// a warp's 1024 at n = 1021; apart: read twice), in place, and bf16 logits
+// with an fp32 gradient.
+namespace {
+template <class P, class G, class Run>
+void rows_between_boundaries_against_reference() {
+  for (const index_t n : {index_t(1021), index_t(4093), index_t(50257)}) {
+    const index_t rows = 9;  // row r starts 5r elements past a 16-byte boundary (bf16, n = 1021): every shift
+    const auto hx = random_matrix<P>(rows, n, std::uint32_t(400 + n), -6.0, 6.0);
+    const auto ht = random_targets(rows, n, std::uint32_t(500 + n));
+    const auto t = to_space(ht);
+    space_tensor<float, vector_extents> losses(rows);
+    for (const auto& [x_offset, g_offset] : {std::pair{1, 1}, std::pair{6, 6}, std::pair{3, 0}, std::pair{2, 3}}) {
+      const std::string what = std::string(precision_name<P>()) + " logits, " + precision_name<G>() +
+                               " dlogits, rows of " + std::to_string(n) + ", x " + std::to_string(x_offset) +
+                               " and dlogits " + std::to_string(g_offset) + " elements in";
+      host_tensor<P, vector_extents> hflat(rows * n + x_offset);
+      for (index_t i = 0; i < rows * n; ++i) hflat(i + x_offset) = hx.data()[i];
+      const auto flat = to_space(hflat);
+      space_tensor<G, vector_extents> gflat(rows * n + g_offset);
+      poison(gflat), poison(losses);
+      Run::run(losses, view<G, matrix_extents, row_major, space>(gflat.data() + g_offset, rows, n),
+               view<P, matrix_extents, row_major, space>(flat.data() + x_offset, rows, n), t);
+      auto got = as_doubles(gflat);
+      for (int i = 0; i < g_offset; ++i) CHECK(std::isnan(got[std::size_t(i)]));  // nothing before the view
+      got.erase(got.begin(), got.begin() + g_offset);
+      check_against_reference(what, hx, ht, as_doubles(losses), got, true, 1.0);
+    }
+    if constexpr (std::is_same_v<P, G>) {  // in place, five elements in
+      host_tensor<P, vector_extents> hflat(rows * n + 5);
+      for (index_t i = 0; i < rows * n; ++i) hflat(i + 5) = hx.data()[i];
+      auto flat = to_space(hflat);
+      const view<P, matrix_extents, row_major, space> xg(flat.data() + 5, rows, n);
+      poison(losses);
+      Run::run(losses, xg, xg, t);
+      auto got = as_doubles(flat);
+      got.erase(got.begin(), got.begin() + 5);
+      check_against_reference(std::string(precision_name<P>()) + " in place, rows of " + std::to_string(n), hx, ht,
+                              as_doubles(losses), got, true, 1.0);
+    }
+  }
+}
+}  // namespace
+
+FUSOR_TEST_CASE("cross_entropy: rows that start between 16-byte boundaries, cached through their windows") {
+  rows_between_boundaries_against_reference<bfloat16, bfloat16, library_cross_entropy>();
+  rows_between_boundaries_against_reference<float, float, library_cross_entropy>();
+  rows_between_boundaries_against_reference<bfloat16, float, library_cross_entropy>();
+#if !FUSOR_HAS_CUDA
+  rows_between_boundaries_against_reference<bfloat16, bfloat16, emulated_cross_entropy>();
+  rows_between_boundaries_against_reference<float, float, emulated_cross_entropy>();
+  rows_between_boundaries_against_reference<bfloat16, float, emulated_cross_entropy>();
+  // The loss alone (no gradient rows): every row cached through its window.
+  namespace fd = fusor::detail;
+  const index_t rows = 9, n = 1021;
+  const auto hx = random_matrix<bfloat16>(rows, n, 77, -6.0, 6.0);
+  const auto ht = random_targets(rows, n, 78);
+  host_tensor<bfloat16, vector_extents> hflat(rows * n + 3);
+  for (index_t i = 0; i < rows * n; ++i) hflat(i + 3) = hx.data()[i];
+  const view<const bfloat16, matrix_extents> logits(hflat.data() + 3, rows, n);
+  host_tensor<float, vector_extents> losses(rows);
+  poison(losses);
+  const auto [g, l, x, targets] =
+      fd::cross_entropy_operands("cross_entropy_loss", logits, fusor::as_view(losses), logits, fusor::as_view(ht));
+  emulated::cross_entropy<false>(g, l, x, targets, ignored, true, 1.0f);
+  const auto want = cross_entropy_reference(as_doubles(hx), ht, rows, n, true, 1.0);
+  for (index_t r = 0; r < rows; ++r) CHECK(losses(r) == doctest::Approx(want.loss[std::size_t(r)]).epsilon(1e-5));
+#endif
+}
+
 FUSOR_TEST_CASE("cross_entropy: in-place, strided, rank-3 and unaligned operands; loss only; reduce") {
   odd_operands_against_reference<library_cross_entropy>();
 #if !FUSOR_HAS_CUDA

@@ -340,6 +340,64 @@ FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precisi
 #endif
 }
 
+// Contiguous rows that start between 16-byte boundaries (rows of an odd
+// length: a vocabulary of 50257) are cached through the aligned window around
+// each, where the output row starts as far past a boundary and the window
+// fits the group's registers; else read twice. Views `x_offset` and
+// `y_offset` elements into their memory (equal: every row cached, bar those
+// whose window passes a group's capacity, as at 1021 behind a warp's 1024;
+// apart: read twice), and in place.
+namespace {
+template <class P, class Run>
+void rows_between_boundaries_against_reference() {
+  for (const index_t n : {index_t(1021), index_t(4093), index_t(50257)}) {
+    const index_t rows = 9;  // row r starts 5r elements past a 16-byte boundary (bf16, n = 1021): every shift
+    const auto hx = random_matrix<P>(rows, n, std::uint32_t(4000 + n), -8.0, 8.0);
+    const auto xs = as_doubles(hx);
+    using space_matrix = view<P, matrix_extents, row_major, space>;
+    for (const auto& [x_offset, y_offset] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 0}, std::pair{2, 3}}) {
+      const std::string what = std::string(precision_name<P>()) + " rows of " + std::to_string(n) + ", x " +
+                               std::to_string(x_offset) + " and y " + std::to_string(y_offset) + " elements in";
+      host_tensor<P, vector_extents> hflat(rows * n + x_offset);
+      for (index_t i = 0; i < rows * n; ++i) hflat(i + x_offset) = hx.data()[i];
+      const auto flat = to_space(hflat);
+      for (const bool log : {false, true}) {
+        space_tensor<P, vector_extents> out(rows * n + y_offset);
+        poison(out);
+        const space_matrix y(out.data() + y_offset, rows, n), x(flat.data() + x_offset, rows, n);
+        if (log)
+          Run::template forward<true>(y, x);
+        else
+          Run::template forward<false>(y, x);
+        auto got = as_doubles(out);
+        for (int i = 0; i < y_offset; ++i) CHECK(std::isnan(got[std::size_t(i)]));  // nothing before the view
+        got.erase(got.begin(), got.begin() + y_offset);
+        check_forward(got, xs, rows, n, log, row_tolerance<P>(), row_floor<P>(), (log ? "log " : "") + what);
+      }
+    }
+    // In place, three elements in.
+    host_tensor<P, vector_extents> hflat(rows * n + 3);
+    for (index_t i = 0; i < rows * n; ++i) hflat(i + 3) = hx.data()[i];
+    auto flat = to_space(hflat);
+    const space_matrix xy(flat.data() + 3, rows, n);
+    Run::template forward<false>(xy, xy);
+    auto got = as_doubles(flat);
+    got.erase(got.begin(), got.begin() + 3);
+    check_forward(got, xs, rows, n, false, row_tolerance<P>(), row_floor<P>(),
+                  std::string(precision_name<P>()) + " in place, rows of " + std::to_string(n));
+  }
+}
+}  // namespace
+
+FUSOR_TEST_CASE("softmax: rows that start between 16-byte boundaries, cached through their windows") {
+  rows_between_boundaries_against_reference<bfloat16, library_softmax>();
+  rows_between_boundaries_against_reference<float, library_softmax>();
+#if !FUSOR_HAS_CUDA
+  rows_between_boundaries_against_reference<bfloat16, emulated_softmax>();
+  rows_between_boundaries_against_reference<float, emulated_softmax>();
+#endif
+}
+
 // The input as an expression: x * 0.125 + a bias row broadcast over the rows,
 // bf16 x, fp32 output; one launch, nothing materialised.
 namespace {

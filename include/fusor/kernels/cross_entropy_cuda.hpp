@@ -5,8 +5,10 @@
 // exp's fast form (row_exp in row_reduce.hpp), and where their rows are
 // cached, whole 16-byte items at one aligned step they run staged (each
 // group fetches its next row into shared memory while it works on one:
-// staged_row in row_reduce.hpp). The kernels' bodies
-// (cross_entropy_rows, count_targets, cross_entropy_reduce_block) are written
+// staged_row in row_reduce.hpp). Rows that start between 16-byte boundaries
+// (a vocabulary of 50257) are cached as well, through the aligned window
+// around each (load_window), where the gradient row starts as far past one.
+// The kernels' bodies (cross_entropy_rows, count_targets, cross_entropy_reduce_block) are written
 // against the Simt policy: the host tests run them under the SIMT emulator
 // (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
@@ -31,11 +33,14 @@ namespace fusor::detail {
 // Loss and gradient of one row whose target is not ignored. A staged kernel
 // (cross_entropy_staged_rows) gives a cached, contiguous row's items:
 // items(k) is this thread's item k, and read_all() is called once all are
-// read; without them (null) the row is loaded here.
+// read; without them (null) the row is loaded here. Cached, not staged: the
+// row and its gradient row start `first` elements past an item boundary, and
+// move through their windows (load_window).
 template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X,
           class Items = std::nullptr_t, class ReadAll = std::nullptr_t>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,
                                                        index_t in_stride, int n, index_t target, statistic_t<X> scale,
+                                                       [[maybe_unused]] int first = 0,
                                                        [[maybe_unused]] const Items& staged_items = nullptr,
                                                        [[maybe_unused]] const ReadAll& read_all = nullptr) {
   using S = statistic_t<X>;
@@ -56,6 +61,13 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
   // Cached: the row as fp32 values, then exp(x - max) once the max is known
   // (the gradient reuses it: each element's exp is computed once).
   lanes<S, V> cache[items];
+  constexpr bool staged = !std::is_same_v<Items, std::nullptr_t>;
+  if constexpr (staged || !Cached) first = 0;
+  const int end = first + n;  // the row's columns are window columns [first, end)
+  // Lanes outside a loaded row read as -inf: they change neither the maximum
+  // nor the sum, so no lane is tested. A staged row's items past its end are
+  // whole (first is 0, n a multiple of V), and skipped whole.
+  auto inside = [end](int c) { return !staged || c < end; };
   S m, s;
   if constexpr (Cached) {
     m = first_max;
@@ -63,15 +75,15 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
     for (int k = 0; k < items; ++k) {
       const int c = Group::template column<V>(k);
       lanes<X, V> v;
-      if constexpr (std::is_same_v<Items, std::nullptr_t>)
-        v = load(c);
-      else
+      if constexpr (staged)
         v = staged_items(k);
-      const int valid = valid_columns(c, n, V);
+      else
+        v = load_window<V>(in, c, first, end, -::cuda::std::numeric_limits<float>::infinity());
+      const bool inside_k = inside(c);
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j) {
         cache[k][j] = convert<S>(v[j]);
-        if (j < valid) m = ::cuda::std::fmax(m, cache[k][j]);
+        if (inside_k) m = ::cuda::std::fmax(m, cache[k][j]);
       }
     }
     if constexpr (!std::is_same_v<ReadAll, std::nullptr_t>) read_all();
@@ -79,11 +91,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
     s = 0;
     FUSOR_UNROLL
     for (int k = 0; k < items; ++k) {
-      const int valid = valid_columns(Group::template column<V>(k), n, V);
+      const bool inside_k = inside(Group::template column<V>(k));
       FUSOR_UNROLL
       for (int j = 0; j < V; ++j) {
         cache[k][j] = row_exp<fast_exp>(cache[k][j] - m);
-        if (j < valid) s += cache[k][j];
+        if (inside_k) s += cache[k][j];
       }
     }
     s = Group::all_reduce(s, sum_op{});
@@ -110,11 +122,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_str
       FUSOR_UNROLL
       for (int k = 0; k < items; ++k) {
         const int c = Group::template column<V>(k);
-        if (c >= n) continue;
+        if (c >= end) continue;
         lanes<S, V> result;
         FUSOR_UNROLL
-        for (int j = 0; j < V; ++j) result[j] = cache[k][j] * factor - (c + j == target ? scale : S(0));
-        store_columns<Contiguous, V>(grad, c, n, grad_stride, result);
+        for (int j = 0; j < V; ++j) result[j] = cache[k][j] * factor - (c + j - first == target ? scale : S(0));
+        if constexpr (staged)
+          store_columns<true, V>(grad, c, n, 1, result);
+        else
+          store_window<V>(grad, c, first, end, result);
       }
     } else {
       for_each_item_batched<Group, V>(n, load, write);
@@ -149,7 +164,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
   using S = statistic_t<X>;
   constexpr int V = vector_lanes<G, X>;
   const int n = int(logits.length);
-  const bool fits = n <= Group::template capacity<V, cached_bytes<X>>();
+  const index_t capacity = Group::template capacity<V, cached_bytes<X>>();
   const S scale = count ? S(grad_scale) / S(*count) : S(grad_scale);
   for (index_t r = Group::first_row(); r < logits.rows; r += Group::row_step()) {
     const index_t target = index_t(targets[r]);
@@ -160,10 +175,11 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
                                                         losses[r], n);
       continue;
     }
-    const bool contiguous = logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad));
-    if (contiguous && fits)
-      cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
-    else if (contiguous)
+    const int first = window_first<V>(in);
+    if (shares_window<V>(logits, in, first) && (!WithGradient || shares_window<V>(dlogits, grad, first)) &&
+        n + first <= capacity)
+      cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale, first);
+    else if (logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad)))
       cross_entropy_row<Group, true, false, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
     else
       cross_entropy_row<Group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,
@@ -215,7 +231,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_staged_rows(const row_matrix<
           cross_entropy_ignored_row<Group, WithGradient, V>(grad, 1, true, losses[r], n);
         } else {
           cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], logits.data + r * x_step, 1, n, target,
-                                                             scale, items, read_all);
+                                                             scale, 0, items, read_all);
         }
       },
       staged_input<X>{logits.data, x_step});

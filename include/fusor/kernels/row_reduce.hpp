@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -286,6 +287,54 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, in
   FUSOR_UNROLL
   for (int j = 0; j < V; ++j)
     if (c + j < length) row[Contiguous ? index_t(c + j) : index_t(c + j) * stride] = raw[j];
+}
+
+// ---- rows that start between item boundaries ---------------------------------------
+// A contiguous row whose start lies `first` elements past the boundary of a
+// V-element item (a row of 50257 bf16 logits: row r starts r elements past a
+// 16-byte boundary, modulo 8) is held in the items of the aligned window
+// around it: window column c is row column c - first, so the row's own
+// columns are [first, first + n). Items wholly inside the row move as
+// vectors; the partial items at its two ends, element by element: nothing
+// outside the row is read or written (in place, the row before is another
+// group's). Such a row is cached, read once, as aligned rows are.
+
+// Elements by which `row` lies past the V-element item boundary before it.
+template <int V, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int window_first(const T* row) {
+  return int(reinterpret_cast<std::uintptr_t>(row) % (V * sizeof(T)) / sizeof(T));
+}
+// Whether `row` of `m` moves through a window starting `first` elements past
+// an item boundary: unit stride, and as far past its own boundary.
+template <int V, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool shares_window(const row_matrix<T>& m, T* row, int first) {
+  return m.column_stride == 1 && window_first<V>(row) == first;
+}
+// Window columns [c, c + V) of the row starting at `row`, `first` elements
+// past an item boundary, whose columns end at window column `end`; columns
+// outside the row read as `outside` (-inf for a maximum and a sum of exp).
+template <int V, class T>
+FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_window(T* row, int c, int first, int end,
+                                                                             float outside) {
+  using E = std::remove_const_t<T>;
+  if (c >= first && c + V <= end) return load_lanes<V, true>(row + (c - first));
+  lanes<E, V> out;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j) out[j] = c + j >= first && c + j < end ? row[c + j - first] : convert<E>(outside);
+  return out;
+}
+template <int V, class T, class Value>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void store_window(T* row, int c, int first, int end, const lanes<Value, V>& values) {
+  lanes<T, V> raw;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j) raw[j] = convert<T>(values[j]);
+  if (c >= first && c + V <= end) {
+    store_lanes<V, true>(row + (c - first), raw);
+    return;
+  }
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j)
+    if (c + j >= first && c + j < end) row[c + j - first] = raw[j];
 }
 
 // Calls use(c, load(c)) for each item of V columns this thread owns in a row

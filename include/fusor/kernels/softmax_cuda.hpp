@@ -4,9 +4,12 @@
 // A warp, a block of 64 to 1024 threads or (sm_90) a cluster of blocks per
 // row, the smallest whose registers hold the row (row_reduce.hpp). A
 // contiguous row that fits in registers is read once: max, then the sum of
-// exp(x - max), both over the cached values, then the outputs. Any other row
-// (longer, strided, unaligned, or an expression) is read twice, several items
-// a thread at a time: an online max and sum in one pass, then the outputs.
+// exp(x - max), both over the cached values, then the outputs. A row that
+// starts between 16-byte boundaries (odd lengths) is cached too, through the
+// aligned window around it (load_window), where its output row starts as far
+// past one. Any other row (longer, strided, its output shifted otherwise, or
+// an expression) is read twice, several items a thread at a time: an online
+// max and sum in one pass, then the outputs.
 // Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
 // row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
 // The forward of 16-bit rows that are cached, whole 16-byte items at one
@@ -36,29 +39,33 @@ namespace fusor::detail {
 // elements) as fp32 values; softmax keeps exp(x - max) there after the sum, so
 // each element's exp is computed once (bf16 rows were bound by computing it
 // twice).
-// items(k) gives this thread's item k of the row (from memory, or from a
-// staged row), and read_all() is called once all are read. Whole: n is a
-// multiple of V (an item is inside the row or past its end: one test an
-// item instead of one a column).
+// items(k) gives this thread's item k of the window around the row (from
+// memory, load_window, or from a staged row), and read_all() is called once
+// all are read. The row starts `first` elements past an item boundary, and
+// `out` as far past one. Lanes outside the row read as -inf: they change
+// neither the maximum nor the sum, so no lane is tested. Whole (a staged
+// row): first is 0 and n a multiple of V, and items past the row's end are
+// skipped whole instead.
 template <class Group, bool Log, bool Whole, class X, class Y, class Items, class ReadAll>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row_items, int n,
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row_items, int n, int first,
                                                         const ReadAll& read_all) {
   constexpr int V = vector_lanes<X, Y>;
   using S = statistic_t<X>;
   constexpr int items = cached_items<V, cached_bytes<X>>;
   constexpr bool fast_exp = !Log && all_16_bit<Y>;
-  // Columns of the item at c inside the row.
-  auto valid = [n](int c) { return Whole ? (c < n ? V : 0) : valid_columns(c, n, V); };
+  if constexpr (Whole) first = 0;
+  const int end = first + n;  // the row's columns are window columns [first, end)
+  auto inside = [end](int c) { return !Whole || c < end; };
   lanes<S, V> cache[items];
   S m = -::cuda::std::numeric_limits<S>::infinity();
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
-    const int valid_k = valid(Group::template column<V>(k));
+    const bool inside_k = inside(Group::template column<V>(k));
     const lanes<X, V> v = row_items(k);
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       cache[k][j] = convert<S>(v[j]);
-      if (j < valid_k) m = ::cuda::std::fmax(m, cache[k][j]);
+      if (inside_k) m = ::cuda::std::fmax(m, cache[k][j]);
     }
   }
   read_all();
@@ -66,12 +73,12 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row
   S s = 0;
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
-    const int valid_k = valid(Group::template column<V>(k));
+    const bool inside_k = inside(Group::template column<V>(k));
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) {
       const S e = row_exp<fast_exp>(cache[k][j] - m);
       if constexpr (!Log) cache[k][j] = e;
-      if (j < valid_k) s += e;
+      if (inside_k) s += e;
     }
   }
   s = Group::all_reduce(s, sum_op{});
@@ -79,11 +86,14 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_cached(Y* out, const Items& row
   FUSOR_UNROLL
   for (int k = 0; k < items; ++k) {
     const int c = Group::template column<V>(k);
-    if (c >= n) continue;
+    if (c >= end) continue;
     lanes<S, V> result;
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j) result[j] = Log ? cache[k][j] - m - log_s : cache[k][j] * inverse;
-    store_columns<true, V>(out, c, n, 1, result);
+    if constexpr (Whole)
+      store_columns<true, V>(out, c, n, 1, result);
+    else
+      store_window<V>(out, c, first, end, result);
   }
 }
 // One row of any length, read twice: online max and sum, then the outputs.
@@ -110,22 +120,25 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, in
   });
 }
 
-// The rows of this thread's group: contiguous rows that fit are cached; any
-// other row is read twice. The body of softmax_kernel (and of the emulated
+// The rows of this thread's group: contiguous rows that fit are cached
+// (through their windows); any other row is read twice. The body of softmax_kernel (and of the emulated
 // kernel the host tests run).
 template <class Group, bool Log, class Y, class X>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const row_matrix<const X>& x) {
   constexpr int V = vector_lanes<X, Y>;
   const int n = int(x.length);
-  const bool fits = n <= Group::template capacity<V, cached_bytes<X>>();
+  const index_t capacity = Group::template capacity<V, cached_bytes<X>>();
   for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
-    const bool contiguous = x.vector_row(in) && y.vector_row(out);
-    if (contiguous && fits) {
+    const int first = window_first<V>(in);
+    if (shares_window<V>(x, in, first) && shares_window<V>(y, out, first) && n + first <= capacity) {
+      constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
       softmax_row_cached<Group, Log, false, X>(
-          out, [&](int k) { return load_columns<true, V>(in, Group::template column<V>(k), n, 1); }, n, [] {});
-    } else if (contiguous) {
+          out,
+          [&](int k) { return load_window<V>(in, Group::template column<V>(k), first, first + n, minus_infinity); }, n,
+          first, [] {});
+    } else if (x.vector_row(in) && y.vector_row(out)) {
       softmax_row_looped<Group, true, Log>(out, in, n, 1, 1);
     } else {
       softmax_row_looped<Group, false, Log>(out, in, n, y.column_stride, x.column_stride);
@@ -153,7 +166,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_staged_rows(const row_matrix<Y>& y,
   for_each_staged_row<Group, V, cached_items<V, cached_bytes<X>>>(
       x.rows, n, stage,
       [&](index_t r, const auto& read_all, const auto& items) {
-        softmax_row_cached<Group, Log, true, X>(y.data + r * y_step, items, n, read_all);
+        softmax_row_cached<Group, Log, true, X>(y.data + r * y_step, items, n, 0, read_all);
       },
       staged_input<X>{x.data, x.offsets.single_step()});
 }
