@@ -2,7 +2,8 @@
 // against the copy bandwidth measured in the same run (a device-to-device
 // cudaMemcpy of 256 MiB, counted as read + written bytes, like the kernels).
 //
-// For rows of n = 4096 ... 131072 elements (2^26 elements per array in all):
+// For rows of n = 4096 ... 131072 elements (2^26 elements per array in all;
+// 50257, GPT-2's vocabulary, has rows that start between 16-byte boundaries):
 // softmax forward (fp32, bf16), softmax backward (fp32), layernorm forward
 // (fp32, bf16), layernorm backward (bf16), and the fused cross-entropy with
 // bf16 logits (losses and the logits' gradient, in place as llm.c does).
@@ -279,7 +280,8 @@ int main() {
   }
   std::printf("%s; copy bandwidth (cudaMemcpy D2D, 256 MiB, read + write) %.0f GB/s\n\n", properties.name, copy_gbps);
   std::printf("| kernel | prec | rows x n | ms | GB/s | / copy | checked |\n|---|---|---|---:|---:|---:|---|\n");
-  for (const index_t n : {index_t(4096), index_t(8192), index_t(32768), index_t(50304), index_t(131072)}) {
+  for (const index_t n :
+       {index_t(4096), index_t(8192), index_t(32768), index_t(50257), index_t(50304), index_t(131072)}) {
     const index_t rows = elements / n;
     softmax_rows<float>(rows, n, stream);
     softmax_rows<fusor::bfloat16>(rows, n, stream);

@@ -46,7 +46,7 @@ def main():
           f"{copy_gbps:.0f} GB/s\n")
     print("| kernel | prec | rows x n | ms | GB/s | / copy |\n|---|---|---|---:|---:|---:|")
     names = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-    for n in (4096, 8192, 32768, 50304, 131072):
+    for n in (4096, 8192, 32768, 50257, 50304, 131072):
         rows = ELEMENTS // n
         for dtype in (torch.float32, torch.bfloat16):
             size = torch.tensor([], dtype=dtype).element_size()
