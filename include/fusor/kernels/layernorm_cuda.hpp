@@ -128,12 +128,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void norm_forward_row(const F& f, index_t r, flo
     variance = Group::all_reduce(squares, sum_op{}) / S(n);
   } else if constexpr (Centered) {
     mean_and_m2<S> stats{0, 0, 0};
-    for_each_item_batched<Group, V>(n, load_x, [&](int c, const lanes<X, V>& v) {
-      const int valid = valid_columns(c, n, V);
-      FUSOR_UNROLL
-      for (int j = 0; j < V; ++j)
-        if (j < valid) stats.add(convert<S>(v[j]));
-    });
+    for_each_item_batched<Group, V>(n, load_x,
+                                    [&](int c, const lanes<X, V>& v) { stats.add(v, valid_columns(c, n, V)); });
     stats = Group::all_reduce(stats, combine_mean_and_m2{});
     mean = stats.mean;
     variance = stats.m2 / S(n);

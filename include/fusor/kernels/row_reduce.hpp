@@ -210,29 +210,56 @@ struct combine_max_and_sum {
   }
 };
 
+// Chan et al.'s combination of two states of a running mean and sum of
+// squared deviations: one division.
+template <class S>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void combine_moments(S& count, S& mean, S& m2, S b_count, S b_mean, S b_m2) {
+  const S n = count + b_count;
+  const S delta = b_mean - mean;
+  const S b_share = b_count / n;
+  mean += delta * b_share;
+  m2 += b_m2 + delta * delta * count * b_share;
+  count = n;
+}
 // Welford's running mean and sum of squared deviations, for rows read twice.
 template <class S>
 struct mean_and_m2 {
   S count;
   S mean;
   S m2;
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void add(S x) {
-    count += S(1);
-    const S delta = x - mean;
-    mean += delta / count;
-    m2 += delta * (x - mean);
+  // The item's first `valid` lanes: their own mean and squared deviations
+  // (two passes over registers), combined into the state in one step. One
+  // division an item, where Welford's update element by element took one
+  // an element.
+  template <int V, class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void add(const lanes<T, V>& v, int valid) {
+    if (valid <= 0) return;
+    S sum = 0;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j)
+      if (j < valid) sum += convert<S>(v[j]);
+    const S item_mean = valid == V ? sum * (S(1) / S(V)) : sum / S(valid);
+    S item_m2 = 0;
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      const S d = convert<S>(v[j]) - item_mean;
+      if (j < valid) item_m2 += d * d;
+    }
+    if (count == S(0)) {
+      count = S(valid), mean = item_mean, m2 = item_m2;
+      return;
+    }
+    combine_moments(count, mean, m2, S(valid), item_mean, item_m2);
   }
 };
-// Chan et al.'s combination of two Welford states.
+// The combination of two mean_and_m2 states (a group's all_reduce).
 struct combine_mean_and_m2 {
   template <class S>
-  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE mean_and_m2<S> operator()(const mean_and_m2<S>& a,
-                                                                 const mean_and_m2<S>& b) const {
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE mean_and_m2<S> operator()(mean_and_m2<S> a, const mean_and_m2<S>& b) const {
     if (a.count == S(0)) return b;
     if (b.count == S(0)) return a;
-    const S n = a.count + b.count;
-    const S delta = b.mean - a.mean;
-    return {n, a.mean + delta * (b.count / n), a.m2 + b.m2 + delta * delta * (a.count * b.count / n)};
+    combine_moments(a.count, a.mean, a.m2, b.count, b.mean, b.m2);
+    return a;
   }
 };
 
