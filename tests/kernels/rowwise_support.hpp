@@ -22,6 +22,10 @@
 
 #include "support/fusor_test.hpp"
 
+#if !FUSOR_HAS_CUDA
+#include <fusor/kernels/row_reduce.hpp>
+#endif
+
 namespace rowwise_test {
 
 using namespace fusor_test;
@@ -105,6 +109,31 @@ std::vector<double> as_doubles(const V& v) {
   std::vector<double> out(static_cast<std::size_t>(h.size()));
   for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
   return out;
+}
+
+// The elements of a poisoned buffer that held a view `head` elements in,
+// with `tail` elements after it: checks that those outside the view are
+// still NaN (nothing written before or after it) and returns the view's.
+inline std::vector<double> inside_guards(std::vector<double> all, std::size_t head, std::size_t tail) {
+  for (std::size_t i = 0; i < head; ++i) CHECK_MESSAGE(std::isnan(all[i]), "written before the view: ", i);
+  for (std::size_t i = all.size() - tail; i < all.size(); ++i)
+    CHECK_MESSAGE(std::isnan(all[i]), "written after the view: ", i);
+  all.erase(all.end() - std::ptrdiff_t(tail), all.end());
+  all.erase(all.begin(), all.begin() + std::ptrdiff_t(head));
+  return all;
+}
+// Elements left after a view in a guarded buffer.
+inline constexpr index_t guard_elements = 16;
+
+// Rows the emulated kernels have cached through a window off a 16-byte
+// boundary so far (row_reduce.hpp shifted_window_rows; host builds, -1 in
+// CUDA builds, where the kernels run on the GPU).
+inline long shifted_window_rows_so_far() {
+#if FUSOR_HAS_CUDA
+  return -1;
+#else
+  return fusor::detail::shifted_window_rows().load();
+#endif
 }
 
 // Counts elements outside |got - want| <= tol * scale + floor and reports the

@@ -21,6 +21,7 @@ namespace {
 // launch a call on the GPU), or in host builds the CUDA kernels' code under
 // the SIMT emulator (row_kernels_emulated.hpp).
 struct library_softmax {
+  static constexpr bool emulated = false;  // the CUDA kernels' bodies under the SIMT emulator
   template <bool Log, class Y, class X>
   static void forward(const Y& y, const X& x) {
     executor ex{};
@@ -44,6 +45,7 @@ struct library_softmax {
 namespace fd = fusor::detail;
 
 struct emulated_softmax {
+  static constexpr bool emulated = true;  // the CUDA kernels' bodies under the SIMT emulator
   template <bool Log, class Y, class X>
   static void forward(const Y& y, const X& x) {
     using fusor::as_view;
@@ -105,6 +107,32 @@ void forward_against_reference() {
   }
 }
 
+// Checks softmax_backward (log = false) or log_softmax_backward output `got`
+// of y and dy (the values stored in P), against the analytic fp64 result.
+template <class P>
+void check_backward(const std::vector<double>& got, const std::vector<double>& ys, const std::vector<double>& dys,
+                    index_t rows, index_t n, bool log, const std::string& what) {
+  checker check(std::string(log ? "log_softmax_backward " : "softmax_backward ") + what);
+  for (index_t r = 0; r < rows; ++r) {
+    double sum = 0, magnitude = 0;
+    for (index_t j = 0; j < n; ++j) {
+      const std::size_t i = std::size_t(r * n + j);
+      sum += log ? dys[i] : dys[i] * ys[i];
+      magnitude += std::fabs(log ? dys[i] : dys[i] * ys[i]);
+    }
+    const double sum_error = statistics_epsilon<P>() * magnitude;
+    for (index_t j = 0; j < n; ++j) {
+      const std::size_t i = std::size_t(r * n + j);
+      const double want = log ? dys[i] - std::exp(ys[i]) * sum : ys[i] * (dys[i] - sum);
+      const double scale = log ? std::fabs(dys[i]) + std::exp(ys[i]) * std::fabs(sum)
+                               : std::fabs(ys[i]) * (std::fabs(dys[i]) + std::fabs(sum));
+      const double floor = row_floor<P>() + (log ? std::exp(ys[i]) : std::fabs(ys[i])) * sum_error;
+      check(got[i], want, scale, row_tolerance<P>(), floor, r, j);
+    }
+  }
+  check.finish();
+}
+
 template <class P, class Run = library_softmax>
 void backward_against_reference() {
   for (const auto [rows, n] : row_shapes()) {
@@ -123,27 +151,8 @@ void backward_against_reference() {
       poison(dx);
       if (log) Run::template backward<true>(dx, y, dy);
       else Run::template backward<false>(dx, y, dy);
-      const auto got = as_doubles(dx);
-      checker check(std::string(log ? "log_softmax_backward " : "softmax_backward ") + precision_name<P>() + " rows " +
-                    std::to_string(rows) + " x " + std::to_string(n));
-      for (index_t r = 0; r < rows; ++r) {
-        double sum = 0, magnitude = 0;
-        for (index_t j = 0; j < n; ++j) {
-          const std::size_t i = std::size_t(r * n + j);
-          sum += log ? dys[i] : dys[i] * ys[i];
-          magnitude += std::fabs(log ? dys[i] : dys[i] * ys[i]);
-        }
-        const double sum_error = statistics_epsilon<P>() * magnitude;
-        for (index_t j = 0; j < n; ++j) {
-          const std::size_t i = std::size_t(r * n + j);
-          const double want = log ? dys[i] - std::exp(ys[i]) * sum : ys[i] * (dys[i] - sum);
-          const double scale = log ? std::fabs(dys[i]) + std::exp(ys[i]) * std::fabs(sum)
-                                   : std::fabs(ys[i]) * (std::fabs(dys[i]) + std::fabs(sum));
-          const double floor = row_floor<P>() + (log ? std::exp(ys[i]) : std::fabs(ys[i])) * sum_error;
-          check(got[i], want, scale, row_tolerance<P>(), floor, r, j);
-        }
-      }
-      check.finish();
+      check_backward<P>(as_doubles(dx), ys, dys, rows, n, log,
+                        std::string(precision_name<P>()) + " rows " + std::to_string(rows) + " x " + std::to_string(n));
     }
   }
 }
@@ -346,9 +355,9 @@ FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precisi
 // fits the group's registers; else read twice. Views `x_offset` and
 // `y_offset` elements into their memory (equal: every row cached, bar those
 // whose window passes a group's capacity, as at 1021 behind a warp's 1024;
-// apart: read twice), and in place.
+// apart: read twice), in place, and the backward's y, dy and dx likewise.
 namespace {
-template <class P, class Run>
+template <class P, class Run, class Y = P>
 void rows_between_boundaries_against_reference() {
   for (const index_t n : {index_t(1021), index_t(4093), index_t(50257)}) {
     const index_t rows = 9;  // row r starts 5r elements past a 16-byte boundary (bf16, n = 1021): every shift
@@ -356,25 +365,62 @@ void rows_between_boundaries_against_reference() {
     const auto xs = as_doubles(hx);
     using space_matrix = view<P, matrix_extents, row_major, space>;
     for (const auto& [x_offset, y_offset] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{5, 0}, std::pair{2, 3}}) {
-      const std::string what = std::string(precision_name<P>()) + " rows of " + std::to_string(n) + ", x " +
-                               std::to_string(x_offset) + " and y " + std::to_string(y_offset) + " elements in";
+      const std::string what = std::string(precision_name<P>()) + " to " + precision_name<Y>() + " rows of " +
+                               std::to_string(n) + ", x " + std::to_string(x_offset) + " and y " +
+                               std::to_string(y_offset) + " elements in";
       host_tensor<P, vector_extents> hflat(rows * n + x_offset);
       for (index_t i = 0; i < rows * n; ++i) hflat(i + x_offset) = hx.data()[i];
       const auto flat = to_space(hflat);
       for (const bool log : {false, true}) {
-        space_tensor<P, vector_extents> out(rows * n + y_offset);
+        space_tensor<Y, vector_extents> out(rows * n + y_offset + guard_elements);
         poison(out);
-        const space_matrix y(out.data() + y_offset, rows, n), x(flat.data() + x_offset, rows, n);
+        const view<Y, matrix_extents, row_major, space> y(out.data() + y_offset, rows, n);
+        const space_matrix x(flat.data() + x_offset, rows, n);
+        const long shifted_before = shifted_window_rows_so_far();
         if (log)
           Run::template forward<true>(y, x);
         else
           Run::template forward<false>(y, x);
-        auto got = as_doubles(out);
-        for (int i = 0; i < y_offset; ++i) CHECK(std::isnan(got[std::size_t(i)]));  // nothing before the view
-        got.erase(got.begin(), got.begin() + y_offset);
-        check_forward(got, xs, rows, n, log, row_tolerance<P>(), row_floor<P>(), (log ? "log " : "") + what);
+        // Emulated: x and y at equal offsets share their windows, and rows off a boundary are cached through
+        // them; apart (these pairs never line up) every row is read twice.
+        if constexpr (Run::emulated) CHECK((shifted_window_rows_so_far() > shifted_before) == (x_offset == y_offset));
+        const auto got = inside_guards(as_doubles(out), std::size_t(y_offset), guard_elements);
+        check_forward(got, xs, rows, n, log, row_tolerance<Y>(), row_floor<Y>(), (log ? "log " : "") + what);
       }
     }
+    if constexpr (!std::is_same_v<P, Y>) continue;  // the rest: one precision
+    // Backward: y, dy and dx at offsets (equal: cached; dx apart: read twice).
+    const auto ys_double = softmax_reference(
+        as_doubles(random_matrix<double>(rows, n, std::uint32_t(4100 + n), -4.0, 4.0)), rows, n, false);
+    host_tensor<P, matrix_extents> hy(rows, n);
+    for (index_t i = 0; i < hy.size(); ++i) hy.data()[i] = convert<P>(ys_double[std::size_t(i)]);
+    const auto hdy = random_matrix<P>(rows, n, std::uint32_t(4200 + n), -1.0, 1.0);
+    const auto ys = as_doubles(hy), dys = as_doubles(hdy);
+    for (const auto& [in_offset, dx_offset] : {std::pair{3, 3}, std::pair{7, 7}, std::pair{1, 2}}) {
+      auto offset_copy = [&](const host_tensor<P, matrix_extents>& h) {
+        host_tensor<P, vector_extents> flat(rows * n + in_offset);
+        for (index_t i = 0; i < rows * n; ++i) flat(i + in_offset) = h.data()[i];
+        return to_space(flat);
+      };
+      auto y_flat = offset_copy(hy), dy_flat = offset_copy(hdy);
+      const space_matrix y(y_flat.data() + in_offset, rows, n), dy(dy_flat.data() + in_offset, rows, n);
+      for (const bool log : {false, true}) {
+        space_tensor<P, vector_extents> dx_flat(rows * n + dx_offset + guard_elements);
+        poison(dx_flat);
+        const space_matrix dx(dx_flat.data() + dx_offset, rows, n);
+        const long shifted_before = shifted_window_rows_so_far();
+        if (log)
+          Run::template backward<true>(dx, y, dy);
+        else
+          Run::template backward<false>(dx, y, dy);
+        if constexpr (Run::emulated) CHECK((shifted_window_rows_so_far() > shifted_before) == (in_offset == dx_offset));
+        const auto got = inside_guards(as_doubles(dx_flat), std::size_t(dx_offset), guard_elements);
+        check_backward<P>(got, ys, dys, rows, n, log,
+                          "rows of " + std::to_string(n) + ", y and dy " + std::to_string(in_offset) + " and dx " +
+                              std::to_string(dx_offset) + " elements in");
+      }
+    }
+
     // In place, three elements in.
     host_tensor<P, vector_extents> hflat(rows * n + 3);
     for (index_t i = 0; i < rows * n; ++i) hflat(i + 3) = hx.data()[i];
@@ -389,12 +435,14 @@ void rows_between_boundaries_against_reference() {
 }
 }  // namespace
 
-FUSOR_TEST_CASE("softmax: rows that start between 16-byte boundaries, cached through their windows") {
+FUSOR_TEST_CASE("softmax and its backward: rows that start between 16-byte boundaries, cached through their windows") {
   rows_between_boundaries_against_reference<bfloat16, library_softmax>();
   rows_between_boundaries_against_reference<float, library_softmax>();
+  rows_between_boundaries_against_reference<bfloat16, library_softmax, float>();
 #if !FUSOR_HAS_CUDA
   rows_between_boundaries_against_reference<bfloat16, emulated_softmax>();
   rows_between_boundaries_against_reference<float, emulated_softmax>();
+  rows_between_boundaries_against_reference<bfloat16, emulated_softmax, float>();
 #endif
 }
 

@@ -8,3 +8,6 @@ fusor_add_test_suite(rowwise
   HOST_TESTS
     kernels/test_row_launch.cpp
 )
+# The kernels' bodies run under the SIMT emulator here: every 16-byte vector
+# access they make is checked for the alignment the GPU needs.
+target_compile_definitions(fusor_rowwise_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)

@@ -6,6 +6,11 @@
 #pragma once
 
 #include <cstddef>
+#if defined(FUSOR_CHECK_VECTOR_ALIGNMENT)
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#endif
 
 #include <cuda/std/array>
 
@@ -33,6 +38,21 @@ namespace detail {
 struct alignas(16) sixteen_bytes {
   unsigned int x, y, z, w;
 };
+// The host tests that run device code under the SIMT emulator define
+// FUSOR_CHECK_VECTOR_ALIGNMENT: there a 16-byte access the GPU would make at
+// an address off a 16-byte boundary (a fault there) stops the test here.
+template <int V, bool Aligned, class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void check_vector_access([[maybe_unused]] const T* p) {
+#if defined(FUSOR_CHECK_VECTOR_ALIGNMENT) && !FUSOR_DEVICE_PASS
+  if constexpr (Aligned && whole_chunks_v<T, V>) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) {
+      std::fprintf(stderr, "fusor: a 16-byte vector access at %p, off a 16-byte boundary\n",
+                   static_cast<const void*>(p));
+      std::abort();
+    }
+  }
+#endif
+}
 }  // namespace detail
 
 /// Loads p[0, V); in device code, as 16-byte loads when `Aligned` (p 16-byte aligned) and V elements are
@@ -40,6 +60,7 @@ struct alignas(16) sixteen_bytes {
 template <int V, bool Aligned, class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_lanes(const T* p) {
   lanes<T, V> out;
+  detail::check_vector_access<V, Aligned>(p);
 #if FUSOR_DEVICE_PASS
   if constexpr (Aligned && whole_chunks_v<T, V>) {
     // One 16-byte load per chunk: ld.global.v4 in the SASS.
@@ -60,6 +81,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE lanes<T, V> load_lanes(const T* p) {
 /// Stores `values` to p[0, V); in device code, as 16-byte stores when `Aligned` and V elements are whole chunks.
 template <int V, bool Aligned, class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE void store_lanes(T* p, const lanes<T, V>& values) {
+  detail::check_vector_access<V, Aligned>(p);
 #if FUSOR_DEVICE_PASS
   if constexpr (Aligned && whole_chunks_v<T, V>) {
     const auto* src = reinterpret_cast<const detail::sixteen_bytes*>(&values[0]);

@@ -175,11 +175,12 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
                                                         losses[r], n);
       continue;
     }
-    const int first = window_first<V>(in);
-    if (shares_window<V>(logits, in, first) && (!WithGradient || shares_window<V>(dlogits, grad, first)) &&
-        n + first <= capacity)
+    const int first = !WithGradient || sizeof(X) <= sizeof(G) ? window_first(in) : window_first(grad);
+    if (shares_window(logits, in, first) && (!WithGradient || shares_window(dlogits, grad, first)) &&
+        n <= capacity - first) {
+      count_shifted_window_row<Group>(first);
       cross_entropy_row<Group, true, true, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale, first);
-    else if (logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad)))
+    } else if (logits.vector_row(in) && (!WithGradient || dlogits.vector_row(grad)))
       cross_entropy_row<Group, true, false, WithGradient>(grad, 1, losses[r], in, 1, n, target, scale);
     else
       cross_entropy_row<Group, false, false, WithGradient>(grad, dlogits.column_stride, losses[r], in,

@@ -11,7 +11,10 @@
 // Thread `lane` of a group owns columns (k * threads + lane) * V + [0, V) for
 // k = 0, 1, ...; a row of at most threads * cached_row_elements elements is
 // read once into registers and written from there (one pass over memory),
-// longer rows are read twice (statistics, then outputs). Column ownership is
+// longer rows are read twice (statistics, then outputs). A row that starts
+// between 16-byte boundaries is cached through the aligned window around it
+// (softmax and cross-entropy: "rows that start between item boundaries"
+// below), whose columns the threads own in the same way. Column ownership is
 // the same in both cases, which the parameter-gradient accumulators of the
 // normalisation backward passes rely on. Reductions use a fixed tree for a
 // given group size, so results are deterministic run to run.
@@ -317,26 +320,48 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, in
 }
 
 // ---- rows that start between item boundaries ---------------------------------------
-// A contiguous row whose start lies `first` elements past the boundary of a
-// V-element item (a row of 50257 bf16 logits: row r starts r elements past a
-// 16-byte boundary, modulo 8) is held in the items of the aligned window
-// around it: window column c is row column c - first, so the row's own
-// columns are [first, first + n). Items wholly inside the row move as
-// vectors; the partial items at its two ends, element by element: nothing
-// outside the row is read or written (in place, the row before is another
-// group's). Such a row is cached, read once, as aligned rows are.
+// A contiguous row whose start lies `first` elements past a 16-byte boundary
+// (a row of 50257 bf16 logits: row r starts r elements past one, modulo 8)
+// is held in the items of the aligned window around it: window column c is
+// row column c - first, so the row's own columns are [first, first + n), and
+// thread `lane` owns window columns as it owns a row's columns. Items wholly
+// inside the row move as 16-byte vectors; the partial items at its two ends,
+// element by element: nothing outside the row is read or written (in place,
+// the row before is another group's). Such a row is cached, read once, as
+// aligned rows are, where its window (n + first columns) fits the group.
 
-// Elements by which `row` lies past the V-element item boundary before it.
-template <int V, class T>
+// Elements by which `row` lies past the 16-byte boundary before it (the
+// window of the row's operands, taken from the one with the smallest
+// elements, whose V-element items are 16 bytes).
+template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int window_first(const T* row) {
-  return int(reinterpret_cast<std::uintptr_t>(row) % (V * sizeof(T)) / sizeof(T));
+  return int(reinterpret_cast<std::uintptr_t>(row) % 16 / sizeof(T));
 }
-// Whether `row` of `m` moves through a window starting `first` elements past
-// an item boundary: unit stride, and as far past its own boundary.
-template <int V, class T>
+// Whether `row` of `m` moves through a window whose column 0 lies `first`
+// elements before it: unit stride, and that column on a 16-byte boundary
+// (every item of V columns, a multiple of 16 bytes, then starts on one).
+template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE bool shares_window(const row_matrix<T>& m, T* row, int first) {
-  return m.column_stride == 1 && window_first<V>(row) == first;
+  return m.column_stride == 1 && (reinterpret_cast<std::uintptr_t>(row) - std::uintptr_t(first) * sizeof(T)) % 16 == 0;
 }
+#if !FUSOR_HAS_CUDA
+// Rows cached through a window off a 16-byte boundary (first > 0), counted
+// where the kernels' bodies run on the host: under the SIMT emulator, in the
+// host tests, which check with it that such rows take that path.
+inline std::atomic<long>& shifted_window_rows() {
+  static std::atomic<long> rows{0};
+  return rows;
+}
+#endif
+// Counts a row of Group cached through a window `first` elements off a
+// boundary, once (lane 0), on the host; nothing on a GPU.
+template <class Group>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void count_shifted_window_row([[maybe_unused]] int first) {
+#if !FUSOR_HAS_CUDA
+  if (first != 0 && Group::lane() == 0) shifted_window_rows().fetch_add(1, std::memory_order_relaxed);
+#endif
+}
+
 // Window columns [c, c + V) of the row starting at `row`, `first` elements
 // past an item boundary, whose columns end at window column `end`; columns
 // outside the row read as `outside` (-inf for a maximum and a sum of exp).

@@ -131,8 +131,9 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const 
   for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
-    const int first = window_first<V>(in);
-    if (shares_window<V>(x, in, first) && shares_window<V>(y, out, first) && n + first <= capacity) {
+    const int first = sizeof(X) <= sizeof(Y) ? window_first(in) : window_first(out);
+    if (shares_window(x, in, first) && shares_window(y, out, first) && n <= capacity - first) {
+      count_shifted_window_row<Group>(first);
       constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
       softmax_row_cached<Group, Log, false, X>(
           out,
@@ -171,76 +172,103 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_staged_rows(const row_matrix<Y>& y,
       staged_input<X>{x.data, x.offsets.single_step()});
 }
 
-// dx for one row; the row is cached in registers when it fits.
-template <class Group, bool Contiguous, bool Log, class DX, class Y, class DY>
-FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row(DX* dxr, const Y* yr, const DY* dyr, int n,
-                                                        const row_matrix<DX>& dx, const row_matrix<const Y>& y,
-                                                        const row_matrix<const DY>& dy) {
+// The softmax (or log-softmax) backward's value of one column: dy - exp(y) sum
+// or y (dy - sum), where sum is the row's total of dy (or dy * y).
+template <bool Log, class S, int V, class Y, class DY>
+FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<S, V> softmax_backward_columns(const lanes<Y, V>& yv, const lanes<DY, V>& g,
+                                                                     S sum) {
+  lanes<S, V> result;
+  FUSOR_UNROLL
+  for (int j = 0; j < V; ++j) {
+    const S yj = convert<S>(yv[j]), gj = convert<S>(g[j]);
+    result[j] = Log ? gj - ::cuda::std::exp(yj) * sum : yj * (gj - sum);
+  }
+  return result;
+}
+
+// dx for one contiguous row cached in registers, read through the windows
+// around y, dy and dx (load_window), which start `first` elements past an
+// item boundary (0 where aligned). Lanes outside the row read as zero, so
+// their terms of the sum are zero and no lane is tested.
+template <class Group, bool Log, class DX, class Y, class DY>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row_cached(DX* dxr, const Y* yr, const DY* dyr, int n,
+                                                                 int first) {
   using S = statistic_t<Y>;
   constexpr int V = vector_lanes<DX, Y, DY>;
   constexpr int items = cached_items<V, cached_bytes<Y, DY>>;
-  auto load_y = [&](int c) { return load_columns<Contiguous, V>(yr, c, n, y.column_stride); };
-  auto load_dy = [&](int c) { return load_columns<Contiguous, V>(dyr, c, n, dy.column_stride); };
-  auto sum_term = [](const lanes<Y, V>& yv, const lanes<DY, V>& g, int valid) {
-    S t = 0;
+  const int end = first + n;
+  lanes<Y, V> ycache[items];
+  lanes<DY, V> gcache[items];
+  S sum = 0;
+  FUSOR_UNROLL
+  for (int k = 0; k < items; ++k) {
+    const int c = Group::template column<V>(k);
+    ycache[k] = load_window<V>(yr, c, first, end, 0.0f);
+    gcache[k] = load_window<V>(dyr, c, first, end, 0.0f);
     FUSOR_UNROLL
     for (int j = 0; j < V; ++j)
-      if (j < valid) t += Log ? convert<S>(g[j]) : convert<S>(g[j]) * convert<S>(yv[j]);
-    return t;
-  };
-  auto write = [&](int c, const lanes<Y, V>& yv, const lanes<DY, V>& g, S sum) {
-    lanes<S, V> result;
-    FUSOR_UNROLL
-    for (int j = 0; j < V; ++j) {
-      const S yj = convert<S>(yv[j]), gj = convert<S>(g[j]);
-      result[j] = Log ? gj - ::cuda::std::exp(yj) * sum : yj * (gj - sum);
-    }
-    store_columns<Contiguous, V>(dxr, c, n, dx.column_stride, result);
-  };
-  if (Contiguous && n <= Group::template capacity<V, cached_bytes<Y, DY>>()) {
-    lanes<Y, V> ycache[items];
-    lanes<DY, V> gcache[items];
-    S sum = 0;
-    FUSOR_UNROLL
-    for (int k = 0; k < items; ++k) {
-      const int c = Group::template column<V>(k);
-      ycache[k] = load_y(c);
-      gcache[k] = load_dy(c);
-      sum += sum_term(ycache[k], gcache[k], valid_columns(c, n, V));
-    }
-    sum = Group::all_reduce(sum, sum_op{});
-    FUSOR_UNROLL
-    for (int k = 0; k < items; ++k) {
-      const int c = Group::template column<V>(k);
-      if (c < n) write(c, ycache[k], gcache[k], sum);
-    }
-  } else {
-    struct item {
-      lanes<Y, V> y;
-      lanes<DY, V> dy;
-    };
-    auto load = [&](int c) { return item{load_y(c), load_dy(c)}; };
-    S sum = 0;
-    for_each_item_batched<Group, V>(n, load,
-                                    [&](int c, const item& t) { sum += sum_term(t.y, t.dy, valid_columns(c, n, V)); });
-    sum = Group::all_reduce(sum, sum_op{});
-    for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) { write(c, t.y, t.dy, sum); });
+      sum += Log ? convert<S>(gcache[k][j]) : convert<S>(gcache[k][j]) * convert<S>(ycache[k][j]);
+  }
+  sum = Group::all_reduce(sum, sum_op{});
+  FUSOR_UNROLL
+  for (int k = 0; k < items; ++k) {
+    const int c = Group::template column<V>(k);
+    if (c < end) store_window<V>(dxr, c, first, end, softmax_backward_columns<Log>(ycache[k], gcache[k], sum));
   }
 }
 
-// The rows of this thread's group: the body of softmax_backward_kernel.
+// dx for one row of any length, read twice: the sum, then dx.
+template <class Group, bool Contiguous, bool Log, class DX, class Y, class DY>
+FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row_looped(DX* dxr, const Y* yr, const DY* dyr, int n,
+                                                                 const row_matrix<DX>& dx, const row_matrix<const Y>& y,
+                                                                 const row_matrix<const DY>& dy) {
+  using S = statistic_t<Y>;
+  constexpr int V = vector_lanes<DX, Y, DY>;
+  struct item {
+    lanes<Y, V> y;
+    lanes<DY, V> dy;
+  };
+  auto load = [&](int c) {
+    return item{load_columns<Contiguous, V>(yr, c, n, y.column_stride),
+                load_columns<Contiguous, V>(dyr, c, n, dy.column_stride)};
+  };
+  S sum = 0;
+  // Columns past the end read as zero: their terms are zero.
+  for_each_item_batched<Group, V>(n, load, [&](int, const item& t) {
+    FUSOR_UNROLL
+    for (int j = 0; j < V; ++j) sum += Log ? convert<S>(t.dy[j]) : convert<S>(t.dy[j]) * convert<S>(t.y[j]);
+  });
+  sum = Group::all_reduce(sum, sum_op{});
+  for_each_item_batched<Group, V>(n, load, [&](int c, const item& t) {
+    store_columns<Contiguous, V>(dxr, c, n, dx.column_stride, softmax_backward_columns<Log>(t.y, t.dy, sum));
+  });
+}
+
+// The rows of this thread's group: the body of softmax_backward_kernel. A
+// contiguous row whose window fits the group's registers is cached (y, dy
+// and dx as far past an item boundary: aligned rows, and rows of an odd
+// length); any other row is read twice.
 template <class Group, bool Log, class DX, class Y, class DY>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>& dx, const row_matrix<const Y>& y,
                                                            const row_matrix<const DY>& dy) {
+  constexpr int V = vector_lanes<DX, Y, DY>;
   const int n = int(y.length);
+  const index_t capacity = Group::template capacity<V, cached_bytes<Y, DY>>();
   for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step()) {
     const Y* yr = y.row(r);
     const DY* dyr = dy.row(r);
     DX* dxr = dx.row(r);
-    if (y.vector_row(yr) && dy.vector_row(dyr) && dx.vector_row(dxr))
-      softmax_backward_row<Group, true, Log>(dxr, yr, dyr, n, dx, y, dy);
+    const int first = sizeof(DX) <= sizeof(Y) && sizeof(DX) <= sizeof(DY) ? window_first(dxr)
+                      : sizeof(DY) <= sizeof(Y)                           ? window_first(dyr)
+                                                                          : window_first(yr);
+    if (shares_window(y, yr, first) && shares_window(dy, dyr, first) && shares_window(dx, dxr, first) &&
+        n <= capacity - first) {
+      count_shifted_window_row<Group>(first);
+      softmax_backward_row_cached<Group, Log>(dxr, yr, dyr, n, first);
+    } else if (y.vector_row(yr) && dy.vector_row(dyr) && dx.vector_row(dxr))
+      softmax_backward_row_looped<Group, true, Log>(dxr, yr, dyr, n, dx, y, dy);
     else
-      softmax_backward_row<Group, false, Log>(dxr, yr, dyr, n, dx, y, dy);
+      softmax_backward_row_looped<Group, false, Log>(dxr, yr, dyr, n, dx, y, dy);
   }
 }
 
