@@ -13,3 +13,6 @@ fusor_add_test_suite(optim
     optim/test_pruning.cpp
     optim/test_step_scalars.cpp
 )
+# Kernel bodies run under the SIMT emulator here: every 16-byte vector access
+# they make is checked for the alignment the GPU needs.
+target_compile_definitions(fusor_optim_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)

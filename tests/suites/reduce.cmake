@@ -6,3 +6,6 @@ fusor_add_test_suite(reduce
     kernels/test_reduce.cpp
     kernels/test_reduce_semantics.cpp
 )
+# Kernel bodies run under the SIMT emulator here: every 16-byte vector access
+# they make is checked for the alignment the GPU needs.
+target_compile_definitions(fusor_reduce_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
