@@ -15,4 +15,6 @@ fusor_add_test_suite(optim
 )
 # Kernel bodies run under the SIMT emulator here: every 16-byte vector access
 # they make is checked for the alignment the GPU needs.
-target_compile_definitions(fusor_optim_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+if(TARGET fusor_optim_tests)
+  target_compile_definitions(fusor_optim_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+endif()

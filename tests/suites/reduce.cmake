@@ -8,4 +8,6 @@ fusor_add_test_suite(reduce
 )
 # Kernel bodies run under the SIMT emulator here: every 16-byte vector access
 # they make is checked for the alignment the GPU needs.
-target_compile_definitions(fusor_reduce_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+if(TARGET fusor_reduce_tests)
+  target_compile_definitions(fusor_reduce_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+endif()

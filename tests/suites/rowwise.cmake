@@ -10,4 +10,6 @@ fusor_add_test_suite(rowwise
 )
 # The kernels' bodies run under the SIMT emulator here: every 16-byte vector
 # access they make is checked for the alignment the GPU needs.
-target_compile_definitions(fusor_rowwise_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+if(TARGET fusor_rowwise_tests)
+  target_compile_definitions(fusor_rowwise_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
+endif()
