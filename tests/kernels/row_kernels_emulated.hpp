@@ -69,9 +69,11 @@ void softmax(const fd::row_matrix<Y>& y, const fd::row_matrix<const X>& x) {
 
 template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression(const fd::row_matrix<Y>& y, const fd::expression_rows<E, Rank>& x) {
-  fd::with_expression_row_group<fd::emulated_simt>(y.length, [&](auto group, fd::row_launch shape) {
-    launch_rows(shape, y.rows, [&] { fd::softmax_expression_rows<decltype(group), Log>(y, x); });
-  });
+  using X = fd::expression_row_value_t<E, Rank>;
+  fd::with_row_group<fd::emulated_simt, fd::vector_lanes<X, Y>, fd::cached_bytes<X>>(
+      y.length, [&](auto group, fd::row_launch shape) {
+        launch_rows(shape, y.rows, [&] { fd::softmax_expression_rows<decltype(group), Log>(y, x); });
+      });
 }
 
 template <bool Log, class DX, class Y, class DY>

@@ -447,11 +447,13 @@ FUSOR_TEST_CASE("softmax and its backward: rows that start between 16-byte bound
 }
 
 // The input as an expression: x * 0.125 + a bias row broadcast over the rows,
-// bf16 x, fp32 output; one launch, nothing materialised.
+// bf16 x, fp32 output; one launch, nothing materialised. Rows are evaluated
+// once where the output's window fits the group (50304: a cluster on sm_90),
+// into an aligned output and one an element in (through its window).
 namespace {
 template <class Run>
 void expression_against_reference() {
-  for (const index_t n : {index_t(5), index_t(1000), index_t(20000)}) {
+  for (const index_t n : {index_t(5), index_t(1000), index_t(20000), index_t(50304)}) {
     const index_t rows = 6;
     INFO("length ", n);
     const auto hx = random_matrix<bfloat16>(rows, n, std::uint32_t(9000 + n), -20.0, 20.0);
@@ -467,6 +469,15 @@ void expression_against_reference() {
       for (index_t j = 0; j < n; ++j) inputs[std::size_t(r * n + j)] = to_double(hx(r, j)) * 0.125 + hbias(j);
     check_forward(as_doubles(y), inputs, rows, n, false, 3e-5, 0, "softmax(x * 0.125 + bias)");
     check_forward(as_doubles(log_y), inputs, rows, n, true, 3e-5, 0, "log_softmax(x * 0.125 + bias)");
+
+    space_tensor<float, vector_extents> shifted(rows * n + 1 + guard_elements);
+    poison(shifted);
+    const long shifted_before = shifted_window_rows_so_far();
+    Run::template forward<false>(view<float, matrix_extents, row_major, space>(shifted.data() + 1, rows, n),
+                                 x * 0.125f + bias);
+    if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted_before);
+    check_forward(inside_guards(as_doubles(shifted), 1, guard_elements), inputs, rows, n, false, 3e-5, 0,
+                  "softmax(x * 0.125 + bias) into a view one element in");
   }
 }
 }  // namespace

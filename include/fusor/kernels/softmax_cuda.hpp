@@ -7,9 +7,10 @@
 // exp(x - max), both over the cached values, then the outputs. A row that
 // starts between 16-byte boundaries (odd lengths) is cached too, through the
 // aligned window around it (load_window), where its output row starts as far
-// past one. Any other row (longer, strided, its output shifted otherwise, or
-// an expression) is read twice, several items a thread at a time: an online
-// max and sum in one pass, then the outputs.
+// past one; so is an expression's row (evaluated element by element) whose
+// output is contiguous. Any other row (longer, strided, its output shifted
+// otherwise) is read twice, several items a thread at a time: an online max
+// and sum in one pass, then the outputs.
 // Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
 // row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
 // The forward of 16-bit rows that are cached, whole 16-byte items at one
@@ -272,23 +273,40 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>&
   }
 }
 
-// softmax of an expression: every row read twice, element by element. The
-// body of softmax_expression_kernel.
+// The values of an expression's rows.
+template <class E, std::size_t Rank>
+using expression_row_value_t = row_value_t<typename expression_rows<E, Rank>::reader>;
+
+// softmax of an expression, element by element (no 16-byte vectors on the
+// input): a row whose output's window fits the group's registers is
+// evaluated once into them (the cached path: out through its window); any
+// other row is evaluated twice. The body of softmax_expression_kernel.
 template <class Group, bool Log, class Y, class E, std::size_t Rank>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_expression_rows(const row_matrix<Y>& y,
                                                              const expression_rows<E, Rank>& x) {
+  using X = expression_row_value_t<E, Rank>;
+  constexpr int V = vector_lanes<X, Y>;
   const int n = int(y.length);
-  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step())
-    softmax_row_looped<Group, false, Log>(y.row(r), x.row(r), n, y.column_stride, 1);
-}
-// launch(Group{}, shape) for an expression's rows of `length`, read twice: a
-// warp each up to 1024 elements, else a 512-thread block.
-template <class Simt, class Launch>
-void with_expression_row_group(index_t length, const Launch& launch) {
-  if (length <= 1024)
-    launch(warp_row_group<Simt>{}, warp_row_launch);
-  else
-    launch(block_row_group<Simt>{}, block_row_launch);
+  const index_t capacity = Group::template capacity<V, cached_bytes<X>>();
+  for (index_t r = Group::first_row(); r < y.rows; r += Group::row_step()) {
+    Y* out = y.row(r);
+    const auto in = x.row(r);
+    const int first = window_first(out);
+    if (shares_window(y, out, first) && n <= capacity - first) {
+      count_shifted_window_row<Group>(first);
+      constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
+      auto items = [&](int k) {
+        const int c = Group::template column<V>(k) - first;  // the item's first row column
+        lanes<X, V> v;
+        FUSOR_UNROLL
+        for (int j = 0; j < V; ++j) v[j] = c + j >= 0 && c + j < n ? X(in[c + j]) : convert<X>(minus_infinity);
+        return v;
+      };
+      softmax_row_cached<Group, Log, false, X>(out, items, n, first, [] {});
+    } else {
+      softmax_row_looped<Group, false, Log>(out, in, n, y.column_stride, 1);
+    }
+  }
 }
 
 #if FUSOR_HAS_CUDA
@@ -336,7 +354,8 @@ template <bool Log, class Y, class E, std::size_t Rank>
 void softmax_expression_cuda(const row_matrix<Y>& y, const expression_rows<E, Rank>& x, const cuda_executor& ex) {
   gpu::require("softmax on the cuda executor");
   if (y.rows == 0 || y.length == 0) return;
-  with_expression_row_group<device_simt>(y.length, [&](auto group, row_launch shape) {
+  using X = expression_row_value_t<E, Rank>;
+  with_row_group<device_simt, vector_lanes<X, Y>, cached_bytes<X>>(y.length, [&](auto group, row_launch shape) {
     launch_rows<softmax_expression_kernel<decltype(group), Log, Y, E, Rank>>(shape, y.rows, 0, ex.stream, y, x);
   });
 }
