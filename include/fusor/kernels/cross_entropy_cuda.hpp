@@ -8,8 +8,9 @@
 // staged_row in row_reduce.hpp). Rows that start between 16-byte boundaries
 // (a vocabulary of 50257) are cached as well, through the aligned window
 // around each (load_window), where the gradient row starts as far past one.
-// The kernels' bodies (cross_entropy_rows, count_targets, cross_entropy_reduce_block) are written
-// against the Simt policy: the host tests run them under the SIMT emulator
+// The kernels' bodies (cross_entropy_rows, count_targets,
+// cross_entropy_reduce_block) are written against the Simt policy: the host
+// tests run them under the SIMT emulator
 // (tests/kernels/row_kernels_emulated.hpp).
 #pragma once
 
@@ -34,8 +35,8 @@ namespace fusor::detail {
 // (cross_entropy_staged_rows) gives a cached, contiguous row's items:
 // items(k) is this thread's item k, and read_all() is called once all are
 // read; without them (null) the row is loaded here. Cached, not staged: the
-// row and its gradient row start `first` elements past an item boundary, and
-// move through their windows (load_window).
+// row and its gradient row start `first` elements past a 16-byte boundary,
+// and move through their windows (load_window).
 template <class Group, bool Contiguous, bool Cached, bool WithGradient, class G, class L, class X,
           class Items = std::nullptr_t, class ReadAll = std::nullptr_t>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_row(G* grad, index_t grad_stride, L& loss, const X* in,

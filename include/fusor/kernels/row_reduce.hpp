@@ -363,8 +363,9 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void count_shifted_window_row([[maybe_unused]] i
 }
 
 // Window columns [c, c + V) of the row starting at `row`, `first` elements
-// past an item boundary, whose columns end at window column `end`; columns
-// outside the row read as `outside` (-inf for a maximum and a sum of exp).
+// past a 16-byte boundary, whose columns end at window column `end`; columns
+// outside the row read as `outside` (-inf for a maximum and a sum of exp,
+// 0 for a sum).
 template <int V, class T>
 FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<std::remove_const_t<T>, V> load_window(T* row, int c, int first, int end,
                                                                              float outside) {

@@ -42,8 +42,8 @@ namespace fusor::detail {
 // twice).
 // items(k) gives this thread's item k of the window around the row (from
 // memory, load_window, or from a staged row), and read_all() is called once
-// all are read. The row starts `first` elements past an item boundary, and
-// `out` as far past one. Lanes outside the row read as -inf: they change
+// all are read. The row starts `first` elements past a 16-byte boundary,
+// and `out`'s window where the row's does. Lanes outside the row read as -inf: they change
 // neither the maximum nor the sum, so no lane is tested. Whole (a staged
 // row): first is 0 and n a multiple of V, and items past the row's end are
 // skipped whole instead.
@@ -121,9 +121,9 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_row_looped(Y* out, const In& in, in
   });
 }
 
-// The rows of this thread's group: contiguous rows that fit are cached
-// (through their windows); any other row is read twice. The body of softmax_kernel (and of the emulated
-// kernel the host tests run).
+// The rows of this thread's group: contiguous rows whose windows fit are
+// cached; any other row is read twice. The body of softmax_kernel (and of
+// the emulated kernel the host tests run).
 template <class Group, bool Log, class Y, class X>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const row_matrix<const X>& x) {
   constexpr int V = vector_lanes<X, Y>;
@@ -188,8 +188,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE lanes<S, V> softmax_backward_columns(const lanes
 }
 
 // dx for one contiguous row cached in registers, read through the windows
-// around y, dy and dx (load_window), which start `first` elements past an
-// item boundary (0 where aligned). Lanes outside the row read as zero, so
+// around y, dy and dx (load_window), which start `first` elements past a
+// 16-byte boundary (0 where aligned). Lanes outside the row read as zero, so
 // their terms of the sum are zero and no lane is tested.
 template <class Group, bool Log, class DX, class Y, class DY>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row_cached(DX* dxr, const Y* yr, const DY* dyr, int n,
@@ -247,8 +247,8 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_row_looped(DX* dxr, const 
 
 // The rows of this thread's group: the body of softmax_backward_kernel. A
 // contiguous row whose window fits the group's registers is cached (y, dy
-// and dx as far past an item boundary: aligned rows, and rows of an odd
-// length); any other row is read twice.
+// and dx sharing the window: aligned rows, and rows of any length whose
+// operands line up); any other row is read twice.
 template <class Group, bool Log, class DX, class Y, class DY>
 FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>& dx, const row_matrix<const Y>& y,
                                                            const row_matrix<const DY>& dy) {
