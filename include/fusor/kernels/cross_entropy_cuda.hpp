@@ -7,7 +7,8 @@
 // group fetches its next row into shared memory while it works on one:
 // staged_row in row_reduce.hpp). Rows that start between 16-byte boundaries
 // (a vocabulary of 50257) are cached as well, through the aligned window
-// around each (load_window), where the gradient row starts as far past one.
+// around each (load_window), where the gradient row's window starts on a
+// 16-byte boundary too.
 // The kernels' bodies (cross_entropy_rows, count_targets,
 // cross_entropy_reduce_block) are written against the Simt policy: the host
 // tests run them under the SIMT emulator

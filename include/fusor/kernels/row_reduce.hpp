@@ -13,8 +13,8 @@
 // read once into registers and written from there (one pass over memory),
 // longer rows are read twice (statistics, then outputs). A row that starts
 // between 16-byte boundaries is cached through the aligned window around it
-// (softmax and cross-entropy: "rows that start between item boundaries"
-// below), whose columns the threads own in the same way. Column ownership is
+// (softmax, its backward, cross-entropy: "rows that start between 16-byte
+// boundaries" below), whose columns the threads own in the same way. Column ownership is
 // the same in both cases, which the parameter-gradient accumulators of the
 // normalisation backward passes rely on. Reductions use a fixed tree for a
 // given group size, so results are deterministic run to run.
@@ -319,7 +319,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, in
     if (c + j < length) row[Contiguous ? index_t(c + j) : index_t(c + j) * stride] = raw[j];
 }
 
-// ---- rows that start between item boundaries ---------------------------------------
+// ---- rows that start between 16-byte boundaries ------------------------------------
 // A contiguous row whose start lies `first` elements past a 16-byte boundary
 // (a row of 50257 bf16 logits: row r starts r elements past one, modulo 8)
 // is held in the items of the aligned window around it: window column c is

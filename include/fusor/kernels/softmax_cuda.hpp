@@ -5,12 +5,13 @@
 // row, the smallest whose registers hold the row (row_reduce.hpp). A
 // contiguous row that fits in registers is read once: max, then the sum of
 // exp(x - max), both over the cached values, then the outputs. A row that
-// starts between 16-byte boundaries (odd lengths) is cached too, through the
-// aligned window around it (load_window), where its output row starts as far
-// past one; so is an expression's row (evaluated element by element) whose
-// output is contiguous. Any other row (longer, strided, its output shifted
-// otherwise) is read twice, several items a thread at a time: an online max
-// and sum in one pass, then the outputs.
+// starts between 16-byte boundaries (lengths not a multiple of V) is cached
+// too, through the aligned window around it (load_window), where its output
+// row's window starts on a 16-byte boundary as well; so is an expression's
+// row (evaluated element by element) whose output is contiguous. Any other
+// row (longer, strided, its output shifted otherwise) is read twice, several
+// items a thread at a time: an online max and sum in one pass, then the
+// outputs.
 // Softmax stored in bf16 or fp16 takes exp's fast form (row_exp in
 // row_reduce.hpp); fp32 and log-softmax the accurate one. One launch per call.
 // The forward of 16-bit rows that are cached, whole 16-byte items at one
@@ -43,7 +44,7 @@ namespace fusor::detail {
 // items(k) gives this thread's item k of the window around the row (from
 // memory, load_window, or from a staged row), and read_all() is called once
 // all are read. The row starts `first` elements past a 16-byte boundary,
-// and `out`'s window where the row's does. Lanes outside the row read as -inf: they change
+// and `out`'s window (`first` elements before it) on one too. Lanes outside the row read as -inf: they change
 // neither the maximum nor the sum, so no lane is tested. Whole (a staged
 // row): first is 0 and n a multiple of V, and items past the row's end are
 // skipped whole instead.
