@@ -177,7 +177,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void cross_entropy_rows(const row_matrix<G>& dlo
                                                         losses[r], n);
       continue;
     }
-    const int first = !WithGradient || sizeof(X) <= sizeof(G) ? window_first(in) : window_first(grad);
+    const int first = WithGradient ? window_first(in, grad) : window_first(in);
     if (shares_window(logits, in, first) && (!WithGradient || shares_window(dlogits, grad, first)) &&
         n <= capacity - first) {
       count_shifted_window_row<Group>(first);

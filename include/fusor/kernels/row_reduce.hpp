@@ -330,12 +330,16 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void store_columns(T* row, int c, int length, in
 // the row before is another group's). Such a row is cached, read once, as
 // aligned rows are, where its window (n + first columns) fits the group.
 
-// Elements by which `row` lies past the 16-byte boundary before it (the
-// window of the row's operands, taken from the one with the smallest
-// elements, whose V-element items are 16 bytes).
-template <class T>
-FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int window_first(const T* row) {
-  return int(reinterpret_cast<std::uintptr_t>(row) % 16 / sizeof(T));
+// Elements by which a row lies past the 16-byte boundary before it: the
+// shift of the window its operands' rows share, taken from the first of
+// `rows` with the smallest elements (whose V-element items are 16 bytes;
+// the others' must then line up, shares_window).
+template <class T, class... U>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE int window_first(const T* row, [[maybe_unused]] const U*... others) {
+  if constexpr (((sizeof(T) <= sizeof(U)) && ...))
+    return int(reinterpret_cast<std::uintptr_t>(row) % 16 / sizeof(T));
+  else
+    return window_first(others...);
 }
 // Whether `row` of `m` moves through a window whose column 0 lies `first`
 // elements before it: unit stride, and that column on a 16-byte boundary

@@ -133,7 +133,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_rows(const row_matrix<Y>& y, const 
   for (index_t r = Group::first_row(); r < x.rows; r += Group::row_step()) {
     const X* in = x.row(r);
     Y* out = y.row(r);
-    const int first = sizeof(X) <= sizeof(Y) ? window_first(in) : window_first(out);
+    const int first = window_first(in, out);
     if (shares_window(x, in, first) && shares_window(y, out, first) && n <= capacity - first) {
       count_shifted_window_row<Group>(first);
       constexpr float minus_infinity = -::cuda::std::numeric_limits<float>::infinity();
@@ -260,9 +260,7 @@ FUSOR_DEVICE FUSOR_FORCE_INLINE void softmax_backward_rows(const row_matrix<DX>&
     const Y* yr = y.row(r);
     const DY* dyr = dy.row(r);
     DX* dxr = dx.row(r);
-    const int first = sizeof(DX) <= sizeof(Y) && sizeof(DX) <= sizeof(DY) ? window_first(dxr)
-                      : sizeof(DY) <= sizeof(Y)                           ? window_first(dyr)
-                                                                          : window_first(yr);
+    const int first = window_first(dxr, dyr, yr);
     if (shares_window(y, yr, first) && shares_window(dy, dyr, first) && shares_window(dx, dxr, first) &&
         n <= capacity - first) {
       count_shifted_window_row<Group>(first);
