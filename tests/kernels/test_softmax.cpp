@@ -357,6 +357,48 @@ FUSOR_TEST_CASE("softmax: strided, unaligned, rank-3, in-place and mixed-precisi
 // whose window passes a group's capacity, as at 1021 behind a warp's 1024;
 // apart: read twice), in place, and the backward's y, dy and dx likewise.
 namespace {
+// The backward pass with y, dy and dx at offsets into their memory (equal:
+// cached through the rows' windows; dx apart: read twice), in precisions that
+// may differ: the window's shift comes from the operand with the smallest
+// elements, and every other operand's window must start on a boundary too.
+template <class Y, class DY, class DX, class Run>
+void backward_between_boundaries(index_t rows, index_t n) {
+  const auto ys_double = softmax_reference(
+      as_doubles(random_matrix<double>(rows, n, std::uint32_t(4100 + n), -4.0, 4.0)), rows, n, false);
+  host_tensor<Y, matrix_extents> hy(rows, n);
+  for (index_t i = 0; i < hy.size(); ++i) hy.data()[i] = convert<Y>(ys_double[std::size_t(i)]);
+  const auto hdy = random_matrix<DY>(rows, n, std::uint32_t(4200 + n), -1.0, 1.0);
+  const auto ys = as_doubles(hy), dys = as_doubles(hdy);
+  auto offset_copy = [&](const auto& h, index_t offset) {
+    using T = std::remove_cvref_t<decltype(*h.data())>;
+    host_tensor<T, vector_extents> flat(rows * n + offset);
+    for (index_t i = 0; i < rows * n; ++i) flat(i + offset) = h.data()[i];
+    return to_space(flat);
+  };
+  for (const auto& [in_offset, dx_offset] : {std::pair{3, 3}, std::pair{7, 7}, std::pair{1, 2}}) {
+    const auto y_flat = offset_copy(hy, in_offset);
+    const auto dy_flat = offset_copy(hdy, in_offset);
+    const view<Y, matrix_extents, row_major, space> y(y_flat.data() + in_offset, rows, n);
+    const view<DY, matrix_extents, row_major, space> dy(dy_flat.data() + in_offset, rows, n);
+    for (const bool log : {false, true}) {
+      space_tensor<DX, vector_extents> dx_flat(rows * n + dx_offset + guard_elements);
+      poison(dx_flat);
+      const view<DX, matrix_extents, row_major, space> dx(dx_flat.data() + dx_offset, rows, n);
+      const long shifted_before = shifted_window_rows_so_far();
+      if (log)
+        Run::template backward<true>(dx, y, dy);
+      else
+        Run::template backward<false>(dx, y, dy);
+      if constexpr (Run::emulated) CHECK((shifted_window_rows_so_far() > shifted_before) == (in_offset == dx_offset));
+      const auto got = inside_guards(as_doubles(dx_flat), std::size_t(dx_offset), guard_elements);
+      check_backward<DX>(got, ys, dys, rows, n, log,
+                         std::string(precision_name<Y>()) + " y, " + precision_name<DY>() + " dy, " +
+                             precision_name<DX>() + " dx, rows of " + std::to_string(n) + ", y and dy " +
+                             std::to_string(in_offset) + " and dx " + std::to_string(dx_offset) + " elements in");
+    }
+  }
+}
+
 template <class P, class Run, class Y = P>
 void rows_between_boundaries_against_reference() {
   for (const index_t n : {index_t(1021), index_t(4093), index_t(50257)}) {
@@ -389,37 +431,7 @@ void rows_between_boundaries_against_reference() {
       }
     }
     if constexpr (!std::is_same_v<P, Y>) continue;  // the rest: one precision
-    // Backward: y, dy and dx at offsets (equal: cached; dx apart: read twice).
-    const auto ys_double = softmax_reference(
-        as_doubles(random_matrix<double>(rows, n, std::uint32_t(4100 + n), -4.0, 4.0)), rows, n, false);
-    host_tensor<P, matrix_extents> hy(rows, n);
-    for (index_t i = 0; i < hy.size(); ++i) hy.data()[i] = convert<P>(ys_double[std::size_t(i)]);
-    const auto hdy = random_matrix<P>(rows, n, std::uint32_t(4200 + n), -1.0, 1.0);
-    const auto ys = as_doubles(hy), dys = as_doubles(hdy);
-    for (const auto& [in_offset, dx_offset] : {std::pair{3, 3}, std::pair{7, 7}, std::pair{1, 2}}) {
-      auto offset_copy = [&](const host_tensor<P, matrix_extents>& h) {
-        host_tensor<P, vector_extents> flat(rows * n + in_offset);
-        for (index_t i = 0; i < rows * n; ++i) flat(i + in_offset) = h.data()[i];
-        return to_space(flat);
-      };
-      auto y_flat = offset_copy(hy), dy_flat = offset_copy(hdy);
-      const space_matrix y(y_flat.data() + in_offset, rows, n), dy(dy_flat.data() + in_offset, rows, n);
-      for (const bool log : {false, true}) {
-        space_tensor<P, vector_extents> dx_flat(rows * n + dx_offset + guard_elements);
-        poison(dx_flat);
-        const space_matrix dx(dx_flat.data() + dx_offset, rows, n);
-        const long shifted_before = shifted_window_rows_so_far();
-        if (log)
-          Run::template backward<true>(dx, y, dy);
-        else
-          Run::template backward<false>(dx, y, dy);
-        if constexpr (Run::emulated) CHECK((shifted_window_rows_so_far() > shifted_before) == (in_offset == dx_offset));
-        const auto got = inside_guards(as_doubles(dx_flat), std::size_t(dx_offset), guard_elements);
-        check_backward<P>(got, ys, dys, rows, n, log,
-                          "rows of " + std::to_string(n) + ", y and dy " + std::to_string(in_offset) + " and dx " +
-                              std::to_string(dx_offset) + " elements in");
-      }
-    }
+    backward_between_boundaries<P, P, P, Run>(rows, n);
 
     // In place, three elements in.
     host_tensor<P, vector_extents> hflat(rows * n + 3);
@@ -439,11 +451,27 @@ FUSOR_TEST_CASE("softmax and its backward: rows that start between 16-byte bound
   rows_between_boundaries_against_reference<bfloat16, library_softmax>();
   rows_between_boundaries_against_reference<float, library_softmax>();
   rows_between_boundaries_against_reference<bfloat16, library_softmax, float>();
+  rows_between_boundaries_against_reference<float, library_softmax, bfloat16>();
 #if !FUSOR_HAS_CUDA
   rows_between_boundaries_against_reference<bfloat16, emulated_softmax>();
   rows_between_boundaries_against_reference<float, emulated_softmax>();
   rows_between_boundaries_against_reference<bfloat16, emulated_softmax, float>();
+  rows_between_boundaries_against_reference<float, emulated_softmax, bfloat16>();
 #endif
+}
+
+// The backward pass with its operands in different precisions: bf16 y with
+// fp32 dy and dx (a bf16 forward's output, gradients kept in fp32), and fp32
+// y with bf16 dy and dx. The bf16 operand sets the windows' shift.
+FUSOR_TEST_CASE("softmax's backward with mixed precisions, rows between 16-byte boundaries") {
+  for (const index_t n : {index_t(1021), index_t(50257)}) {
+    backward_between_boundaries<bfloat16, float, float, library_softmax>(9, n);
+    backward_between_boundaries<float, bfloat16, bfloat16, library_softmax>(9, n);
+#if !FUSOR_HAS_CUDA
+    backward_between_boundaries<bfloat16, float, float, emulated_softmax>(9, n);
+    backward_between_boundaries<float, bfloat16, bfloat16, emulated_softmax>(9, n);
+#endif
+  }
 }
 
 // The input as an expression: x * 0.125 + a bias row broadcast over the rows,
@@ -478,6 +506,17 @@ void expression_against_reference() {
     if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted_before);
     check_forward(inside_guards(as_doubles(shifted), 1, guard_elements), inputs, rows, n, false, 3e-5, 0,
                   "softmax(x * 0.125 + bias) into a view one element in");
+
+    // Into bf16 three elements in: the fp32 expression's window follows the output's.
+    space_tensor<bfloat16, vector_extents> shifted16(rows * n + 3 + guard_elements);
+    poison(shifted16);
+    const long shifted16_before = shifted_window_rows_so_far();
+    Run::template forward<true>(view<bfloat16, matrix_extents, row_major, space>(shifted16.data() + 3, rows, n),
+                                x * 0.125f + bias);
+    if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted16_before);
+    check_forward(inside_guards(as_doubles(shifted16), 3, guard_elements), inputs, rows, n, true,
+                  row_tolerance<bfloat16>(), row_floor<bfloat16>(),
+                  "log_softmax(x * 0.125 + bias) into bf16, three elements in");
   }
 }
 }  // namespace
