@@ -3,7 +3,8 @@
 # (-fsanitize=fuzzer,address,undefined), replays every kept input (the
 # committed seed corpus and tests/fuzz/regressions/<target>/, the inputs of
 # earlier findings), then fuzzes each target for FUSOR_FUZZ_SECONDS (30) from
-# a copy of its corpus with its dictionary. Exits non-zero on any finding:
+# a copy of its corpus with its dictionary, FUSOR_JOBS targets at a time (one
+# core each; default: every core). Exits non-zero on any finding:
 # a crash, a sanitizer report, a leak, or an exception other than the one the
 # reader documents; the input is left in build-fuzz/findings/<target>/.
 #
@@ -29,32 +30,57 @@ if [ $# -gt 0 ]; then targets=("$@"); else targets=(json safetensors checkpoint_
 mkdir -p "$build"
 
 cxx="$(command -v clang++ || command -v clang++-14)"
-failed=()
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+
+# One target: build, replay its kept inputs, fuzz. Its messages go to
+# $build/$t.status (printed when all have ended), and $build/$t.clean is
+# written only if it ran clean: targets run FUSOR_JOBS at a time, each
+# libFuzzer process on one core.
+fuzz_target() {
+  local t="$1" status="$build/$1.status"
+  rm -f "$build/$t.clean"
+  {
+    "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+      -I "$FUSOR_ROOT/include" -isystem "$cuda_include" -isystem "$cuda_include/cccl" \
+      "$fuzz/fuzz_$t.cpp" -o "$build/fuzz_$t" -lz >"$build/$t.build.log" 2>&1 || {
+      cat "$build/$t.build.log"
+      echo "$t: BUILD FAILED"
+      return 1
+    }
+    local kept=("$fuzz/corpus/$t")
+    [ -d "$fuzz/regressions/$t" ] && kept+=("$fuzz/regressions/$t")
+    local findings="$build/findings/$t"
+    rm -rf "$findings" "$build/corpus/$t"
+    mkdir -p "$findings" "$build/corpus/$t"
+    cp "$fuzz/corpus/$t"/* "$build/corpus/$t/"
+    # -runs=0 over folders runs each input once: the kept findings must stay fixed.
+    if ! "$build/fuzz_$t" -runs=0 -artifact_prefix="$findings/" "${kept[@]}" >"$build/$t.replay.log" 2>&1 ||
+       ! "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -dict="$fuzz/dict/$t.dict" \
+          -artifact_prefix="$findings/" -print_final_stats=1 "$build/corpus/$t" >"$build/$t.log" 2>&1; then
+      tail -n 40 "$build/$t.replay.log" "$build/$t.log" 2>/dev/null || true
+      echo "$t: FINDING (input in $findings/; once fixed, copy it into tests/fuzz/regressions/$t/)"
+      return 1
+    fi
+    echo "$t: $(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$build/$t.log" | sed 's/.*: //') inputs," \
+      "no finding"
+    touch "$build/$t.clean"
+  } >"$status" 2>&1
+}
+
 for t in "${targets[@]}"; do
   [ -f "$fuzz/fuzz_$t.cpp" ] || { fusor_say "no target tests/fuzz/fuzz_$t.cpp"; exit 2; }
-  fusor_say "$t: building"
-  "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I "$FUSOR_ROOT/include" -isystem "$cuda_include" -isystem "$cuda_include/cccl" \
-    "$fuzz/fuzz_$t.cpp" -o "$build/fuzz_$t" -lz
-  kept=("$fuzz/corpus/$t")
-  [ -d "$fuzz/regressions/$t" ] && kept+=("$fuzz/regressions/$t")
-  findings="$build/findings/$t"
-  rm -rf "$findings" "$build/corpus/$t"
-  mkdir -p "$findings" "$build/corpus/$t"
-  cp "$fuzz/corpus/$t"/* "$build/corpus/$t/"
-  export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
-  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-  fusor_say "$t: replaying the kept inputs, then fuzzing for $seconds s"
-  # -runs=0 over folders runs each input once: the kept findings must stay fixed.
-  if ! "$build/fuzz_$t" -runs=0 "${kept[@]}" >"$build/$t.replay.log" 2>&1 ||
-     ! "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -dict="$fuzz/dict/$t.dict" \
-        -artifact_prefix="$findings/" -print_final_stats=1 "$build/corpus/$t" >"$build/$t.log" 2>&1; then
-    tail -n 40 "$build/$t.replay.log" "$build/$t.log" 2>/dev/null || true
-    fusor_say "$t: FINDING (input in $findings/; once fixed, copy it into tests/fuzz/regressions/$t/)"
-    failed+=("$t")
-    continue
-  fi
-  fusor_say "$t: $(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$build/$t.log" | sed 's/.*: //') inputs, no finding"
+done
+fusor_say "building and fuzzing ${targets[*]}, $FUSOR_JOBS at a time, $seconds s each after replaying the kept inputs"
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$FUSOR_JOBS" ]; do wait -n || true; done
+  fuzz_target "$t" &
+done
+wait || true
+failed=()
+for t in "${targets[@]}"; do
+  while IFS= read -r line; do fusor_say "$line"; done <"$build/$t.status"
+  [ -f "$build/$t.clean" ] || failed+=("$t")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   fusor_say "fuzz findings in: ${failed[*]}"
