@@ -120,13 +120,14 @@ struct emulated_norms {
 };
 #endif
 
-template <class P, class Run = library_norms>
+// Rows stored in P, weight and bias (and their gradients) in W.
+template <class P, class Run = library_norms, class W = P>
 void forward_against_reference(bool centered, const std::vector<row_shape>& shapes = row_shapes()) {
   for (const auto [rows, n] : shapes) {
     // Rows centred near 3, so a one-pass variance would lose digits.
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(100 + n), 1.0, 5.0);
-    const auto hw = random_vector<P>(n, std::uint32_t(200 + n), 0.5, 1.5);
-    const auto hb = random_vector<P>(n, std::uint32_t(300 + n), -1.0, 1.0);
+    const auto hw = random_vector<W>(n, std::uint32_t(200 + n), 0.5, 1.5);
+    const auto hb = random_vector<W>(n, std::uint32_t(300 + n), -1.0, 1.0);
     const auto x = to_space(hx);
     const auto w = to_space(hw);
     const auto b = to_space(hb);
@@ -139,7 +140,8 @@ void forward_against_reference(bool centered, const std::vector<row_shape>& shap
     const auto want = norm_forward_reference(xs, ws, bs, rows, n, centered);
     const auto ys = as_doubles(y), means = as_doubles(mean), rstds = as_doubles(rstd);
     const std::string what = std::string(centered ? "layernorm " : "rmsnorm ") + precision_name<P>() + " rows " +
-                             std::to_string(rows) + " x " + std::to_string(n);
+                             std::to_string(rows) + " x " + std::to_string(n) + ", " + precision_name<W>() +
+                             " weight";
     checker check_y(what + ", y"), check_mean(what + ", mean"), check_rstd(what + ", rstd");
     for (index_t r = 0; r < rows; ++r) {
       for (index_t j = 0; j < n; ++j) {
@@ -157,12 +159,12 @@ void forward_against_reference(bool centered, const std::vector<row_shape>& shap
   }
 }
 
-template <class P, class Run = library_norms>
+template <class P, class Run = library_norms, class W = P>
 void backward_against_reference(bool centered, const std::vector<row_shape>& shapes = row_shapes()) {
   for (const auto [rows, n] : shapes) {
     const auto hx = random_matrix<P>(rows, n, std::uint32_t(400 + n), 1.0, 5.0);
     const auto hdy = random_matrix<P>(rows, n, std::uint32_t(500 + n), -1.0, 1.0);
-    const auto hw = random_vector<P>(n, std::uint32_t(600 + n), 0.5, 1.5);
+    const auto hw = random_vector<W>(n, std::uint32_t(600 + n), 0.5, 1.5);
     const auto xs = as_doubles(hx), dys = as_doubles(hdy), ws = as_doubles(hw);
     // The saved statistics, as the forward stores them: fp32.
     const auto stats = norm_forward_reference(xs, ws, ws, rows, n, centered);
@@ -177,13 +179,14 @@ void backward_against_reference(bool centered, const std::vector<row_shape>& sha
     const auto mean = to_space(hmean);
     const auto rstd = to_space(hrstd);
     space_tensor<P, matrix_extents> dx(rows, n);
-    space_tensor<P, vector_extents> dw(n), db(n);
+    space_tensor<W, vector_extents> dw(n), db(n);
     poison(dx), poison(dw), poison(db);
     Run::backward(centered, dx, dw, db, dy, x, w, mean, rstd);
 
     const auto dxs = as_doubles(dx), dws = as_doubles(dw), dbs = as_doubles(db);
     const std::string what = std::string(centered ? "layernorm_backward " : "rmsnorm_backward ") +
-                             precision_name<P>() + " rows " + std::to_string(rows) + " x " + std::to_string(n);
+                             precision_name<P>() + " rows " + std::to_string(rows) + " x " + std::to_string(n) +
+                             ", " + precision_name<W>() + " weight";
     checker check_dx(what + ", dx"), check_dw(what + ", dweight"), check_db(what + ", dbias");
     std::vector<double> want_dw(std::size_t(n), 0), want_db(std::size_t(n), 0), scale_dw(std::size_t(n), 0),
         scale_db(std::size_t(n), 0);
@@ -211,11 +214,11 @@ void backward_against_reference(bool centered, const std::vector<row_shape>& sha
       }
     }
     for (index_t j = 0; j < n; ++j) {
-      check_dw(dws[std::size_t(j)], want_dw[std::size_t(j)], scale_dw[std::size_t(j)], row_tolerance<P>(),
-               row_floor<P>(), 0, j);
+      check_dw(dws[std::size_t(j)], want_dw[std::size_t(j)], scale_dw[std::size_t(j)], row_tolerance<W>(),
+               row_floor<W>(), 0, j);
       if (centered)
-        check_db(dbs[std::size_t(j)], want_db[std::size_t(j)], scale_db[std::size_t(j)], row_tolerance<P>(),
-                 row_floor<P>(), 0, j);
+        check_db(dbs[std::size_t(j)], want_db[std::size_t(j)], scale_db[std::size_t(j)], row_tolerance<W>(),
+                 row_floor<W>(), 0, j);
     }
     check_dx.finish(), check_dw.finish(), check_db.finish();
   }
@@ -231,6 +234,22 @@ FUSOR_TEST_CASE("layernorm and rmsnorm: every row length, fp32/bf16/fp16, agains
 FUSOR_TEST_CASE("layernorm_backward and rmsnorm_backward: every row length against the analytic fp64 result") {
   for (const bool centered : {true, false})
     for_each_precision([&](auto type) { backward_against_reference<typename decltype(type)::type>(centered); });
+}
+
+// bf16 rows with fp32 weight and bias, and fp32 dweight and dbias (parameters
+// kept in fp32 beside bf16 activations): a warp's rows, a block's, a
+// cluster's (50304; accumulating dweight and dbias in its blocks) and rows
+// read twice (300007).
+FUSOR_TEST_CASE("layernorm and rmsnorm: bf16 rows with fp32 parameters and parameter gradients") {
+  const std::vector<row_shape> shapes{{37, 33}, {7, 2049}, {3, 16385}, {2, 50304}, {2, 300007}};
+  for (const bool centered : {true, false}) {
+    forward_against_reference<bfloat16, library_norms, float>(centered, shapes);
+    backward_against_reference<bfloat16, library_norms, float>(centered, shapes);
+#if !FUSOR_HAS_CUDA
+    forward_against_reference<bfloat16, emulated_norms, float>(centered, shapes);
+    backward_against_reference<bfloat16, emulated_norms, float>(centered, shapes);
+#endif
+  }
 }
 
 #if !FUSOR_HAS_CUDA
