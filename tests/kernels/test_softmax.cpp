@@ -498,25 +498,24 @@ void expression_against_reference() {
     check_forward(as_doubles(y), inputs, rows, n, false, 3e-5, 0, "softmax(x * 0.125 + bias)");
     check_forward(as_doubles(log_y), inputs, rows, n, true, 3e-5, 0, "log_softmax(x * 0.125 + bias)");
 
-    space_tensor<float, vector_extents> shifted(rows * n + 1 + guard_elements);
-    poison(shifted);
-    const long shifted_before = shifted_window_rows_so_far();
-    Run::template forward<false>(view<float, matrix_extents, row_major, space>(shifted.data() + 1, rows, n),
-                                 x * 0.125f + bias);
-    if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted_before);
-    check_forward(inside_guards(as_doubles(shifted), 1, guard_elements), inputs, rows, n, false, 3e-5, 0,
-                  "softmax(x * 0.125 + bias) into a view one element in");
-
-    // Into bf16 three elements in: the fp32 expression's window follows the output's.
-    space_tensor<bfloat16, vector_extents> shifted16(rows * n + 3 + guard_elements);
-    poison(shifted16);
-    const long shifted16_before = shifted_window_rows_so_far();
-    Run::template forward<true>(view<bfloat16, matrix_extents, row_major, space>(shifted16.data() + 3, rows, n),
-                                x * 0.125f + bias);
-    if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted16_before);
-    check_forward(inside_guards(as_doubles(shifted16), 3, guard_elements), inputs, rows, n, true,
-                  row_tolerance<bfloat16>(), row_floor<bfloat16>(),
-                  "log_softmax(x * 0.125 + bias) into bf16, three elements in");
+    // Into views off a 16-byte boundary, through the output's windows (the
+    // fp32 expression's follow a bf16 output's).
+    auto into_view = [&](auto type, index_t offset, bool log, const std::string& what) {
+      using Y = typename decltype(type)::type;
+      space_tensor<Y, vector_extents> out(rows * n + offset + guard_elements);
+      poison(out);
+      const view<Y, matrix_extents, row_major, space> y_view(out.data() + offset, rows, n);
+      const long shifted_before = shifted_window_rows_so_far();
+      if (log)
+        Run::template forward<true>(y_view, x * 0.125f + bias);
+      else
+        Run::template forward<false>(y_view, x * 0.125f + bias);
+      if constexpr (Run::emulated) CHECK(shifted_window_rows_so_far() > shifted_before);
+      check_forward(inside_guards(as_doubles(out), std::size_t(offset), guard_elements), inputs, rows, n, log,
+                    row_tolerance<Y>(), row_floor<Y>(), what);
+    };
+    into_view(std::type_identity<float>{}, 1, false, "softmax(x * 0.125 + bias) into a view one element in");
+    into_view(std::type_identity<bfloat16>{}, 3, true, "log_softmax(x * 0.125 + bias) into bf16, three elements in");
   }
 }
 }  // namespace
