@@ -3,8 +3,8 @@
 # (-fsanitize=fuzzer,address,undefined), replays every kept input (the
 # committed seed corpus and tests/fuzz/regressions/<target>/, the inputs of
 # earlier findings), then fuzzes each target for FUSOR_FUZZ_SECONDS (30) from
-# a copy of its corpus with its dictionary, FUSOR_JOBS targets at a time (one
-# core each; default: every core). Exits non-zero on any finding:
+# a copy of its corpus with its dictionary, as many targets at a time as the
+# machine has cores (one each). Exits non-zero on any finding:
 # a crash, a sanitizer report, a leak, or an exception other than the one the
 # reader documents; the input is left in build-fuzz/findings/<target>/.
 #
@@ -68,8 +68,15 @@ fuzz_target() {
   } >"$status" 2>&1
 }
 
+declare -A named
 for t in "${targets[@]}"; do
   [ -f "$fuzz/fuzz_$t.cpp" ] || { fusor_say "no target tests/fuzz/fuzz_$t.cpp"; exit 2; }
+  # libFuzzer takes a missing dictionary for an empty one: say so here instead.
+  [ -f "$fuzz/dict/$t.dict" ] || { fusor_say "$t has no dictionary tests/fuzz/dict/$t.dict"; exit 2; }
+  compgen -G "$fuzz/corpus/$t/*" >/dev/null || { fusor_say "$t has no seed inputs in tests/fuzz/corpus/$t/"; exit 2; }
+  # Two runs of one target would share their files (and one's .clean hide the other's finding).
+  [ -z "${named[$t]:-}" ] || { fusor_say "$t is named twice"; exit 2; }
+  named[$t]=1
 done
 fusor_say "building and fuzzing ${targets[*]}, $FUSOR_JOBS at a time, $seconds s each after replaying the kept inputs"
 for t in "${targets[@]}"; do
@@ -83,7 +90,7 @@ for t in "${targets[@]}"; do
   [ -f "$build/$t.clean" ] || failed+=("$t")
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  fusor_say "fuzz findings in: ${failed[*]}"
+  fusor_say "fuzz findings or failed builds in: ${failed[*]}"
   exit 1
 fi
 fusor_say "every fuzz target ran clean: ${targets[*]}"
