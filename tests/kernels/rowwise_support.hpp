@@ -111,6 +111,15 @@ std::vector<double> as_doubles(const V& v) {
   return out;
 }
 
+// A flat host buffer holding `h`'s elements `offset` elements in (those before
+// left unset): the memory behind views whose rows start off a 16-byte boundary.
+template <class T>
+host_tensor<T, vector_extents> offset_in_memory(const host_tensor<T, matrix_extents>& h, index_t offset) {
+  host_tensor<T, vector_extents> flat(h.size() + offset);
+  for (index_t i = 0; i < h.size(); ++i) flat(i + offset) = h.data()[i];
+  return flat;
+}
+
 // The elements of a poisoned buffer that held a view `head` elements in,
 // with `tail` elements after it: checks that those outside the view are
 // still NaN (nothing written before or after it) and returns the view's.

@@ -336,8 +336,7 @@ void odd_operands_against_reference() {
     Run::run(losses3, g3, x3, t3);
     check_against_reference("rank 3", hx, ht, as_doubles(losses3), as_doubles(g3), true, 1.0);
 
-    host_tensor<float, vector_extents> hflat(rows * n + 1);
-    for (index_t i = 0; i < rows * n; ++i) hflat(i + 1) = hx.data()[i];
+    const auto hflat = offset_in_memory(hx, 1);
     const auto flat = to_space(hflat);
     space_tensor<float, vector_extents> gflat(rows * n + 1);
     using space_matrix = view<float, matrix_extents, row_major, space>;
@@ -390,8 +389,7 @@ void rows_between_boundaries_against_reference() {
       const std::string what = std::string(precision_name<P>()) + " logits, " + precision_name<G>() +
                                " dlogits, rows of " + std::to_string(n) + ", x " + std::to_string(x_offset) +
                                " and dlogits " + std::to_string(g_offset) + " elements in";
-      host_tensor<P, vector_extents> hflat(rows * n + x_offset);
-      for (index_t i = 0; i < rows * n; ++i) hflat(i + x_offset) = hx.data()[i];
+      const auto hflat = offset_in_memory(hx, x_offset);
       const auto flat = to_space(hflat);
       space_tensor<G, vector_extents> gflat(rows * n + g_offset + guard_elements);
       poison(gflat), poison(losses);
@@ -405,8 +403,7 @@ void rows_between_boundaries_against_reference() {
       check_against_reference<G>(what, hx, ht, as_doubles(losses), got, true, 1.0);
     }
     if constexpr (std::is_same_v<P, G>) {  // in place, five elements in
-      host_tensor<P, vector_extents> hflat(rows * n + 5);
-      for (index_t i = 0; i < rows * n; ++i) hflat(i + 5) = hx.data()[i];
+      const auto hflat = offset_in_memory(hx, 5);
       auto flat = to_space(hflat);
       const view<P, matrix_extents, row_major, space> xg(flat.data() + 5, rows, n);
       poison(losses);
@@ -435,8 +432,7 @@ FUSOR_TEST_CASE("cross_entropy: rows that start between 16-byte boundaries, cach
   const index_t rows = 9, n = 1021;
   const auto hx = random_matrix<bfloat16>(rows, n, 77, -6.0, 6.0);
   const auto ht = random_targets(rows, n, 78);
-  host_tensor<bfloat16, vector_extents> hflat(rows * n + 3);
-  for (index_t i = 0; i < rows * n; ++i) hflat(i + 3) = hx.data()[i];
+  const auto hflat = offset_in_memory(hx, 3);
   const view<const bfloat16, matrix_extents> logits(hflat.data() + 3, rows, n);
   host_tensor<float, vector_extents> losses(rows);
   poison(losses);

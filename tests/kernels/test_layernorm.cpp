@@ -470,8 +470,7 @@ void odd_operands_against_plain_rows() {
     compare(as_doubles(db), dbs, "dbias from transposed rows");
 
     // Unaligned rows.
-    host_tensor<float, vector_extents> hflat(rows * n + 1);
-    for (index_t i = 0; i < rows * n; ++i) hflat(i + 1) = hx.data()[i];
+    const auto hflat = offset_in_memory(hx, 1);
     const auto flat = to_space(hflat);
     space_tensor<float, vector_extents> out_flat(rows * n + 1);
     using space_matrix = view<float, matrix_extents, row_major, space>;

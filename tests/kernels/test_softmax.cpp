@@ -316,8 +316,7 @@ void odd_operands_against_reference() {
     check_forward(log_got, xs, rows, n, true, 3e-5, 0, "transposed output");
 
     // One element into the allocation: every row unaligned.
-    host_tensor<float, vector_extents> hflat(rows * n + 1);
-    for (index_t i = 0; i < rows * n; ++i) hflat(i + 1) = hx.data()[i];
+    const auto hflat = offset_in_memory(hx, 1);
     auto flat = to_space(hflat);
     space_tensor<float, vector_extents> out_flat(rows * n + 1);
     using space_view = view<float, matrix_extents, row_major, space>;
@@ -369,15 +368,9 @@ void backward_between_boundaries(index_t rows, index_t n) {
   for (index_t i = 0; i < hy.size(); ++i) hy.data()[i] = convert<Y>(ys_double[std::size_t(i)]);
   const auto hdy = random_matrix<DY>(rows, n, std::uint32_t(4200 + n), -1.0, 1.0);
   const auto ys = as_doubles(hy), dys = as_doubles(hdy);
-  auto offset_copy = [&](const auto& h, index_t offset) {
-    using T = std::remove_cvref_t<decltype(*h.data())>;
-    host_tensor<T, vector_extents> flat(rows * n + offset);
-    for (index_t i = 0; i < rows * n; ++i) flat(i + offset) = h.data()[i];
-    return to_space(flat);
-  };
   for (const auto& [in_offset, dx_offset] : {std::pair{3, 3}, std::pair{7, 7}, std::pair{1, 2}}) {
-    const auto y_flat = offset_copy(hy, in_offset);
-    const auto dy_flat = offset_copy(hdy, in_offset);
+    const auto y_flat = to_space(offset_in_memory(hy, in_offset));
+    const auto dy_flat = to_space(offset_in_memory(hdy, in_offset));
     const view<Y, matrix_extents, row_major, space> y(y_flat.data() + in_offset, rows, n);
     const view<DY, matrix_extents, row_major, space> dy(dy_flat.data() + in_offset, rows, n);
     for (const bool log : {false, true}) {
@@ -410,8 +403,7 @@ void rows_between_boundaries_against_reference() {
       const std::string what = std::string(precision_name<P>()) + " to " + precision_name<Y>() + " rows of " +
                                std::to_string(n) + ", x " + std::to_string(x_offset) + " and y " +
                                std::to_string(y_offset) + " elements in";
-      host_tensor<P, vector_extents> hflat(rows * n + x_offset);
-      for (index_t i = 0; i < rows * n; ++i) hflat(i + x_offset) = hx.data()[i];
+      const auto hflat = offset_in_memory(hx, x_offset);
       const auto flat = to_space(hflat);
       for (const bool log : {false, true}) {
         space_tensor<Y, vector_extents> out(rows * n + y_offset + guard_elements);
@@ -434,8 +426,7 @@ void rows_between_boundaries_against_reference() {
     backward_between_boundaries<P, P, P, Run>(rows, n);
 
     // In place, three elements in.
-    host_tensor<P, vector_extents> hflat(rows * n + 3);
-    for (index_t i = 0; i < rows * n; ++i) hflat(i + 3) = hx.data()[i];
+    const auto hflat = offset_in_memory(hx, 3);
     auto flat = to_space(hflat);
     const space_matrix xy(flat.data() + 3, rows, n);
     Run::template forward<false>(xy, xy);
