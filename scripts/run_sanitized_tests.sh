@@ -65,6 +65,7 @@ export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:detect_stac
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 fusor_say "running the sanitized host suites"
 cd "$build"
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"  # several suites at once: see run_tests.sh
 if [ $# -gt 0 ]; then
   ctest --output-on-failure --parallel "$FUSOR_JOBS" "$@"
   exit
