@@ -36,6 +36,13 @@ function(fusor_write_pkg_config)
   endif()
   foreach(lib IN LISTS _fusor_blas_libraries)
     string(APPEND blas_libs " ${lib}")
+    # A library outside the linker's own directories (Debian's OpenMP OpenBLAS
+    # in /usr/lib/<arch>/openblas-openmp) is loaded from there only with an
+    # rpath: without one the loader takes the system's default build.
+    get_filename_component(lib_dir "${lib}" DIRECTORY)
+    if(IS_ABSOLUTE "${lib}" AND NOT lib_dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+      string(APPEND blas_libs " -Wl,-rpath,${lib_dir}")
+    endif()
   endforeach()
   set(FUSOR_PC_BLAS_CFLAGS "${blas_cflags}")
   set(FUSOR_PC_BLAS_LIBS "${blas_libs}")
