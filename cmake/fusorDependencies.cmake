@@ -39,32 +39,37 @@ endfunction()
 # programs find its library through their RUNPATH. FUSOR_OPENBLAS_OPENMP=OFF
 # takes whichever build the system's `openblas` module names.
 option(FUSOR_OPENBLAS_OPENMP "prefer OpenBLAS's OpenMP build (Debian: libopenblas-openmp-dev) where installed" ON)
+
+# Looks pkg-config's `openblas` module up under the result prefix <prefix>, with
+# PKG_CONFIG_PATH set to <pc_dir> where one is given, and makes it fusor::blas's
+# library where found. Each build has a prefix of its own, so that turning
+# FUSOR_OPENBLAS_OPENMP off takes effect in a configured tree.
+macro(_fusor_find_openblas_module prefix pc_dir)
+  set(_fusor_pkg_config_path "$ENV{PKG_CONFIG_PATH}")
+  if(NOT "${pc_dir}" STREQUAL "")
+    set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  endif()
+  pkg_check_modules(${prefix} QUIET IMPORTED_TARGET openblas)
+  set(ENV{PKG_CONFIG_PATH} "${_fusor_pkg_config_path}")
+  if(TARGET PkgConfig::${prefix})
+    set(_fusor_blas_target PkgConfig::${prefix})
+    set(_fusor_cblas_include_dirs ${${prefix}_INCLUDE_DIRS})
+    set(_fusor_blas_libraries ${${prefix}_LINK_LIBRARIES})
+  endif()
+endmacro()
+
 if(NOT DEFINED FUSOR_BLAS_FOUND)
   set(FUSOR_BLAS_FOUND FALSE)
   set(_fusor_blas_target "")
   find_package(PkgConfig QUIET)
   if(PKG_CONFIG_FOUND)
     # Debian's multiarch layout: /usr/lib/<arch>/openblas-openmp/pkgconfig/openblas.pc.
-    # Its own result prefix, so that turning the option off takes effect in a configured tree.
     set(_fusor_openmp_pc_dir "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/pkgconfig")
     if(FUSOR_OPENBLAS_OPENMP AND CMAKE_LIBRARY_ARCHITECTURE AND EXISTS "${_fusor_openmp_pc_dir}/openblas.pc")
-      set(_fusor_pkg_config_path "$ENV{PKG_CONFIG_PATH}")
-      set(ENV{PKG_CONFIG_PATH} "${_fusor_openmp_pc_dir}")
-      pkg_check_modules(fusor_openblas_openmp QUIET IMPORTED_TARGET openblas)
-      set(ENV{PKG_CONFIG_PATH} "${_fusor_pkg_config_path}")
-      if(TARGET PkgConfig::fusor_openblas_openmp)
-        set(_fusor_blas_target PkgConfig::fusor_openblas_openmp)
-        set(_fusor_cblas_include_dirs ${fusor_openblas_openmp_INCLUDE_DIRS})
-        set(_fusor_blas_libraries ${fusor_openblas_openmp_LINK_LIBRARIES})
-      endif()
+      _fusor_find_openblas_module(fusor_openblas_openmp "${_fusor_openmp_pc_dir}")
     endif()
     if(NOT _fusor_blas_target)
-      pkg_check_modules(fusor_openblas QUIET IMPORTED_TARGET openblas)
-      if(TARGET PkgConfig::fusor_openblas)
-        set(_fusor_blas_target PkgConfig::fusor_openblas)
-        set(_fusor_cblas_include_dirs ${fusor_openblas_INCLUDE_DIRS})
-        set(_fusor_blas_libraries ${fusor_openblas_LINK_LIBRARIES})
-      endif()
+      _fusor_find_openblas_module(fusor_openblas "")
     endif()
   endif()
   if(NOT _fusor_blas_target)

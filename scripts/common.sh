@@ -8,7 +8,7 @@
 FUSOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUSOR_BUILD="${FUSOR_BUILD_DIR:-$FUSOR_ROOT/build}"
 FUSOR_JOBS="$(nproc 2>/dev/null || echo 2)"
-FUSOR_PACKAGES=(cmake g++ make pkg-config clang doxygen doctest-dev libbenchmark-dev libeigen3-dev libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin
+FUSOR_PACKAGES=(cmake g++ make ninja-build pkg-config clang doxygen doctest-dev libbenchmark-dev libeigen3-dev libopenblas-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin
                 python3 python3-numpy python3-pip python3-torch python3-matplotlib xz-utils)
 
 fusor_say() {

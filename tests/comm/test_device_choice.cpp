@@ -9,12 +9,11 @@
 #include <random>
 #include <string>
 
+#include "support/text.hpp"
+
 using fusor::comm::choose_device;
 using fusor::comm::device_choice_line;
-
-namespace {
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-}  // namespace
+using fusor_test::contains;
 
 TEST_CASE("choose_device: local rank modulo the visible devices") {
   // 4 ranks per node, CUDA_VISIBLE_DEVICES giving each process its own GPU:

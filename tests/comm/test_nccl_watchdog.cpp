@@ -14,10 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "support/text.hpp"
+
 using fusor::comm::nccl_error;
 using fusor::comm::nccl_operation;
 using fusor::comm::poll_status;
 using fusor::comm::seconds_d;
+using fusor_test::contains;
 using namespace std::chrono_literals;
 
 namespace {
@@ -44,7 +47,6 @@ fake_watchdog make_watchdog(fake_clock& clock, seconds_d timeout) {
   return fake_watchdog(timeout, fake_now{&clock}, fake_pause{&clock});
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 const nccl_operation all_reduce{"ncclAllReduce (4099 x bfloat16, sum)", 3, -1};
 const nccl_operation send_to_1{"ncclSend (10 x float32)", 0, 1};

@@ -10,6 +10,9 @@
 
 #include "support/fusor_test.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_cuda_errors {
+
 using namespace fusor_test;
 
 #if defined(FUSOR_TEST_CUDA)
@@ -188,3 +191,5 @@ FUSOR_TEST_CASE("graph capture: replays run the step and repeat its host effects
   CHECK(host_counter == 6);
 }
 #endif
+
+}  // namespace test_cuda_errors

@@ -10,6 +10,9 @@
 
 #include "support/fusor_test.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_stream_binding {
+
 using namespace fusor_test;
 
 FUSOR_TEST_CASE("stream_binding: the executor's stream is where the binding last saw use") {
@@ -83,3 +86,5 @@ FUSOR_TEST_CASE("copy(): a synchronous copy waits for the work of a non-blocking
   CHECK(wrong == 0);
 }
 #endif
+
+}  // namespace test_stream_binding

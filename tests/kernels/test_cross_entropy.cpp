@@ -18,6 +18,9 @@
 #include "kernels/row_kernels_emulated.hpp"
 #include "kernels/rowwise_support.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_cross_entropy {
+
 using namespace rowwise_test;
 
 namespace {
@@ -468,3 +471,5 @@ FUSOR_TEST_CASE("cross_entropy: shape errors name both shapes") {
   expect_error<shape_error>([&] { cross_entropy_reduce(one, losses2, t, {}, ex); },
                             {"cross_entropy_reduce", "[2]", "[3]"});
 }
+
+}  // namespace test_cross_entropy

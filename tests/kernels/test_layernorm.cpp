@@ -14,6 +14,9 @@
 #include "kernels/row_kernels_emulated.hpp"
 #include "kernels/rowwise_support.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_layernorm {
+
 using namespace rowwise_test;
 
 namespace {
@@ -553,3 +556,5 @@ FUSOR_TEST_CASE("layernorm and rmsnorm: shape errors name both shapes") {
                             {"layernorm_backward", "[3, 5]", "[3, 4]"});
   expect_error<shape_error>([&] { rmsnorm_backward(y, w5, y, x, w, mean, ex); }, {"rmsnorm_backward", "dweight", "[5]"});
 }
+
+}  // namespace test_layernorm

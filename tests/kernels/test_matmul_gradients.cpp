@@ -6,6 +6,9 @@
 // gradient), so the forward and backward conventions are checked together.
 #include "kernels/test_matmul_support.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_matmul_gradients {
+
 using namespace matmul_test;
 
 namespace {
@@ -94,3 +97,5 @@ TEST_CASE("[host] matmul backward epilogues match central differences of the for
     CHECK(check.checked == n * h + n + h * k + h + m * k);
   }
 }
+
+}  // namespace test_matmul_gradients

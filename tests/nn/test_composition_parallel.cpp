@@ -18,6 +18,15 @@
 #include "comm/mpi_world.hpp"
 #endif
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_composition_parallel {
+
+// Declared here, so these are not ambiguous with test_composition.cpp's
+// composition_test (a using-directive leaves both at global scope).
+using tensor_parallel_test::batch;
+using tensor_parallel_test::parameter_record;
+using tensor_parallel_test::parameters_of;
+
 namespace {
 using namespace tensor_parallel_test;
 
@@ -124,3 +133,5 @@ TEST_CASE("[host] a composite split for another number of ranks is refused, name
   expect_error<fusor::error>([&] { net.forward(x, fusor::host_executor{}); }, {"nn::linear<64, 128> (column_parallel<2>)"});
 }
 #endif
+
+}  // namespace test_composition_parallel

@@ -25,6 +25,9 @@
 #include "nn/swiglu_layer.hpp"
 #include "nn/test_composition_support.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_composition_training {
+
 using namespace composition_test;
 
 namespace {
@@ -143,3 +146,5 @@ FUSOR_TEST_CASE("composites: training resumed from a training-state checkpoint r
   CHECK(second_half[1] == straight[3]);
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace test_composition_training

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/nn_test.hpp"
 #include "support/fusor_test.hpp"
 
 #include <fusor/kernels/matmul_bias_gradient.hpp>
@@ -23,6 +24,9 @@ using namespace fusor_test;
 
 namespace {
 using values = std::vector<double>;
+using nn_test::check_close;
+using nn_test::parameter_values;
+using nn_test::to_values;
 using flat = dextents<index_t, 1>;
 
 struct image_shape {
@@ -105,13 +109,6 @@ values pool_backward_reference(const values& dy, const std::vector<index_t>& whe
   return dx;
 }
 
-template <class V>
-values to_values(const V& v) {
-  const auto h = to_host(v);
-  values out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
-  return out;
-}
 // Random values stored in P, returned as what was stored.
 template <class P>
 host_tensor<P, flat> random_values(index_t n, std::uint32_t seed, values& stored) {
@@ -121,27 +118,12 @@ host_tensor<P, flat> random_values(index_t n, std::uint32_t seed, values& stored
   for (index_t i = 0; i < n; ++i) stored[std::size_t(i)] = to_double(h.data()[i]);
   return h;
 }
-template <class Net>
-std::vector<values> parameter_values(const Net& net, bool gradients) {
-  std::vector<values> out;
-  net.for_each_parameter([&](const nn::parameter_slot&, auto v, auto g) { out.push_back(to_values(gradients ? g : v)); });
-  return out;
-}
 // The same shape as a view of the tested space, over host memory (to copy into it).
 template <class V>
 auto host_view_like(const V& v, const void* data) {
   using element = typename V::element_type;
   return view<typename V::precision, typename V::extents_type, row_major, host_space>(
       static_cast<element*>(const_cast<void*>(data)), v.mapping());
-}
-void check_close(const values& got, const values& want, double tolerance, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size() && failures < 5; ++i)
-    if (!close(got[i], want[i], tolerance)) {
-      ++failures;
-      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    }
 }
 
 // One conv2d as a network: forward and backward against the loops.

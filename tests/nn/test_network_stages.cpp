@@ -11,6 +11,9 @@
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/network.hpp>
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_network_stages {
+
 using namespace fusor;
 using namespace fusor_test;
 
@@ -188,3 +191,5 @@ FUSOR_TEST_CASE("network: a sharded parameter is initialised as its slice of the
   CHECK(values_of(s0.group<float>().value(s0.group<float>().slots()[1])) ==
         values_of(s2.group<float>().value(s2.group<float>().slots()[1])));
 }
+
+}  // namespace test_network_stages

@@ -16,6 +16,9 @@
 
 #include "support/fusor_test.hpp"
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_nonfinite_training {
+
 using namespace fusor_test;
 namespace nn = fusor::nn;
 namespace optim = fusor::optim;
@@ -148,3 +151,5 @@ FUSOR_TEST_CASE("Inf/NaN gradients: automatic stops in fp32 and skips under a dy
   CHECK(optim::stops_on_nonfinite({.scaling = {.dynamic = true}, .on_nonfinite = optim::nonfinite_gradients::stop}));
   CHECK(!optim::stops_on_nonfinite({.on_nonfinite = optim::nonfinite_gradients::skip}));
 }
+
+}  // namespace test_nonfinite_training

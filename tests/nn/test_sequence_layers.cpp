@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/nn_test.hpp"
 #include "support/fusor_test.hpp"
 
 #include <fusor/nn/dropout.hpp>
@@ -20,14 +21,10 @@ using namespace fusor_test;
 
 namespace {
 using values = std::vector<double>;
+using nn_test::check_close;
+using nn_test::parameter_values;
+using nn_test::to_values;
 
-template <class V>
-values to_values(const V& v) {
-  const auto h = to_host(v);
-  values out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
-  return out;
-}
 // A host tensor shaped as view v, random in [-1.5, 1.5), and what it stores as doubles.
 template <class V>
 auto random_like(const V& v, std::uint32_t seed, values& stored) {
@@ -35,21 +32,6 @@ auto random_like(const V& v, std::uint32_t seed, values& stored) {
   fill_random(h, seed, -1.5, 1.5);
   stored = to_values(h);
   return h;
-}
-template <class Net>
-std::vector<values> parameter_values(const Net& net, bool gradients) {
-  std::vector<values> out;
-  net.for_each_parameter([&](const nn::parameter_slot&, auto v, auto g) { out.push_back(to_values(gradients ? g : v)); });
-  return out;
-}
-void check_close(const values& got, const values& want, double tolerance, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size() && failures < 5; ++i)
-    if (!close(got[i], want[i], tolerance)) {
-      ++failures;
-      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    }
 }
 
 template <class P>

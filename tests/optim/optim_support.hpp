@@ -34,6 +34,10 @@ inline constexpr bool counts_launches = true;
 inline constexpr bool counts_launches = false;
 #endif
 
+// An optimizer's fp32 arithmetic against fp64 over a few steps: a few ulps per
+// step of values near 1.
+inline constexpr double fp32_tolerance = 2e-6;
+
 // The stream an optimizer's state and scalars are made on: the executor's.
 inline stream_t ex_stream([[maybe_unused]] const executor& ex) {
 #if defined(FUSOR_TEST_CUDA)

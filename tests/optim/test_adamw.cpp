@@ -22,8 +22,6 @@ const adamw_case adamw_cases[] = {
     {"large epsilon", {0.9f, 0.99f, 1e-2f, 0.01f}},
 };
 
-constexpr double fp32_tolerance = 2e-6;
-
 template <class P>
 void adamw_against_reference(const adamw_case& c) {
   const index_t n = 3001;

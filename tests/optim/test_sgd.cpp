@@ -25,9 +25,6 @@ const sgd_case sgd_cases[] = {
     {"Nesterov + weight decay", {0.7f, 0.0f, 0.03f, true}},
 };
 
-// fp32 arithmetic against fp64, a few steps: a few ulps per step of values near 1.
-constexpr double fp32_tolerance = 2e-6;
-
 template <class P>
 void sgd_against_reference(const sgd_case& c) {
   const index_t n = 4099;  // not a multiple of any vector width: the tail runs too

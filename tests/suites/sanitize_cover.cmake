@@ -36,3 +36,6 @@ fusor_add_test_suite(sanitize_cover
   LIBRARIES fusor::blas fusor::data
 )
 target_include_directories(fusor_sanitize_cover_tests PRIVATE ${PROJECT_SOURCE_DIR}/examples)
+# Sources of several suites, whose support namespaces declare the same names
+# (optim_test, attention_test, ...): each compiles alone.
+set_target_properties(fusor_sanitize_cover_tests PROPERTIES UNITY_BUILD OFF)

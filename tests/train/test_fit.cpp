@@ -21,6 +21,9 @@
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/trainer.hpp>
 
+// A namespace of its own: the suite compiles as one translation unit (tests/CMakeLists.txt).
+namespace test_fit {
+
 using namespace fusor;
 using namespace fusor_test;
 
@@ -215,3 +218,5 @@ FUSOR_TEST_CASE("fit: a checkpoint beyond the epochs asked for, a foreign metric
                        app::usage_error);
   CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .patience = -1}), doctest::Contains("patience is -1"), app::usage_error);
 }
+
+}  // namespace test_fit
