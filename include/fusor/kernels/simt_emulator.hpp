@@ -44,6 +44,18 @@
 #if !FUSOR_HAS_CUDA
 #include <ucontext.h>
 
+// Under AddressSanitizer the fibers' stack switches are announced to it (below).
+#if defined(__SANITIZE_ADDRESS__)
+#define FUSOR_SIMT_ASAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUSOR_SIMT_ASAN_FIBERS 1
+#endif
+#endif
+#if FUSOR_SIMT_ASAN_FIBERS
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -106,14 +118,17 @@ inline std::unique_ptr<char[]> take_stack() {
 // registers a call must preserve (and the SSE and x87 control words) on the
 // fiber's own stack. Elsewhere ucontext as before: on other machines and
 // ABIs (x32, non-ELF), under a sanitizer that must see each stack switch
-// (AddressSanitizer and ThreadSanitizer intercept swapcontext), and where
-// code is built for Intel's shadow stack (CET), whose return addresses
-// a switch by `ret` would not match.
-#if defined(__x86_64__) && defined(__LP64__) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_HWADDRESS__) && !(defined(__CET__) && (__CET__ & 2))
+// and is not told of it here (ThreadSanitizer, MemorySanitizer and
+// HWAddressSanitizer intercept swapcontext), and where code is built for
+// Intel's shadow stack (CET), whose return addresses a switch by `ret` would
+// not match. AddressSanitizer is told of each switch instead
+// (__sanitizer_start_switch_fiber): its swapcontext clears the shadow of the
+// whole 256 KiB stack at every switch (half of the row-wise suite's time,
+// the system calls a quarter more).
+#if defined(__x86_64__) && defined(__LP64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_HWADDRESS__) && !(defined(__CET__) && (__CET__ & 2))
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
-    __has_feature(hwaddress_sanitizer)
+#if __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(hwaddress_sanitizer)
 #define FUSOR_SIMT_UCONTEXT 1
 #endif
 #endif
@@ -138,6 +153,10 @@ inline void switch_context(context& from, context& to) { swapcontext(&from.uc, &
 #else
 struct context {
   void* sp = nullptr;  // where the switch saved the registers
+#if FUSOR_SIMT_ASAN_FIBERS
+  const void* stack_bottom = nullptr;  // the stack it runs on (its lowest address), for AddressSanitizer
+  std::size_t stack_size = 0;
+#endif
 };
 }  // namespace simt_emulation
 }  // namespace fusor::detail
@@ -188,18 +207,63 @@ fusor_simt_trampoline:
 )");
 namespace fusor::detail {
 namespace simt_emulation {
+#if FUSOR_SIMT_ASAN_FIBERS
+// AddressSanitizer's protocol: announce the stack switched to (keeping this
+// stack's detect_stack_use_after_return frames aside), switch, and on coming
+// back take them again. A fiber's first run and its end (fiber_main) make
+// the other halves of the pairs.
+inline void switch_context(context& from, context& to) {
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&fake_stack, to.stack_bottom, to.stack_size);
+  fusor_simt_switch(&from.sp, to.sp);
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+}
+// The fake stacks (detect_stack_use_after_return) of fibers that ended, with
+// no frame left in them, for the next fibers: making one per fiber (its own
+// mappings) made the emulated suites three times slower than swapcontext.
+struct fake_stack_pool {
+  static constexpr int capacity = 2048;
+  void* stacks[capacity];
+  int count = 0;
+};
+inline fake_stack_pool& fake_stacks() {
+  thread_local fake_stack_pool pool;
+  return pool;
+}
+inline thread_local void* ended_fiber_sp = nullptr;  // where an ended fiber's last switch saves its registers
+#else
 inline void switch_context(context& from, context& to) { fusor_simt_switch(&from.sp, to.sp); }
+#endif
 
 // A new fiber's first switch "returns" into fusor_simt_trampoline (above),
 // which calls r14 (fiber_main) with r12 (the entry) and r13 (the link), as
 // make_context left them among the saved registers.
 [[noreturn]] inline void fiber_main(void (*entry)(), context* link) {
+#if FUSOR_SIMT_ASAN_FIBERS
+  // The switch into this fiber completes here, with an ended fiber's fake
+  // stack if one is pooled; the stack it came from is the link's (the
+  // scheduler's: the host thread's own), learnt now.
+  fake_stack_pool& pool = fake_stacks();
+  __sanitizer_finish_switch_fiber(pool.count > 0 ? pool.stacks[--pool.count] : nullptr, &link->stack_bottom,
+                                  &link->stack_size);
+  entry();
+  // Leaving for good: ASan hands this fiber's fake stack to the pool (or,
+  // with the pool full, null makes it free the stack).
+  __sanitizer_start_switch_fiber(pool.count < fake_stack_pool::capacity ? &pool.stacks[pool.count++] : nullptr,
+                                 link->stack_bottom, link->stack_size);
+  fusor_simt_switch(&ended_fiber_sp, link->sp);
+#else
   entry();
   context finished;
   switch_context(finished, *link);
+#endif
   __builtin_unreachable();
 }
 inline void make_context(context& c, char* stack, std::size_t bytes, void (*entry)(), context& link) {
+#if FUSOR_SIMT_ASAN_FIBERS
+  c.stack_bottom = stack;
+  c.stack_size = bytes;
+#endif
   // The stack as fusor_simt_switch leaves it, lowest address first: the
   // control words (this thread's MXCSR, the x87's default), r15, r14, r13, r12, rbx,
   // rbp, then the trampoline as the return address, entered with
