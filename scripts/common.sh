@@ -71,9 +71,32 @@ fusor_find_cuda() {
   fi
 }
 
+# The generator for a new build tree, as cmake's arguments (an array named by
+# the caller, filled in place): Ninja where it is installed, because it builds
+# targets side by side where make builds the targets named on its command line
+# one after another (its top Makefile is .NOTPARALLEL), and each test suite is
+# one translation unit (FUSOR_UNITY_TESTS). A tree configured before keeps its
+# generator; CMAKE_GENERATOR or a -G in FUSOR_CMAKE_ARGS is left to decide.
+fusor_generator_args() {  # BUILD_DIR ARRAY_NAME
+  local -n args_out="$2"
+  args_out=()
+  if [ ! -f "$1/CMakeCache.txt" ] && [ -z "${CMAKE_GENERATOR:-}" ] &&
+     [[ " ${FUSOR_CMAKE_ARGS:-} " != *" -G"* ]] && command -v ninja >/dev/null; then
+    args_out=(-G Ninja)
+  fi
+}
+
+# The targets of a configured build tree, one a line (make's help lists
+# "... name", Ninja's "name: phony").
+fusor_build_targets() {  # BUILD_DIR
+  cmake --build "$1" --target help |
+    sed -n -e 's/^\.\.\. \([A-Za-z0-9_]*\).*$/\1/p' -e 's/^\([A-Za-z0-9_]*\): phony$/\1/p'
+}
+
 fusor_configure() {
   fusor_say "configuring $FUSOR_BUILD (Release)"
-  local archs=()
+  local archs=() generator
+  fusor_generator_args "$FUSOR_BUILD" generator
   # Without a GPU the CUDA programs are compiled to prove they compile, not run:
   # one architecture (sm_90) is enough and halves nvcc's work against CMake's
   # default of 80;90. Given architectures (FUSOR_CMAKE_ARGS, CUDAARCHS, an
@@ -84,7 +107,7 @@ fusor_configure() {
     archs=(-DCMAKE_CUDA_ARCHITECTURES=90)
   fi
   # shellcheck disable=SC2086  # FUSOR_CMAKE_ARGS is a list of words on purpose
-  cmake -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release "${archs[@]}" ${FUSOR_CMAKE_ARGS:-}
+  cmake "${generator[@]}" -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release "${archs[@]}" ${FUSOR_CMAKE_ARGS:-}
 }
 
 # The character-level GPT (examples/gpt_char) learns from Shakespeare's plays as

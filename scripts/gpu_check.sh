@@ -74,13 +74,16 @@ kit_build() {
 
   say "configuring $build for CUDA architectures ${FUSOR_GPU_ARCHS:-80-real;90}"
   # Host code for any x86-64 (the GPU machine's processor is not this one);
-  # binaries find the libraries carried beside them through $ORIGIN.
-  cmake -S "$FUSOR_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  # binaries find the libraries carried beside them through $ORIGIN. Ninja for
+  # a new tree (common.sh): the targets below build side by side.
+  local generator
+  fusor_generator_args "$build" generator
+  cmake "${generator[@]}" -S "$FUSOR_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES="${FUSOR_GPU_ARCHS:-80-real;90}" -DFUSOR_ENABLE_CUDA=ON \
     -DFUSOR_BENCH_HOST_FLAGS=-O3 '-DCMAKE_BUILD_RPATH=$ORIGIN/../../lib' >/dev/null
 
   local targets
-  targets=$(cmake --build "$build" --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*\).*/\1/p' |
+  targets=$(fusor_build_targets "$build" |
             grep -E '(_cuda_tests|_nccl_tests|_cuda)$|^bench_cuda_' | grep -Ev '^fusor_header_check' |
             grep -E "${FUSOR_GPU_ONLY:-.}" | sort -u)  # the header check is objects, not a program
   [ -n "$targets" ] || die "no CUDA targets in $build (is FUSOR_ENABLE_CUDA on?)"
@@ -151,7 +154,7 @@ kit_build() {
 # the build folder, configured as the kit is) into the kit's bin/baseline/ as
 # TARGET@COMMIT.
 build_baselines() {
-  local kit="$1" build="$2" spec commit targets source target binary
+  local kit="$1" build="$2" spec commit targets source target binary generator
   for spec in ${FUSOR_GPU_BASELINES:-}; do
     commit=${spec%%:*}
     targets=${spec#*:}
@@ -163,7 +166,8 @@ build_baselines() {
     source="$build/baseline-$commit"
     [ -e "$source/.git" ] || git -C "$FUSOR_ROOT" worktree add --force --detach "$source" "$commit" >/dev/null
     say "building the baseline ${targets//,/ } at $commit"
-    cmake -S "$source" -B "$source/build" -DCMAKE_BUILD_TYPE=Release \
+    fusor_generator_args "$source/build" generator
+    cmake "${generator[@]}" -S "$source" -B "$source/build" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES="${FUSOR_GPU_ARCHS:-80-real;90}" -DFUSOR_ENABLE_CUDA=ON \
       -DFUSOR_BENCH_HOST_FLAGS=-O3 '-DCMAKE_BUILD_RPATH=$ORIGIN/../../lib' >/dev/null
     # shellcheck disable=SC2086  # one word per target
