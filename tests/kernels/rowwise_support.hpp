@@ -102,15 +102,6 @@ host_tensor<P, vector_extents> random_vector(index_t length, std::uint32_t seed,
   return t;
 }
 
-// The elements of a view or tensor in any space, as doubles in row-major order.
-template <class V>
-std::vector<double> as_doubles(const V& v) {
-  const auto h = to_host(v);
-  std::vector<double> out(static_cast<std::size_t>(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
-  return out;
-}
-
 // A flat host buffer holding `h`'s elements `offset` elements in (those before
 // left unset): the memory behind views whose rows start off a 16-byte boundary.
 template <class T>

@@ -1,6 +1,6 @@
 // tests/nn/nn_test.hpp — checking a layer's backward against central
 // differences, in double on the host, through a network of that one layer;
-// and a network's values and parameters read as doubles, compared elementwise.
+// and a network's parameters (or their gradients) read as doubles.
 //
 // L(x, θ) = Σ y ⊙ r for a fixed random r, so dL/dy = r: backward from r must
 // give dL/dθ and dL/dx, which central differences of L estimate.
@@ -70,31 +70,12 @@ void check_gradients(index_t batch, std::uint64_t seed, double tolerance = 1e-6,
   CHECK(checked > 0);
 }
 
-// A view or tensor of any space, as doubles.
-template <class V>
-std::vector<double> to_values(const V& v) {
-  const auto h = fusor_test::to_host(v);
-  std::vector<double> out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = fusor_test::to_double(h.data()[i]);
-  return out;
-}
 // Every parameter of a network (or, with `gradients`, its gradient) as doubles, in order.
 template <class Net>
 std::vector<std::vector<double>> parameter_values(const Net& net, bool gradients) {
   std::vector<std::vector<double>> out;
-  net.for_each_parameter([&](const nn::parameter_slot&, auto v, auto g) { out.push_back(to_values(gradients ? g : v)); });
+  net.for_each_parameter([&](const nn::parameter_slot&, auto v, auto g) { out.push_back(fusor_test::as_doubles(gradients ? g : v)); });
   return out;
-}
-// got against want, elementwise (fusor_test::close); names the first five misses.
-inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
-                        const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size() && failures < 5; ++i)
-    if (!fusor_test::close(got[i], want[i], tolerance)) {
-      ++failures;
-      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    }
 }
 
 }  // namespace nn_test

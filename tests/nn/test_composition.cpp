@@ -53,13 +53,13 @@ pass_result run(Net& net, const values& x, const values& dy, const Executor& ex,
   copy(x_space, x_host);
   poison(dx_space);
   pass_result r;
-  r.y = to_values(net.forward(x_space, ex, mode));
+  r.y = as_doubles(net.forward(x_space, ex, mode));
   const auto g = net.output_gradient();
   host_tensor<typename Net::output_precision, typename Net::output_features::batched_extents> dy_host(g.extents());
   for (index_t i = 0; i < dy_host.size(); ++i) dy_host.data()[i] = convert<storage_t<typename Net::output_precision>>(dy[std::size_t(i)]);
   copy(g, dy_host);
   net.backward(ex, typename Net::input_view(dx_space.data(), n));
-  r.dx = to_values(dx_space);
+  r.dx = as_doubles(dx_space);
   r.parameters = parameters_of(net);
   return r;
 }
@@ -259,7 +259,7 @@ FUSOR_TEST_CASE("chain: an embedding first takes int32 ids, as the same layers u
   for (index_t i = 0; i < ids.size(); ++i) ids.data()[i] = std::int32_t((i * 7 + 3) % 11);
   const auto ids_space = to_space(ids);
   executor ex{};
-  const values got = to_values(net.forward(ids_space, ex)), want = to_values(ref.forward(ids_space, ex));
+  const values got = as_doubles(net.forward(ids_space, ex)), want = as_doubles(ref.forward(ids_space, ex));
   check_close(got, want, 1e-6, "y");
   const values dy = output_gradients<plain>(30);
   host_tensor<fp32, extents<index_t, dynamic, 3>> dy_host(batch);

@@ -20,22 +20,13 @@ using namespace fusor;
 using namespace fusor_test;
 using values = std::vector<double>;
 
-// A view or tensor of any space, as doubles.
-template <class V>
-values to_values(const V& v) {
-  const auto h = to_host(v);
-  values out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
-  return out;
-}
-
 struct parameter_record {
   values data, gradient;
 };
 template <class Net>
 std::map<std::string, parameter_record> parameters_of(const Net& net) {
   std::map<std::string, parameter_record> out;
-  net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto g) { out[slot.name] = {to_values(v), to_values(g)}; });
+  net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto g) { out[slot.name] = {as_doubles(v), as_doubles(g)}; });
   return out;
 }
 template <class Net>
@@ -63,23 +54,12 @@ void set_parameters(Net& net, const std::map<std::string, parameter_record>& fro
 // "0.1.weight" -> "1.weight": the name one level of nesting further out.
 inline std::string drop_prefix(const std::string& name) { return name.substr(name.find('.') + 1); }
 
-// |got - want| <= tolerance * max(1, |want|) everywhere; the first failures named.
-inline void check_close(const values& got, const values& want, double tolerance, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size() && failures < 5; ++i)
-    if (!close(got[i], want[i], tolerance)) {
-      ++failures;
-      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    }
-}
-
 // Random values of a shape in [-1.5, 1.5), as a host tensor of P and as doubles (the stored values).
 template <class P, class Extents>
 host_tensor<P, Extents> random_host(const Extents& e, std::uint32_t seed, values& stored) {
   host_tensor<P, Extents> h(e);
   fill_random(h, seed, -1.5, 1.5);
-  stored = to_values(h);
+  stored = as_doubles(h);
   return h;
 }
 

@@ -130,8 +130,8 @@ FUSOR_TEST_CASE("composites: a checkpoint keeps the nested names and loads into 
   optim::load_parameters(dir / "parameters.safetensors", loaded);
   const auto a = parameters_of(net), b = parameters_of(loaded);
   for (const auto& [name, record] : a) CHECK(b.at(name).data == record.data);
-  CHECK(to_values(net.forward(data().images[0], ex, nn::evaluation)) ==
-        to_values(loaded.forward(data().images[0], ex, nn::evaluation)));
+  CHECK(as_doubles(net.forward(data().images[0], ex, nn::evaluation)) ==
+        as_doubles(loaded.forward(data().images[0], ex, nn::evaluation)));
   std::filesystem::remove_all(dir);
 }
 

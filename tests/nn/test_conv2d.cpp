@@ -24,9 +24,7 @@ using namespace fusor_test;
 
 namespace {
 using values = std::vector<double>;
-using nn_test::check_close;
 using nn_test::parameter_values;
-using nn_test::to_values;
 using flat = dextents<index_t, 1>;
 
 struct image_shape {
@@ -139,7 +137,7 @@ void check_conv(index_t batch, double tolerance, bool with_backward) {
   auto dx_space = to_space(hx);  // poisoned below: the input gradient
   auto x_space = to_space(hx);
   poison(net.output_gradient());
-  const auto y = to_values(net.forward(typename net_t::input_view(x_space.data(), batch), ex));
+  const auto y = as_doubles(net.forward(typename net_t::input_view(x_space.data(), batch), ex));
   const auto p = parameter_values(net, false);
   image_shape out{};
   const auto want = conv_reference(x, in, p[0], p[1], index_t(Out), index_t(K), index_t(S), index_t(Pad), out);
@@ -158,7 +156,7 @@ void check_conv(index_t batch, double tolerance, bool with_backward) {
   conv_backward_reference(x, in, p[0], dy_values, out, index_t(K), index_t(S), index_t(Pad), dw, db, dx);
   check_close(g[0], dw, tolerance, what + " dweight");
   check_close(g[1], db, tolerance, what + " dbias");
-  check_close(to_values(dx_space), dx, tolerance, what + " dx");
+  check_close(as_doubles(dx_space), dx, tolerance, what + " dx");
 }
 }  // namespace
 
@@ -192,12 +190,12 @@ FUSOR_TEST_CASE("max_pool2d: forward and backward against loops, disjoint and ov
     std::vector<index_t> where;
     const auto want = pool_reference(x, in, index_t(Window), index_t(Stride), out, where);
     const std::string what = "max_pool2d<" + std::to_string(Window) + ", " + std::to_string(Stride) + ">";
-    check_close(to_values(net.forward(typename net_t::input_view(x_space.data(), batch), ex)), want, 0, what);
+    check_close(as_doubles(net.forward(typename net_t::input_view(x_space.data(), batch), ex)), want, 0, what);
     const auto hdy = random_values<P>(out.size(), 22, dy_values);
     copy(net.output_gradient(), host_view_like(net.output_gradient(), hdy.data()));
     poison(dx_space);
     net.backward(ex, typename net_t::input_view(dx_space.data(), batch));
-    check_close(to_values(dx_space), pool_backward_reference(dy_values, where, in.size()), tolerance, what + " dx");
+    check_close(as_doubles(dx_space), pool_backward_reference(dy_values, where, in.size()), tolerance, what + " dx");
   };
   check.template operator()<2, 2, 3, 6, 7, fp32>(4, 0);
   check.template operator()<3, 2, 2, 7, 8, fp32>(3, 1e-6);  // overlapping: sums of up to 4 gradients
@@ -221,7 +219,7 @@ void check_small_cnn(bool separate_bias_gradients) {
   values x, dy_values;
   const auto hx = random_values<fp32>(in.size(), 31, x);
   const auto x_space = to_space(hx);
-  const auto y = to_values(net.forward(view<float, dextents<index_t, 4>, row_major, space>(x_space.data(), batch, 1, 28, 28), ex));
+  const auto y = as_doubles(net.forward(view<float, dextents<index_t, 4>, row_major, space>(x_space.data(), batch, 1, 28, 28), ex));
   const auto p = parameter_values(net, false);
   REQUIRE(p.size() == 4);
 

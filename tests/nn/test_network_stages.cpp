@@ -22,14 +22,6 @@ using mlp = nn::sequential<nn::features<12>, nn::linear<12, 16, nn::relu>, nn::l
                            nn::linear<8, 8, nn::relu>, nn::linear<8, 5>>;
 using matrix = dextents<index_t, 2>;
 
-template <class V>
-std::vector<double> values_of(const V& v) {
-  const auto h = to_host(v);
-  std::vector<double> out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = double(h.data()[i]);
-  return out;
-}
-
 void check_same(const std::vector<double>& got, const std::vector<double>& want, const char* what) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -69,7 +61,7 @@ FUSOR_TEST_CASE("network stages: layers [0, 2) then [2, 4) equal the whole netwo
   back.with_stage_input(batch, [&](const auto& in) { copy(in, nn::flat_view<float, space>(boundary.data(), in.size())); });
   back.forward_stage(ex);
   finish(ex);
-  check_same(values_of(back.output()), values_of(y), "output");
+  check_same(as_doubles(back.output()), as_doubles(y), "output");
 
   copy(back.output_gradient(), dy.view());
   order.clear();
@@ -90,8 +82,8 @@ FUSOR_TEST_CASE("network stages: layers [0, 2) then [2, 4) equal the whole netwo
       whole.for_each_parameter([&](const nn::parameter_slot& w, const auto& wv, const auto& wg) {
         if (w.name != slot.name) return;
         found = true;
-        check_same(values_of(values), values_of(wv), slot.name.c_str());
-        check_same(values_of(gradients), values_of(wg), slot.name.c_str());
+        check_same(as_doubles(values), as_doubles(wv), slot.name.c_str());
+        check_same(as_doubles(gradients), as_doubles(wg), slot.name.c_str());
       });
       CHECK(found);
     });
@@ -132,10 +124,10 @@ FUSOR_TEST_CASE("network: networks sharing parameters keep their own activations
   const auto ya = owner.forward(a, ex);
   const auto yb = second.forward(b, ex);  // does not disturb owner's activations
   finish(ex);
-  const std::vector<double> kept = values_of(ya);
+  const std::vector<double> kept = as_doubles(ya);
   nn::network<mlp, fp32, space> fresh(batch, {.seed = 3});
-  check_same(kept, values_of(fresh.forward(a, ex)), "owner's output");
-  check_same(values_of(yb), values_of(fresh.forward(b, ex)), "second's output");
+  check_same(kept, as_doubles(fresh.forward(a, ex)), "owner's output");
+  check_same(as_doubles(yb), as_doubles(fresh.forward(b, ex)), "second's output");
 }
 
 namespace {
@@ -177,7 +169,7 @@ FUSOR_TEST_CASE("network: a sharded parameter is initialised as its slice of the
   std::vector<float> got;
   auto append_slice = [&](auto& net) {
     const auto& slot = net.template group<float>().slots()[0];
-    for (double v : values_of(net.template group<float>().value(slot))) got.push_back(float(v));
+    for (double v : as_doubles(net.template group<float>().value(slot))) got.push_back(float(v));
   };
   nn::network<sliced_net<0>, fp32, space> s0(1, {.seed = 5});
   nn::network<sliced_net<1>, fp32, space> s1(1, {.seed = 5});
@@ -188,8 +180,8 @@ FUSOR_TEST_CASE("network: a sharded parameter is initialised as its slice of the
   REQUIRE(got.size() == expected.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == expected[i]);
   // The unsharded bias is the same on every slice.
-  CHECK(values_of(s0.group<float>().value(s0.group<float>().slots()[1])) ==
-        values_of(s2.group<float>().value(s2.group<float>().slots()[1])));
+  CHECK(as_doubles(s0.group<float>().value(s0.group<float>().slots()[1])) ==
+        as_doubles(s2.group<float>().value(s2.group<float>().slots()[1])));
 }
 
 }  // namespace test_network_stages

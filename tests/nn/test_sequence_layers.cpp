@@ -21,16 +21,14 @@ using namespace fusor_test;
 
 namespace {
 using values = std::vector<double>;
-using nn_test::check_close;
 using nn_test::parameter_values;
-using nn_test::to_values;
 
 // A host tensor shaped as view v, random in [-1.5, 1.5), and what it stores as doubles.
 template <class V>
 auto random_like(const V& v, std::uint32_t seed, values& stored) {
   host_tensor<typename V::precision, typename V::extents_type> h(v.extents());
   fill_random(h, seed, -1.5, 1.5);
-  stored = to_values(h);
+  stored = as_doubles(h);
   return h;
 }
 
@@ -50,7 +48,7 @@ void check_layernorm(double tolerance) {
   values x, dy;
   typename net_t::input_view shape_of_x(nullptr, batch);
   auto x_space = to_space(random_like(shape_of_x, 41, x));
-  const auto y = to_values(net.forward(x_space, ex));
+  const auto y = as_doubles(net.forward(x_space, ex));
   auto dy_host = random_like(net.output_gradient(), 42, dy);
   copy(net.output_gradient(), dy_host.view());
   values unused;
@@ -82,7 +80,7 @@ void check_layernorm(double tolerance) {
     }
   }
   check_close(y, want, tolerance, "layernorm forward");
-  check_close(to_values(dx_space), dx, tolerance, "layernorm dx");
+  check_close(as_doubles(dx_space), dx, tolerance, "layernorm dx");
   check_close(g[0], dw, tolerance, "layernorm dweight");
   check_close(g[1], db, tolerance, "layernorm dbias");
 }
@@ -100,18 +98,18 @@ FUSOR_TEST_CASE("dropout: reproducible per (seed, step), keeps about 1 - p, back
   net_t net(batch, {.seed = 7}), same_seed(batch, {.seed = 7}), other_seed(batch, {.seed = 8});
   values x;
   auto x_space = to_space(random_like(typename net_t::input_view(nullptr, batch), 51, x));
-  const auto step5 = to_values(net.forward(x_space, ex, nn::run_mode{true, 5}));
-  CHECK(to_values(net.forward(x_space, ex, nn::run_mode{true, 5})) == step5);
-  CHECK(to_values(same_seed.forward(x_space, ex, nn::run_mode{true, 5})) == step5);
-  CHECK(to_values(other_seed.forward(x_space, ex, nn::run_mode{true, 5})) != step5);
-  const auto step6 = to_values(net.forward(x_space, ex, nn::run_mode{true, 6}));
+  const auto step5 = as_doubles(net.forward(x_space, ex, nn::run_mode{true, 5}));
+  CHECK(as_doubles(net.forward(x_space, ex, nn::run_mode{true, 5})) == step5);
+  CHECK(as_doubles(same_seed.forward(x_space, ex, nn::run_mode{true, 5})) == step5);
+  CHECK(as_doubles(other_seed.forward(x_space, ex, nn::run_mode{true, 5})) != step5);
+  const auto step6 = as_doubles(net.forward(x_space, ex, nn::run_mode{true, 6}));
   CHECK(step6 != step5);
 
   // The step may come from a counter in the network's memory (what a CUDA graph replays).
   tensor<std::int64_t, extents<index_t>, row_major, space> counter(extents<index_t>{});
   const std::int64_t five = 5;
   copy(counter.view(), view<std::int64_t, extents<index_t>>(const_cast<std::int64_t*>(&five)));
-  CHECK(to_values(net.forward(x_space, ex, nn::run_mode{true, 999, counter.data()})) == step5);
+  CHECK(as_doubles(net.forward(x_space, ex, nn::run_mode{true, 999, counter.data()})) == step5);
 
   // Kept elements are x / 0.7, the others 0; the kept fraction is 0.7 within 5 standard deviations.
   index_t kept = 0;
@@ -136,7 +134,7 @@ FUSOR_TEST_CASE("dropout: reproducible per (seed, step), keeps about 1 - p, back
   auto dx_space = to_space(random_like(typename net_t::input_view(nullptr, batch), 53, unused));
   poison(dx_space);
   net.backward(ex, dx_space.view());
-  const auto dx = to_values(dx_space);
+  const auto dx = as_doubles(dx_space);
   for (std::size_t i = 0; i < dx.size(); ++i) {
     INFO("element " << i);
     CHECK(close(dx[i], step5[i] == 0 ? 0.0 : float(dy[i]) * float(1 / 0.7), 1e-6));
@@ -145,10 +143,10 @@ FUSOR_TEST_CASE("dropout: reproducible per (seed, step), keeps about 1 - p, back
   // Evaluation: the identity, forward and backward.
   values x2;
   auto x2_space = to_space(random_like(typename net_t::input_view(nullptr, batch), 54, x2));
-  CHECK(to_values(net.forward(x2_space, ex, nn::evaluation)) == x2);
+  CHECK(as_doubles(net.forward(x2_space, ex, nn::evaluation)) == x2);
   poison(dx_space);
   net.backward(ex, dx_space.view());
-  CHECK(to_values(dx_space) == dy);
+  CHECK(as_doubles(dx_space) == dy);
 }
 
 FUSOR_TEST_CASE("embedding: int32 ids in, table rows out; the table's gradient sums the rows of each id") {
@@ -161,7 +159,7 @@ FUSOR_TEST_CASE("embedding: int32 ids in, table rows out; the table's gradient s
     host_tensor<std::int32_t, extents<index_t, dynamic, 7>> ids(batch);
     for (index_t i = 0; i < ids.size(); ++i) ids.data()[i] = std::int32_t((i * i + 3 * i) % 11);  // repeats, 11, 12 unused
     auto ids_space = to_space(ids);
-    const auto y = to_values(net.forward(ids_space, ex));
+    const auto y = as_doubles(net.forward(ids_space, ex));
     const auto table = parameter_values(net, false)[0];
     values want(y.size());
     for (index_t t = 0; t < batch * sequence; ++t)
@@ -173,7 +171,7 @@ FUSOR_TEST_CASE("embedding: int32 ids in, table rows out; the table's gradient s
     host_tensor<float, extents<index_t, dynamic, 7>> float_ids(batch);
     for (index_t i = 0; i < ids.size(); ++i) float_ids.data()[i] = float(ids.data()[i]);
     auto float_ids_space = to_space(float_ids);
-    CHECK(to_values(net.forward(float_ids_space, ex)) == want);
+    CHECK(as_doubles(net.forward(float_ids_space, ex)) == want);
 
     values dy;
     copy(net.output_gradient(), random_like(net.output_gradient(), 61, dy).view());
@@ -211,11 +209,11 @@ FUSOR_TEST_CASE("flatten: forward and backward move every element as it is") {
   net_t net(4);
   values x, dy;
   auto x_space = to_space(random_like(typename net_t::input_view(nullptr, 3), 71, x));
-  CHECK(to_values(net.forward(x_space, ex)) == x);
+  CHECK(as_doubles(net.forward(x_space, ex)) == x);
   copy(net.output_gradient(), random_like(net.output_gradient(), 72, dy).view());
   values unused;
   auto dx_space = to_space(random_like(typename net_t::input_view(nullptr, 3), 73, unused));
   poison(dx_space);
   net.backward(ex, dx_space.view());
-  CHECK(to_values(dx_space) == dy);
+  CHECK(as_doubles(dx_space) == dy);
 }

@@ -23,7 +23,7 @@ void check_swiglu(double tolerance) {
   const values& w3 = p.at("0.w3.weight").data;
   values x, dy, unused;
   const auto x_space = to_space(random_host<P>(typename net_t::input_features::batched_extents(batch), 4, x));
-  const values y = to_values(net.forward(x_space, ex));
+  const values y = as_doubles(net.forward(x_space, ex));
   copy(net.output_gradient(), random_host<P>(net.output_gradient().extents(), 5, dy));
   auto dx_space = to_space(random_host<P>(typename net_t::input_features::batched_extents(batch), 6, unused));
   poison(dx_space);
@@ -57,7 +57,7 @@ void check_swiglu(double tolerance) {
     }
   }
   check_close(y, want_y, tolerance, "swiglu forward");
-  check_close(to_values(dx_space), dx, tolerance, "swiglu dx");
+  check_close(as_doubles(dx_space), dx, tolerance, "swiglu dx");
   check_close(g.at("0.w1.weight").gradient, dw1, tolerance, "swiglu dw1");
   check_close(g.at("0.w2.weight").gradient, dw2, tolerance, "swiglu dw2");
   check_close(g.at("0.w3.weight").gradient, dw3, tolerance, "swiglu dw3");

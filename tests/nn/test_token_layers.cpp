@@ -45,13 +45,6 @@ namespace {
 using values = std::vector<double>;
 using function = std::function<double(double)>;
 
-template <class V>
-values to_values(const V& v) {
-  const auto h = to_host(v);
-  values out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
-  return out;
-}
 // Values rounded to the storage of precision P, as the network keeps them.
 template <class P>
 double stored(double v) {
@@ -61,15 +54,6 @@ template <class P>
 values stored(values v) {
   for (double& e : v) e = stored<P>(e);
   return v;
-}
-void check_close(const values& got, const values& want, double tolerance, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size() && failures < 5; ++i)
-    if (!close(got[i], want[i], tolerance)) {
-      ++failures;
-      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    }
 }
 
 // One forward and one backward (with an input gradient) of a network of
@@ -91,24 +75,24 @@ pass_record run_pass(index_t batch, std::uint32_t seed) {
     host_tensor<typename decltype(v)::precision, typename decltype(v)::extents_type> h(v.extents());
     fill_random(h, parameter_seed++, -1.5, 1.5);
     copy(v, h);
-    r.parameters.push_back(to_values(h));
+    r.parameters.push_back(as_doubles(h));
   });
   host_tensor<P, input_extents> x{input_extents(batch)}, dx_host{input_extents(batch)};
   fill_random(x, seed + 1, -1.5, 1.5);
-  r.x = to_values(x);
+  r.x = as_doubles(x);
   const auto x_space = to_space(x);
-  r.y = to_values(net.forward(x_space, ex));
+  r.y = as_doubles(net.forward(x_space, ex));
   const auto dy_view = net.output_gradient();
   host_tensor<P, typename decltype(dy_view)::extents_type> dy(dy_view.extents());
   fill_random(dy, seed + 2, -1.5, 1.5);
-  r.dy = to_values(dy);
+  r.dy = as_doubles(dy);
   copy(dy_view, dy);
   auto dx = to_space(dx_host);
   poison(dx);
   net.backward(ex, typename net_t::input_view(dx.data(), batch));
   finish(ex);
-  r.dx = to_values(dx);
-  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { r.gradients.push_back(to_values(g)); });
+  r.dx = as_doubles(dx);
+  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { r.gradients.push_back(as_doubles(g)); });
   return r;
 }
 
@@ -252,23 +236,23 @@ void check_tied_head(double tolerance) {
     host_tensor<typename decltype(v)::precision, typename decltype(v)::extents_type> h(v.extents());
     fill_random(h, 42, -1.5, 1.5);
     copy(v, h);
-    table = to_values(h);
+    table = as_doubles(h);
   });
   CHECK(parameters == 1);
   CHECK(net.parameter_count() == vocabulary * channels);
   host_tensor<std::int32_t, dextents<index_t, 2>> ids(batch, tokens);
   for (index_t i = 0; i < rows; ++i) ids.data()[i] = std::int32_t((i * 7 + 3) % vocabulary);
   const auto ids_space = to_space(ids);
-  const values y = to_values(net.forward(ids_space, ex));
+  const values y = as_doubles(net.forward(ids_space, ex));
   const auto dy_view = net.output_gradient();
   host_tensor<P, typename decltype(dy_view)::extents_type> dy_host(dy_view.extents());
   fill_random(dy_host, 43, -1.5, 1.5);
   copy(dy_view, dy_host);
-  const values dy = to_values(dy_host);
+  const values dy = as_doubles(dy_host);
   net.backward(ex);
   finish(ex);
   values dtable;
-  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { dtable = to_values(g); });
+  net.for_each_parameter([&](const nn::parameter_slot&, auto, auto g) { dtable = as_doubles(g); });
 
   values want_y(std::size_t(rows * vocabulary)), want_dtable(table.size(), 0.0);
   for (index_t t = 0; t < rows; ++t) {
@@ -329,7 +313,7 @@ FUSOR_TEST_CASE("position_embedding: parameter named weight, [Positions, Channel
     CHECK(slot.name == "0.weight");
     CHECK(slot.shape == std::vector<index_t>{16, 32});
     // U(-sqrt(3), sqrt(3)): within the bound, mean 0 and variance 1 within sampling error.
-    const values table = to_values(v);
+    const values table = as_doubles(v);
     double sum = 0, squares = 0;
     for (double e : table) {
       CHECK(std::fabs(e) <= std::sqrt(3.0));
@@ -349,7 +333,7 @@ FUSOR_TEST_CASE("rmsnorm: its weight starts at 1, named weight") {
   net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto) {
     ++parameters;
     CHECK(slot.name == "0.weight");
-    CHECK(to_values(v) == values(10, 1.0));
+    CHECK(as_doubles(v) == values(10, 1.0));
   });
   CHECK(parameters == 1);
 }
@@ -368,7 +352,7 @@ FUSOR_TEST_CASE("init_std<2, 100>: an embedding's and a position table's deviati
   net.for_each_parameter([&](const nn::parameter_slot& slot, auto v, auto) {
     ++parameters;
     INFO(slot.name);
-    const values table = to_values(v);
+    const values table = as_doubles(v);
     double sum = 0, squares = 0;
     for (double e : table) {
       CHECK(std::fabs(e) <= 0.02 * std::sqrt(3.0) * (1 + 1e-6));

@@ -54,14 +54,6 @@ flat_host<P> random_flat(index_t n, std::uint32_t seed, double low = -1.0, doubl
   return h;
 }
 
-template <class V>
-std::vector<double> as_doubles(const V& v) {
-  const auto h = to_host(v);
-  std::vector<double> out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = convert<double>(h.data()[i]);
-  return out;
-}
-
 // Values in P, as doubles: what a reference starts from.
 template <class P>
 std::vector<double> as_doubles_host(const flat_host<P>& h) {
@@ -81,17 +73,6 @@ void train_step(optim::update_controller<space>& controller, Optimizer& optimize
   controller.finish_step(ex);
 }
 
-// Element by element, |got - want| <= tol * max(1, |want|); reports the first miss.
-inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                        const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!close(got[i], want[i], tol)) {
-      FAIL_CHECK(what << ": element " << i << " is " << got[i] << ", expected " << want[i] << " (tolerance " << tol
-                      << ")");
-      return;
-    }
-}
 inline void check_equal(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i)

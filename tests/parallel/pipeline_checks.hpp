@@ -88,14 +88,6 @@ inline batch_data random_batch(std::uint32_t batch_seed) {
   return b;
 }
 
-template <class V>
-std::vector<double> values_of(const V& v) {
-  const auto h = to_host(v);
-  std::vector<double> out(std::size_t(h.size()));
-  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = double(h.data()[i]);
-  return out;
-}
-
 // Each of the stage's parameters against the whole network's of the same name.
 template <class Pipeline, class Whole>
 void check_same_parameters(const Pipeline& pipe, const Whole& whole, double tolerance) {
@@ -105,7 +97,7 @@ void check_same_parameters(const Pipeline& pipe, const Whole& whole, double tole
     whole.for_each_parameter([&](const nn::parameter_slot& w, const auto& wv, const auto&) {
       if (w.name != slot.name) return;
       found = true;
-      const std::vector<double> got = values_of(values), want = values_of(wv);
+      const std::vector<double> got = as_doubles(values), want = as_doubles(wv);
       CHECK(got.size() == want.size());
       index_t bad = 0;
       double worst = 0;

@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 // The core, expressions, executors and library-free kernels: what every test
 // body uses (not fusor/fusor.hpp, which includes every header: each test adds
@@ -152,6 +153,28 @@ inline bool close(double got, double want, double tol) {
   if (std::isnan(want)) return std::isnan(got);
   if (std::isinf(want)) return got == want;
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+// The elements of a view or tensor in any space, as doubles, in the order its
+// host copy stores them (row-major for a row-major view).
+template <class V>
+std::vector<double> as_doubles(const V& v) {
+  const auto h = to_host(v);
+  std::vector<double> out(static_cast<std::size_t>(h.size()));
+  for (index_t i = 0; i < h.size(); ++i) out[std::size_t(i)] = to_double(h.data()[i]);
+  return out;
+}
+
+// got against want elementwise (close()); names the first five misses.
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                        const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  int misses = 0;
+  for (std::size_t i = 0; i < got.size() && misses < 5; ++i)
+    if (!close(got[i], want[i], tol)) {
+      ++misses;
+      FAIL_CHECK(what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (tolerance " << tol << ")");
+    }
 }
 
 // Checks that `action` throws Error and that its message names every one of `parts`.
