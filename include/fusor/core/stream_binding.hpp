@@ -8,11 +8,11 @@
 // yet handed out, and the free at the end could return memory a kernel still
 // reads. A stream_binding closes both gaps:
 //
-//   binding.use_on(executor_stream);  // before work on that stream: waits for the
-//                                     // home stream's allocations and memsets, and
-//                                     // for the previous user stream's work
-//   ~stream_binding()                 // the home stream waits for the last user,
-//                                     // so the frees that follow come after it
+//   binding.use_on(executor_stream(ex));  // before work on ex's stream: waits for the
+//                                         // home stream's allocations and memsets, and
+//                                         // for the previous user stream's work
+//   ~stream_binding()                     // the home stream waits for the last user,
+//                                         // so the frees that follow come after it
 //
 // Declare it after the memory it guards, so it is destroyed first. Nothing is
 // waited on by the host; when the executor runs on the home stream (the common

@@ -10,7 +10,7 @@
 //   io::shard_writer shard(dir, rank, ranks, "step-1200");     // every rank
 //   shard.add("3.weight", io::tensor_piece::slice({512, 784}, 0, tp_rank, tp_ways), w);
 //   shard.save();                                              // shard-00002-of-00008.safetensors, .index
-//   communicator.barrier();
+//   world.all_reduce(saved, comm::reduction_op::sum).wait();  // the caller's barrier: every shard saved
 //   if (rank == 0) io::write_manifest(dir, ranks, "step-1200", {{"step", "1200"}});
 //   ...
 //   io::sharded_checkpoint_reader ckpt(dir);                   // any number of ranks, any split

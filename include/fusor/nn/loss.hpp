@@ -3,7 +3,7 @@
 // running sums an epoch report needs, kept where the network runs: nothing
 // here waits for the device until the caller asks for a number.
 //
-//   nn::softmax_cross_entropy<Space> loss(max_batch, stream);
+//   nn::softmax_cross_entropy<Space> loss(max_batch, {}, stream);     // {}: cross_entropy_options
 //   loss.forward_backward(logits, labels, net.output_gradient(), ex);  // dlogits of the mean loss
 //   loss.evaluate(logits, labels, ex);              // loss and correct predictions only
 //   loss.totals() -> {mean loss, accuracy, samples} since reset()       // one wait

@@ -4,7 +4,7 @@
 //
 //   nn::network<mlp, fs::fp32, fs::device_space> net(256, {.seed = 1, .stream = s});
 //   auto logits = net.forward(images, ex);           // [batch, 10], kept for backward
-//   loss(losses, net.output_gradient(), logits, labels, ex);   // the loss writes dlogits here
+//   loss.forward_backward(logits, labels, net.output_gradient(), ex);  // nn/loss.hpp writes dlogits there
 //   net.backward(ex);                                 // every parameter's gradient
 //   net.for_each_group([&](auto& group) { optimizer.step(group.values(), group.gradients(), ...); });
 //

@@ -4,7 +4,9 @@
 // optimizer over every parameter group, with nothing read back on the host.
 //
 //   nn::network<mlp, fs::bf16, fs::device_space> net(256, {.seed = 1, .stream = s});
-//   optim::trainer<decltype(net), optim::adamw> train(net, {.lr = 1e-3}, {.weight_decay = 1e-4});
+//   optim::trainer<decltype(net), optim::adamw> train(
+//       net, {.schedule = optim::learning_rate_schedule::constant(1e-3f)},
+//       optim::adamw_options{.weight_decay = 1e-4f});
 //   train.step(images, labels, ex);              // capturable as a CUDA graph (graph/capture.hpp)
 //   train.loss().totals()                        // {mean loss, accuracy, samples}: waits, once per epoch
 //
