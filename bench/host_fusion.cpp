@@ -1,7 +1,8 @@
 // bench/host_fusion.cpp — what fusing elementwise work into one loop buys on
 // the host, against the same work as separate passes and against Eigen.
 //
-// One expression of six elementwise operations over three float inputs:
+// One expression of six elementwise operations over three float inputs
+// (and, at the end, a backward pass derived at compile time):
 //
 //   out = (a * b + c) * 0.5f - (a - c) * b
 //
@@ -24,7 +25,10 @@
 
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
+#include "fusor/expr/derivative.hpp"
+#include "fusor/expr/host_math.hpp"
 #include "fusor/expr/operators.hpp"
+#include "fusor/expr/substitute.hpp"
 
 namespace {
 
@@ -152,12 +156,74 @@ void handwritten(benchmark::State& state, int threads) {
   report(state, useful_bytes_per_element);
 }
 
+// ---- a derived backward pass ---------------------------------------------------------
+// dx = gelu_tanh'(x) dy with x = a and dy = b: fusor's compile-time derivative
+// (a derivative node, ops::gelu_tanh_slope, evaluating tanh once) against a
+// hand-written loop of the same formula with the same vectorisable tanh
+// (expr/host_math.hpp; libm's tanhf would keep the loop scalar). 12 bytes an
+// element: two inputs read, one output written.
+constexpr double gelu_bytes_per_element = 3.0 * sizeof(float);
+
+// gelu_tanh'(x) dy in double, with std::tanh.
+double gelu_backward_reference(double x, double dy) {
+  const double k = 0.79788456080286535588, c = 0.044715, t = std::tanh(k * (x + c * x * x * x));
+  return (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)) * dy;
+}
+
+void report_gelu(benchmark::State& state) {
+  workload& w = workload::get();
+  for (int i = 0; i < elements; ++i) {
+    const double want = gelu_backward_reference(w.a.data()[i], w.b.data()[i]);
+    if (std::fabs(w.out.data()[i] - want) > 1e-5 * (1.0 + std::fabs(want))) {
+      std::fprintf(stderr, "element %d: got %g, expected %g\n", i, w.out.data()[i], want);
+      state.SkipWithError("wrong result");
+      break;
+    }
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(gelu_bytes_per_element * elements));
+}
+
+void gelu_backward_derived(benchmark::State& state, int threads) {
+  workload& w = workload::get();
+  w.clear_output();
+  const fusor::host_executor executor{.threads = threads};
+  const auto slope = fusor::derivative(fusor::gelu_tanh(fusor::arg<0>), fusor::arg<0>);
+  for (auto _ : state) {
+    fusor::assign(w.out, fusor::substitute(slope, w.a) * w.b, executor);
+    benchmark::ClobberMemory();
+  }
+  report_gelu(state);
+}
+
+void gelu_backward_handwritten(benchmark::State& state, int threads) {
+  workload& w = workload::get();
+  w.clear_output();
+  const float* __restrict x = w.a.data();
+  const float* __restrict dy = w.b.data();
+  float* __restrict dx = w.out.data();
+  for (auto _ : state) {
+#if defined(_OPENMP)
+#pragma omp parallel for simd num_threads(threads) schedule(static) if (parallel : threads > 1)
+#endif
+    for (int i = 0; i < elements; ++i) {
+      const float k = 0.79788456080286535588f, c = 0.044715f, x2 = x[i] * x[i];
+      const float t = fusor::detail::host_tanh(k * (x[i] + c * x2 * x[i]));
+      dx[i] = (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * k * (1.0f + 3.0f * c * x2)) * dy[i];
+    }
+    benchmark::ClobberMemory();
+  }
+  (void)threads;
+  report_gelu(state);
+}
+
 void arguments(benchmark::internal::Benchmark* b) { b->Unit(benchmark::kMillisecond)->UseRealTime(); }
 
 BENCHMARK_CAPTURE(fused, threads_1, 1)->Apply(arguments);
 BENCHMARK_CAPTURE(unfused, threads_1, 1)->Apply(arguments);
 BENCHMARK(eigen)->Apply(arguments);
 BENCHMARK_CAPTURE(handwritten, threads_1, 1)->Apply(arguments);
+BENCHMARK_CAPTURE(gelu_backward_derived, threads_1, 1)->Apply(arguments);
+BENCHMARK_CAPTURE(gelu_backward_handwritten, threads_1, 1)->Apply(arguments);
 #if defined(_OPENMP)  // without OpenMP every pass runs on one thread
 BENCHMARK_CAPTURE(fused, threads_2, 2)->Apply(arguments);
 BENCHMARK_CAPTURE(unfused, threads_2, 2)->Apply(arguments);

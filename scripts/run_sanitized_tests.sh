@@ -39,7 +39,6 @@ fusor_say "configuring $build (AddressSanitizer + UndefinedBehaviorSanitizer)"
 cmake "${generator[@]}" -S "$FUSOR_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" \
   -DFUSOR_SANITIZE=address,undefined -DFUSOR_ENABLE_CUDA=OFF -DFUSOR_BUILD_BENCHMARKS=OFF -DFUSOR_BUILD_EXAMPLES=OFF
 
-
 # Only the host suites' binaries: fusor_<suite>_tests (those of FUSOR_SANITIZE_SUITES when set).
 if [ -n "${FUSOR_SANITIZE_SUITES:-}" ]; then
   read -r -a suites <<<"$FUSOR_SANITIZE_SUITES"

@@ -12,13 +12,15 @@ a HARNESS file (the build compiles those), between a line
 and a line "// end doc-snippet". Indentation is compared after removing what
 the snippet's lines share, trailing spaces and blank lines at either end are
 ignored. A snippet that no longer matches a block of its DOC fails too (the
-block was edited or removed). Blocks checked by a test of their own are
-marked in the doc by the line before their fence and skipped here:
-"<!-- readme-example -->" and "<!-- the code below is FILE -->" (compared
-with FILE), and "<!-- schematic: ... -->" for an outline that is not C++.
+block was edited or removed). A block shown as a whole file is marked by the
+line before its fence, "<!-- the code below is FILE -->" (FILE relative to
+ROOT, compiled by the tests that include it), and must be FILE's text, compared
+the same way. Two marks skip a block: "<!-- readme-example -->" (README's
+first program, checked by the example_readme tests) and
+"<!-- schematic: ... -->" (an outline that is not C++).
 Prints what is missing, with a diff against the nearest text, and exits 1.
-First it checks itself: a block changed, a block added and a snippet lost
-(in memory) must each fail the check.
+First it checks itself: a block changed, a block added, a snippet lost and a
+whole-file block changed (in memory) must each fail the check.
 """
 import difflib
 import os
@@ -26,7 +28,8 @@ import re
 import sys
 
 FENCE = re.compile(r"^```(cpp|c\+\+|cuda)\s*$")
-SKIP_MARKERS = ("<!-- readme-example -->", "<!-- the code below is ", "<!-- schematic")
+SKIP_MARKERS = ("<!-- readme-example -->", "<!-- schematic")
+WHOLE_FILE = re.compile(r"^<!-- the code below is (\S+) -->$")
 BEGIN = re.compile(r"^\s*// doc-snippet (\S+)( \(continued\))?\s*$")
 END = re.compile(r"^\s*// end doc-snippet\s*$")
 
@@ -55,8 +58,9 @@ def read(root, path, overrides):
 
 
 def doc_blocks(root, doc, overrides):
-    """(line of the fence, text) of each C++ block of `doc` not marked as checked elsewhere."""
-    blocks, skipped = [], 0
+    """(line of the fence, text) of each C++ block of `doc` not marked, the marked ones skipped, and
+    (line, text, FILE) of each block marked as FILE's text."""
+    blocks, skipped, whole_files = [], 0, []
     lines = read(root, doc, overrides)
     i = 0
     while i < len(lines):
@@ -68,12 +72,15 @@ def doc_blocks(root, doc, overrides):
             if i == len(lines):
                 sys.exit(f"{doc}:{start + 1}: a C++ block that does not end")
             before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
-            if before.startswith(SKIP_MARKERS):
+            whole_file = WHOLE_FILE.match(before)
+            if whole_file:
+                whole_files.append((start + 1, normalized(lines[start + 1:i]), whole_file.group(1)))
+            elif before.startswith(SKIP_MARKERS):
                 skipped += 1
             else:
                 blocks.append((start + 1, normalized(lines[start + 1:i])))
         i += 1
-    return blocks, skipped
+    return blocks, skipped, whole_files
 
 
 def harness_snippets(root, harness, overrides):
@@ -117,7 +124,19 @@ def check(root, docs, harnesses, overrides, report=print):
     blocks = {doc: doc_blocks(root, doc, overrides) for doc in docs}
     snippets = [(harness,) + s for harness in harnesses for s in harness_snippets(root, harness, overrides)]
     failures = 0
-    for doc, (doc_list, _) in blocks.items():
+    for doc, (_, _, whole_files) in blocks.items():
+        for line, text, path in whole_files:
+            if not os.path.isfile(os.path.join(root, path)) and path not in overrides:
+                failures += 1
+                report(f"{doc}:{line}: the block is marked as the text of {path}, which does not exist")
+                continue
+            shown = normalized(read(root, path, overrides))
+            if text != shown:
+                failures += 1
+                report(f"{doc}:{line}: this block is marked as the text of {path} and differs from it:")
+                diff = difflib.unified_diff(shown.split("\n"), text.split("\n"), path, f"{doc}:{line}", lineterm="")
+                report("\n".join("    " + d for d in diff))
+    for doc, (doc_list, _, _) in blocks.items():
         texts = {s[3] for s in snippets if s[1] == doc}
         for line, text in doc_list:
             if text in texts:
@@ -139,11 +158,13 @@ def check(root, docs, harnesses, overrides, report=print):
         elif text not in {t for _, t in blocks[doc][0]}:
             failures += 1
             report(f"{harness}:{line}: this snippet matches no C++ block of {doc} any more (edited or removed there?)")
-    counted = sum(len(b) for b, _ in blocks.values())
-    skipped = sum(s for _, s in blocks.values())
+    counted = sum(len(b) for b, _, _ in blocks.values())
+    skipped = sum(s for _, s, _ in blocks.values())
+    files = sum(len(w) for _, _, w in blocks.values())
     if not failures:
         report(f"check_doc_snippets: all {counted} C++ blocks of {len(docs)} docs are compiled ({len(snippets)} "
-               f"snippets in {len(harnesses)} files); {skipped} marked block(s) checked by their own tests or not C++")
+               f"snippets in {len(harnesses)} files), {files} whole-file block(s) match their files; {skipped} marked "
+               f"block(s) skipped (the README example, outlines)")
     return failures
 
 
@@ -160,6 +181,13 @@ def self_test(root, docs, harnesses):
     lost = re.sub(r"\n\s*// end doc-snippet", "", lost, count=1)
     cases = {"a block changed": {docs[0]: changed}, "a block added": {docs[0]: added},
              "a snippet lost": {harnesses[0]: lost}}
+    for doc in docs:  # the first whole-file block, a line added to it
+        doc_text = "\n".join(read(root, doc, {}))
+        mark = re.search(r"\n<!-- the code below is \S+ -->\n```\w*\n", doc_text)
+        if mark:
+            cases["a whole-file block changed"] = {
+                doc: doc_text[:mark.end()] + "int changed_by_the_self_test;\n" + doc_text[mark.end():]}
+            break
     quiet = lambda *_: None
     return [name for name, overrides in cases.items() if check(root, docs, harnesses, overrides, quiet) == 0]
 

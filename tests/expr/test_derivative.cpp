@@ -350,6 +350,11 @@ TEST_CASE("derivative: second derivatives match central differences of the first
   check_second("sigmoid''", fusor::sigmoid(arg<0>), sample1(1103, -5.0, 5.0));
   check_second("gelu''", fusor::gelu(arg<0>), sample1(1104, -3.0, 3.0));
   check_second("(x * sigmoid(x))''", arg<0> * fusor::sigmoid(arg<0>), sample1(1105, -5.0, 5.0));
+  // The derivatives of tanh, sigmoid, silu and gelu_tanh are nodes of their own (ops::*_slope) with rules of their own.
+  check_second("silu''", fusor::silu(arg<0>), sample1(1109, -5.0, 5.0));
+  check_second("gelu_tanh''", fusor::gelu_tanh(arg<0>), sample1(1110, -3.0, 3.0));
+  check_second("tanh'''", fusor::derivative(fusor::tanh(arg<0>), arg<0>), sample1(1111, -3.0, 3.0));
+  check_second("sigmoid'''", fusor::derivative(fusor::sigmoid(arg<0>), arg<0>), sample1(1112, -5.0, 5.0));
   check_second("(1 / x)''", 1.0 / arg<0>, sample1(1106, 0.3, 3.0));
   check_second("rsqrt''", fusor::rsqrt(arg<0>), sample1(1107, 0.2, 3.0));
   check_second("(pow(x, 2.5))''", fusor::pow(arg<0>, 2.5), sample1(1108, 0.2, 3.0));

@@ -27,3 +27,25 @@ fusor_add_test_suite(attention
 if(TARGET fusor_attention_tests)
   target_compile_definitions(fusor_attention_tests PRIVATE FUSOR_CHECK_VECTOR_ALIGNMENT=1)
 endif()
+
+# The host kernels' register tiles are as wide as the vector registers the
+# compiler may use (attention_host_blocks.hpp): SSE's 16 bytes in the suite
+# above (x86-64's baseline), AVX's 32 under -mavx, as the benchmarks
+# (-march=native) and users' -march builds compile them. The executor tests
+# run again with -mavx2 -mfma where this machine runs AVX2.
+if(TARGET fusor_attention_tests AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64)$" AND
+   CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  include(CheckCXXSourceRuns)
+  set(CMAKE_REQUIRED_FLAGS "-mavx2 -mfma")
+  check_cxx_source_runs([=[
+    int main() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 0 : 1; }
+  ]=] FUSOR_HOST_RUNS_AVX2)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(FUSOR_HOST_RUNS_AVX2)
+    add_executable(fusor_attention_avx2_tests ${CMAKE_CURRENT_LIST_DIR}/../kernels/test_attention.cpp)
+    target_link_libraries(fusor_attention_avx2_tests PRIVATE fusor_test_main fusor::fusor doctest::doctest)
+    fusor_host_test_defaults(fusor_attention_avx2_tests)
+    target_compile_options(fusor_attention_avx2_tests PRIVATE -mavx2 -mfma)
+    add_test(NAME attention_host_avx2 COMMAND fusor_attention_avx2_tests)
+  endif()
+endif()

@@ -67,36 +67,6 @@ _composition_compile_fail(branch_inner_mismatch
   "a layer's input does not match the previous layer's output"
   "layer_sizes_must_match<1, fusor::nn::linear<5, 6, fusor::nn::elementwise<fusor::nn::functions::relu> >, fusor::nn::linear<8, 4>, fusor::nn::features<6>, fusor::nn::features<8>")
 
-# doc_code.layers_swiglu: the SwiGLU code block of docs/layers.md (the fenced
-# block after the line naming tests/nn/swiglu_layer.hpp) is that header's text.
-set(_doc_script ${CMAKE_CURRENT_BINARY_DIR}/doc_code_layers_swiglu.cmake)
-file(CONFIGURE OUTPUT ${_doc_script} @ONLY CONTENT [==[
-file(READ [[@PROJECT_SOURCE_DIR@/docs/layers.md]] doc)
-file(READ [[@PROJECT_SOURCE_DIR@/tests/nn/swiglu_layer.hpp]] header)
-set(marker "<!-- the code below is tests/nn/swiglu_layer.hpp -->")
-string(FIND "${doc}" "${marker}" at)
-if(at LESS 0)
-  message(FATAL_ERROR "docs/layers.md has no line \"${marker}\"")
-endif()
-string(SUBSTRING "${doc}" ${at} -1 doc)
-string(FIND "${doc}" "```cpp\n" open)
-if(open LESS 0)
-  message(FATAL_ERROR "docs/layers.md: no ```cpp block after \"${marker}\"")
-endif()
-math(EXPR open "${open} + 7")
-string(SUBSTRING "${doc}" ${open} -1 doc)
-string(FIND "${doc}" "\n```\n" close)
-math(EXPR close "${close} + 1")
-string(SUBSTRING "${doc}" 0 ${close} block)
-if(NOT block STREQUAL header)
-  file(WRITE [[@CMAKE_CURRENT_BINARY_DIR@/doc_code_layers_swiglu.hpp]] "${block}")
-  message(FATAL_ERROR "the SwiGLU code in docs/layers.md differs from tests/nn/swiglu_layer.hpp (the doc's block is in "
-                      "@CMAKE_CURRENT_BINARY_DIR@/doc_code_layers_swiglu.hpp: diff them)")
-endif()
-message(STATUS "docs/layers.md shows tests/nn/swiglu_layer.hpp as it is")
-]==])
-add_test(NAME doc_code.layers_swiglu COMMAND ${CMAKE_COMMAND} -P ${_doc_script})
-
 if(NOT FUSOR_MPI_FOUND)
   message(STATUS "fusor: MPI not found; skipping the composition tests under mpirun")
   return()

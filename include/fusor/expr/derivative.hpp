@@ -33,6 +33,11 @@ auto sum(const A& a, const B& b) {
   else if constexpr (is_zero_v<B>) return a;
   else return make_node_from<ops::plus>(a, b);
 }
+// The node applying a slope functor (functors.hpp) to an argument.
+template <class Slope, class A>
+auto slope(const A& a) {
+  return make_node_from<Slope>(a);
+}
 template <class A, class B>
 auto product(const A& a, const B& b) {
   if constexpr (is_zero_v<A> || is_zero_v<B>) return zero{};
@@ -75,23 +80,32 @@ FUSOR_DERIVATIVE_1(negate, constant<-1>{})
 FUSOR_DERIVATIVE_1(exp, exp(a))
 FUSOR_DERIVATIVE_1(log, 1 / a)
 FUSOR_DERIVATIVE_1(log1p, 1 / (1 + a))
-FUSOR_DERIVATIVE_1(tanh, 1 - tanh(a) * tanh(a))
+FUSOR_DERIVATIVE_1(tanh, detail::slope<ops::tanh_slope>(a))  // 1 - tanh^2
 FUSOR_DERIVATIVE_1(erf, 1.12837916709551257390 * exp(-(a * a)))  // 2 / sqrt(pi)
 FUSOR_DERIVATIVE_1(sqrt, 0.5 / sqrt(a))
 FUSOR_DERIVATIVE_1(rsqrt, -0.5 * rsqrt(a) / a)
 FUSOR_DERIVATIVE_1(abs, where(a > 0, 1, where(a < 0, -1, 0)))
-FUSOR_DERIVATIVE_1(sigmoid, sigmoid(a) * (1 - sigmoid(a)))
+FUSOR_DERIVATIVE_1(sigmoid, detail::slope<ops::sigmoid_slope>(a))  // sigmoid (1 - sigmoid)
 FUSOR_DERIVATIVE_1(relu, where(a > 0, 1, 0))
-FUSOR_DERIVATIVE_1(silu, sigmoid(a) * (1 + a * (1 - sigmoid(a))))
+FUSOR_DERIVATIVE_1(silu, detail::slope<ops::silu_slope>(a))  // sigmoid (1 + a (1 - sigmoid))
 FUSOR_DERIVATIVE_1(softplus, sigmoid(a))
 // Phi(a) + a * phi(a)
 FUSOR_DERIVATIVE_1(gelu, 0.5 * (1 + erf(a * 0.70710678118654752440)) + a * 0.39894228040143267794 * exp(-0.5 * (a * a)))
-// With u = k (a + c a^3): 0.5 (1 + tanh u) + 0.5 a (1 - tanh^2 u) k (1 + 3 c a^2)
-FUSOR_DERIVATIVE_1(gelu_tanh,
-                   0.5 * (1 + tanh(0.79788456080286535588 * (a + 0.044715 * (a * a * a)))) +
-                       0.5 * a * (1 - tanh(0.79788456080286535588 * (a + 0.044715 * (a * a * a))) *
-                                          tanh(0.79788456080286535588 * (a + 0.044715 * (a * a * a)))) *
-                           0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a)))
+FUSOR_DERIVATIVE_1(gelu_tanh, detail::slope<ops::gelu_tanh_slope>(a))  // functors.hpp's gelu_tanh_slope
+// Second derivatives, of the slopes above (t = tanh, s = sigmoid):
+// (1 - t^2)' = -2 t (1 - t^2); (s (1 - s))' = s (1 - s) (1 - 2 s);
+// silu'' = s (1 - s) (2 + a (1 - 2 s)); and with u = k (a + c a^3), u1 = k (1 + 3 c a^2):
+// gelu_tanh'' = (1 - t(u)^2) (u1 - a t(u) u1^2 + 3 k c a^2).
+FUSOR_DERIVATIVE_1(tanh_slope, -2 * tanh(a) * detail::slope<ops::tanh_slope>(a))
+FUSOR_DERIVATIVE_1(sigmoid_slope, detail::slope<ops::sigmoid_slope>(a) * (1 - 2 * sigmoid(a)))
+FUSOR_DERIVATIVE_1(silu_slope, detail::slope<ops::sigmoid_slope>(a) * (2 + a * (1 - 2 * sigmoid(a))))
+FUSOR_DERIVATIVE_1(gelu_tanh_slope,
+                   detail::slope<ops::tanh_slope>(0.79788456080286535588 * (a + 0.044715 * (a * a * a))) *
+                       (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a)) -
+                        a * tanh(0.79788456080286535588 * (a + 0.044715 * (a * a * a))) *
+                            (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a))) *
+                            (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a))) +
+                        3 * 0.79788456080286535588 * 0.044715 * (a * a)))
 FUSOR_DERIVATIVE_2(pow, b * pow(a, b - 1), pow(a, b) * log(a))
 FUSOR_DERIVATIVE_2(minimum, where(a <= b, 1, 0), where(a <= b, 0, 1))
 FUSOR_DERIVATIVE_2(maximum, where(a >= b, 1, 0), where(a >= b, 0, 1))

@@ -102,6 +102,44 @@ FUSOR_UNARY_FUNCTOR(gelu_tanh,
 FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
 /// \endcond
 
+namespace detail {
+// Derivatives that evaluate their function once (derivative.hpp's rules for
+// tanh, sigmoid, silu and gelu_tanh). Written as expressions of the function,
+// the rule computes tanh or sigmoid two or three times an element, and a fused
+// loop does not share them: GELU's backward pass took 15 ns an element on the
+// host against 5 with one tanh.
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_slope(T x) {
+  const T t = tanh_of(x);
+  return T(1) - t * t;
+}
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T sigmoid_slope(T x) {
+  const T s = T(1) / (T(1) + ::cuda::std::exp(-x));
+  return s * (T(1) - s);
+}
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T silu_slope(T x) {
+  const T s = T(1) / (T(1) + ::cuda::std::exp(-x));
+  return s * (T(1) + x * (T(1) - s));
+}
+// With u = k (x + c x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2).
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_slope(T x) {
+  const T k = T(0.79788456080286535588), c = T(0.044715), x2 = x * x;
+  const T t = tanh_of(k * (x + c * x2 * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2);
+}
+}  // namespace detail
+
+/// \cond
+// The derivatives above, as operations of derivative.hpp's rules.
+FUSOR_UNARY_FUNCTOR(tanh_slope, detail::tanh_slope(x))
+FUSOR_UNARY_FUNCTOR(sigmoid_slope, detail::sigmoid_slope(x))
+FUSOR_UNARY_FUNCTOR(silu_slope, detail::silu_slope(x))
+FUSOR_UNARY_FUNCTOR(gelu_tanh_slope, detail::gelu_tanh_slope(x))
+/// \endcond
+
 /// The reciprocal square root, 1 / sqrt(x); the GPU's rsqrt instruction in device code.
 struct rsqrt {
   /// 1 / sqrt(x).

@@ -34,6 +34,7 @@
 #endif
 
 namespace fusor::detail {
+inline namespace FUSOR_HOST_VECTOR_NAMESPACE {  // attention_host_blocks.hpp says why
 
 // ---- forward -----------------------------------------------------------------------------------
 // The keys of every (sample, kv head) transposed (padded_d x padded_time) and
@@ -275,4 +276,5 @@ void attention_backward_host(const attention_backward<DQKV, DY, QKV, Y, L>& w, c
   (void)team;
 }
 
+}  // namespace FUSOR_HOST_VECTOR_NAMESPACE
 }  // namespace fusor::detail

@@ -22,25 +22,45 @@
 #include "fusor/kernels/attention_operands.hpp"
 #include "fusor/kernels/rows_host.hpp"
 
+// The vector width (below) sets the blocks' padding and the tiles' code, so
+// this header and attention_host.hpp live in an inline namespace named by it:
+// translation units of one program compiled with and without -mavx get
+// functions of different names, where the same names would be one definition
+// to the linker, which could pair 32-byte tiles with blocks padded for 16.
+#if defined(__AVX__)
+#define FUSOR_HOST_VECTOR_NAMESPACE vectors_of_32_bytes
+#else
+#define FUSOR_HOST_VECTOR_NAMESPACE vectors_of_16_bytes
+#endif
+
 namespace fusor::detail {
+inline namespace FUSOR_HOST_VECTOR_NAMESPACE {
 
 // ---- the block product ---------------------------------------------------------------------
 inline constexpr index_t attention_host_block = 64;  // query and key rows per block
 
-// Vector types GCC maps to AVX registers (two SSE registers without AVX).
+// Vector types of the target's registers: AVX's 32 bytes where the compiler may
+// use AVX, SSE's 16 bytes otherwise. Wider than the registers, GCC spills: the
+// 32-byte tiles compiled for SSE2 (x86-64's baseline) made the attention 40x
+// slower than with -mavx2, 62% of a host GPT step.
+#if defined(__AVX__)
+inline constexpr int host_vector_bytes = 32;
+#else
+inline constexpr int host_vector_bytes = 16;
+#endif
 template <class S>
 struct host_vector;
 template <>
 struct host_vector<float> {
-  typedef float type __attribute__((vector_size(32), aligned(4), may_alias));
+  typedef float type __attribute__((vector_size(host_vector_bytes), aligned(4), may_alias));
 };
 template <>
 struct host_vector<double> {
-  typedef double type __attribute__((vector_size(32), aligned(8), may_alias));
+  typedef double type __attribute__((vector_size(host_vector_bytes), aligned(8), may_alias));
 };
 template <class S>
-inline constexpr index_t host_vector_lanes = index_t(32 / sizeof(S));
-// Columns of one register tile: two vectors (16 floats, 8 doubles); padded widths are multiples of it.
+inline constexpr index_t host_vector_lanes = index_t(host_vector_bytes / sizeof(S));
+// Columns of one register tile: two vectors; padded widths are multiples of it.
 template <class S>
 inline constexpr index_t host_tile_columns = 2 * host_vector_lanes<S>;
 inline constexpr index_t host_tile_rows = 4;  // what m must be a multiple of
@@ -92,7 +112,7 @@ FUSOR_FORCE_INLINE void host_tile(S* c, index_t ldc, const S* a, index_t lda, co
 
 // C (+)= A B for row-major blocks: A is m x k, B is k x n, C is m x n, with
 // m a multiple of 4 and n of host_tile_columns. Tiles of 6 rows (12
-// accumulators and 2 vectors of B: 15 of AVX's 16 registers), the last rows in
+// accumulators and 2 vectors of B: 15 of the 16 SSE or AVX registers), the last rows in
 // tiles of 4. Triangle: the part of a diagonal block that is needed.
 template <bool Accumulate, tile_triangle Triangle = tile_triangle::whole, class S>
 void host_tile_product(S* c, index_t ldc, const S* a, index_t lda, const S* b, index_t ldb, index_t m, index_t n,
@@ -167,7 +187,7 @@ void load_attention_block(S* out, index_t width, const attention_rows<T>& in, in
 // In place: a vector return value would change the ABI between -mavx and not (-Wpsabi).
 FUSOR_FORCE_INLINE void host_exp_vector(host_vector<float>::type& x) {
   using vec = host_vector<float>::type;
-  typedef int ints __attribute__((vector_size(32)));
+  typedef int ints __attribute__((vector_size(host_vector_bytes)));
   const vec low = vec{} - 104.0f, high = vec{} + 89.0f;
   vec clamped = x > low ? x : low;  // NaN: low, replaced below
   clamped = clamped < high ? clamped : high;
@@ -245,4 +265,5 @@ inline int attention_team(const host_executor& ex, index_t work, index_t tasks) 
   return int(std::max<index_t>(1, std::min<index_t>(ex.thread_count(work), tasks)));
 }
 
+}  // namespace FUSOR_HOST_VECTOR_NAMESPACE
 }  // namespace fusor::detail
