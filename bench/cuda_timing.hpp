@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -10,6 +12,20 @@
 #include <fusor/core/cuda_runtime.hpp>
 
 namespace fusor_bench {
+
+#if FUSOR_CUDA_COMPILE_CHECK
+// A build configured with FUSOR_CUDA_COMPILE_CHECK (CMakeLists.txt: ptxas at
+// -O0, to prove the code compiles where there is no GPU) times nothing worth
+// reading: on a GPU, the benchmark stops before it starts.
+inline const bool refuses_compile_check_builds = [] {
+  if (fusor::gpu::available()) {
+    std::fprintf(stderr, "this benchmark was built with FUSOR_CUDA_COMPILE_CHECK=ON (device code at ptxas -O0): its "
+                         "figures would mean nothing; configure with -DFUSOR_CUDA_COMPILE_CHECK=OFF\n");
+    std::exit(1);
+  }
+  return true;
+}();
+#endif
 
 // Median milliseconds of `work` over timed_runs runs, after warmup_runs untimed ones.
 template <class Work>

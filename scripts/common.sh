@@ -95,19 +95,26 @@ fusor_build_targets() {  # BUILD_DIR
 
 fusor_configure() {
   fusor_say "configuring $FUSOR_BUILD (Release)"
-  local archs=() generator
+  local archs=() compile_check=() generator
   fusor_generator_args "$FUSOR_BUILD" generator
   # Without a GPU the CUDA programs are compiled to prove they compile, not run:
   # one architecture (sm_90) is enough and halves nvcc's work against CMake's
-  # default of 80;90. Given architectures (FUSOR_CMAKE_ARGS, CUDAARCHS, an
-  # existing build tree's) are kept.
-  if command -v nvcc >/dev/null && ! nvidia-smi -L >/dev/null 2>&1 &&
-     [[ "${FUSOR_CMAKE_ARGS:-}" != *CMAKE_CUDA_ARCHITECTURES* ]] &&
-     [ -z "${CUDAARCHS:-}" ] && ! grep -q '^CMAKE_CUDA_ARCHITECTURES:' "$FUSOR_BUILD/CMakeCache.txt" 2>/dev/null; then
-    archs=(-DCMAKE_CUDA_ARCHITECTURES=90)
+  # default of 80;90, and FUSOR_CUDA_COMPILE_CHECK (CMakeLists.txt) optimises
+  # them less. Given settings (FUSOR_CMAKE_ARGS, CUDAARCHS, an existing build
+  # tree's) are kept.
+  if command -v nvcc >/dev/null && ! nvidia-smi -L >/dev/null 2>&1; then
+    if [[ "${FUSOR_CMAKE_ARGS:-}" != *CMAKE_CUDA_ARCHITECTURES* ]] && [ -z "${CUDAARCHS:-}" ] &&
+       ! grep -q '^CMAKE_CUDA_ARCHITECTURES:' "$FUSOR_BUILD/CMakeCache.txt" 2>/dev/null; then
+      archs=(-DCMAKE_CUDA_ARCHITECTURES=90)
+    fi
+    if [[ "${FUSOR_CMAKE_ARGS:-}" != *FUSOR_CUDA_COMPILE_CHECK* ]] &&
+       ! grep -q '^FUSOR_CUDA_COMPILE_CHECK:' "$FUSOR_BUILD/CMakeCache.txt" 2>/dev/null; then
+      compile_check=(-DFUSOR_CUDA_COMPILE_CHECK=ON)
+    fi
   fi
   # shellcheck disable=SC2086  # FUSOR_CMAKE_ARGS is a list of words on purpose
-  cmake "${generator[@]}" -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release "${archs[@]}" ${FUSOR_CMAKE_ARGS:-}
+  cmake "${generator[@]}" -S "$FUSOR_ROOT" -B "$FUSOR_BUILD" -DCMAKE_BUILD_TYPE=Release "${archs[@]}" \
+    "${compile_check[@]}" ${FUSOR_CMAKE_ARGS:-}
 }
 
 # The character-level GPT (examples/gpt_char) learns from Shakespeare's plays as
