@@ -38,6 +38,15 @@ template <class Slope, class A>
 auto slope(const A& a) {
   return make_node_from<Slope>(a);
 }
+// gelu_tanh'' = (1 - t(u)^2) (u1 - a t(u) u1^2 + 3 k c a^2), with t = tanh,
+// u = k (a + c a^3) and u1 = u' = k (1 + 3 c a^2) (k and c: functors.hpp).
+template <class A>
+auto gelu_tanh_second_derivative(const A& a) {
+  constexpr double k = ops::detail::gelu_tanh_k, c = ops::detail::gelu_tanh_c;
+  const auto u = k * (a + c * (a * a * a));
+  const auto u1 = k * (1 + 3 * c * (a * a));
+  return slope<ops::tanh_slope>(u) * (u1 - a * tanh(u) * u1 * u1 + 3 * k * c * (a * a));
+}
 template <class A, class B>
 auto product(const A& a, const B& b) {
   if constexpr (is_zero_v<A> || is_zero_v<B>) return zero{};
@@ -94,18 +103,11 @@ FUSOR_DERIVATIVE_1(gelu, 0.5 * (1 + erf(a * 0.70710678118654752440)) + a * 0.398
 FUSOR_DERIVATIVE_1(gelu_tanh, detail::slope<ops::gelu_tanh_slope>(a))  // functors.hpp's gelu_tanh_slope
 // Second derivatives, of the slopes above (t = tanh, s = sigmoid):
 // (1 - t^2)' = -2 t (1 - t^2); (s (1 - s))' = s (1 - s) (1 - 2 s);
-// silu'' = s (1 - s) (2 + a (1 - 2 s)); and with u = k (a + c a^3), u1 = k (1 + 3 c a^2):
-// gelu_tanh'' = (1 - t(u)^2) (u1 - a t(u) u1^2 + 3 k c a^2).
+// silu'' = s (1 - s) (2 + a (1 - 2 s)); gelu_tanh'' is detail::gelu_tanh_second_derivative.
 FUSOR_DERIVATIVE_1(tanh_slope, -2 * tanh(a) * detail::slope<ops::tanh_slope>(a))
 FUSOR_DERIVATIVE_1(sigmoid_slope, detail::slope<ops::sigmoid_slope>(a) * (1 - 2 * sigmoid(a)))
 FUSOR_DERIVATIVE_1(silu_slope, detail::slope<ops::sigmoid_slope>(a) * (2 + a * (1 - 2 * sigmoid(a))))
-FUSOR_DERIVATIVE_1(gelu_tanh_slope,
-                   detail::slope<ops::tanh_slope>(0.79788456080286535588 * (a + 0.044715 * (a * a * a))) *
-                       (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a)) -
-                        a * tanh(0.79788456080286535588 * (a + 0.044715 * (a * a * a))) *
-                            (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a))) *
-                            (0.79788456080286535588 * (1 + 3 * 0.044715 * (a * a))) +
-                        3 * 0.79788456080286535588 * 0.044715 * (a * a)))
+FUSOR_DERIVATIVE_1(gelu_tanh_slope, detail::gelu_tanh_second_derivative(a))
 FUSOR_DERIVATIVE_2(pow, b * pow(a, b - 1), pow(a, b) * log(a))
 FUSOR_DERIVATIVE_2(minimum, where(a <= b, 1, 0), where(a <= b, 0, 1))
 FUSOR_DERIVATIVE_2(maximum, where(a >= b, 1, 0), where(a >= b, 0, 1))

@@ -79,6 +79,17 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_of(T x) {
 #endif
   return ::cuda::std::tanh(x);
 }
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T sigmoid_of(T x) {
+  return T(1) / (T(1) + ::cuda::std::exp(-x));
+}
+// GELU's tanh form, 0.5 x (1 + tanh u) with u = k (x + c x^3) and k = sqrt(2 / pi).
+inline constexpr double gelu_tanh_k = 0.79788456080286535588;
+inline constexpr double gelu_tanh_c = 0.044715;
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_inner(T x) {
+  return T(gelu_tanh_k) * (x + T(gelu_tanh_c) * x * x * x);
+}
 }  // namespace detail
 
 /// \cond
@@ -90,15 +101,14 @@ FUSOR_UNARY_FUNCTOR(tanh, detail::tanh_of(x))
 FUSOR_UNARY_FUNCTOR(erf, ::cuda::std::erf(x))
 FUSOR_UNARY_FUNCTOR(sqrt, ::cuda::std::sqrt(x))
 FUSOR_UNARY_FUNCTOR(abs, ::cuda::std::fabs(x))
-FUSOR_UNARY_FUNCTOR(sigmoid, T(1) / (T(1) + ::cuda::std::exp(-x)))
+FUSOR_UNARY_FUNCTOR(sigmoid, detail::sigmoid_of(x))
 // x < 0 rather than x > 0 so that NaN passes through, as in PyTorch.
 FUSOR_UNARY_FUNCTOR(relu, x < T(0) ? T(0) : x)
-FUSOR_UNARY_FUNCTOR(silu, x / (T(1) + ::cuda::std::exp(-x)))
+FUSOR_UNARY_FUNCTOR(silu, x * detail::sigmoid_of(x))
 // max(x, 0) + log1p(exp(-|x|)): never overflows.
 FUSOR_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
 FUSOR_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
-FUSOR_UNARY_FUNCTOR(gelu_tanh,
-                    T(0.5) * x * (T(1) + detail::tanh_of(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x))))
+FUSOR_UNARY_FUNCTOR(gelu_tanh, T(0.5) * x * (T(1) + detail::tanh_of(detail::gelu_tanh_inner(x))))
 FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
 /// \endcond
 
@@ -115,20 +125,19 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_slope(T x) {
 }
 template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T sigmoid_slope(T x) {
-  const T s = T(1) / (T(1) + ::cuda::std::exp(-x));
+  const T s = sigmoid_of(x);
   return s * (T(1) - s);
 }
 template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T silu_slope(T x) {
-  const T s = T(1) / (T(1) + ::cuda::std::exp(-x));
+  const T s = sigmoid_of(x);
   return s * (T(1) + x * (T(1) - s));
 }
-// With u = k (x + c x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2).
+// 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2), u = gelu_tanh_inner(x).
 template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_slope(T x) {
-  const T k = T(0.79788456080286535588), c = T(0.044715), x2 = x * x;
-  const T t = tanh_of(k * (x + c * x2 * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2);
+  const T t = tanh_of(gelu_tanh_inner(x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(gelu_tanh_k) * (T(1) + T(3 * gelu_tanh_c) * x * x);
 }
 }  // namespace detail
 

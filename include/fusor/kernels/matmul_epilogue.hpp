@@ -36,6 +36,7 @@
 #include "fusor/core/memory.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/core/view.hpp"
+#include "fusor/expr/functors.hpp"
 #include "fusor/kernels/matmul_layout.hpp"
 
 namespace fusor {
@@ -137,8 +138,7 @@ relu_mask_ref<S> mask_ref(const relu_mask<S>& m) {
 // s + x k (1 + 3 c x^2) 2 s (1 - s).
 template <class T>
 FUSOR_HOST_DEVICE inline T gelu_tanh_sigmoid(T x) {
-  const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-  return T(1) / (T(1) + ::cuda::std::exp(T(-2) * u));
+  return ops::detail::sigmoid_of(T(2) * ops::detail::gelu_tanh_inner(x));
 }
 template <class T>
 FUSOR_HOST_DEVICE inline T gelu_tanh_value(T x) {
@@ -147,7 +147,7 @@ FUSOR_HOST_DEVICE inline T gelu_tanh_value(T x) {
 template <class T>
 FUSOR_HOST_DEVICE inline T gelu_tanh_derivative(T x) {
   const T s = gelu_tanh_sigmoid(x);
-  return s + x * T(0.79788456080286535588) * (T(1) + T(3 * 0.044715) * x * x) * T(2) * s * (T(1) - s);
+  return s + x * T(ops::detail::gelu_tanh_k) * (T(1) + T(3 * ops::detail::gelu_tanh_c) * x * x) * T(2) * s * (T(1) - s);
 }
 }  // namespace detail
 
