@@ -17,27 +17,11 @@ fusor_add_test_suite(gpt_parallel
 # compile_fail.gpt_parallel_qkv_parts_not_divisible: column_parallel<3, 3> over a
 # qkv width of 96 (3 divides 96, not each part of 32): fusor's message first,
 # naming width, parts and ways; column_parallel<2, 3> compiles
-# (tests/compile_fail/run_compile_test.cmake).
-set(_gpt_tp_flags -std=c++20 -I${PROJECT_SOURCE_DIR}/include)
-foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS _fusor_cblas_include_dirs)
-  list(APPEND _gpt_tp_flags -isystem ${dir})
-  if(EXISTS ${dir}/cccl)
-    list(APPEND _gpt_tp_flags -isystem ${dir}/cccl)
-  endif()
-endforeach()
-set(_gpt_tp_script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_gpt_parallel_qkv_parts.cmake)
-set(_gpt_tp_content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\nset(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/nn/compile_fail/qkv_parts_not_divisible.cpp]==])\nset(MODE fail)\nset(FLAGS)\n")
-foreach(flag IN LISTS _gpt_tp_flags)
-  string(APPEND _gpt_tp_content "list(APPEND FLAGS [==[${flag}]==])\n")
-endforeach()
-string(APPEND _gpt_tp_content "set(REASON \"\")\nset(PATTERNS)\n")
-foreach(pattern "Parts [*] Ways must divide the output width"
-                "column_parallel_parts_times_ways_must_divide_width<Width, Parts, Ways, Divides>::check.. .with long unsigned int Width = 96; int Parts = 3; int Ways = 3")
-  string(APPEND _gpt_tp_content "list(APPEND PATTERNS [==[${pattern}]==])\n")
-endforeach()
-string(APPEND _gpt_tp_content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
-file(CONFIGURE OUTPUT ${_gpt_tp_script} CONTENT "${_gpt_tp_content}")
-add_test(NAME compile_fail.gpt_parallel_qkv_parts_not_divisible COMMAND ${CMAKE_COMMAND} -P ${_gpt_tp_script})
+# (tests/compile_fail/compile_test.cmake).
+fusor_compile_test(gpt_parallel_qkv_parts_not_divisible nn/compile_fail/qkv_parts_not_divisible.cpp fail
+  "Parts [*] Ways must divide the output width"
+  "column_parallel_parts_times_ways_must_divide_width<Width, Parts, Ways, Divides>::check.. .with long unsigned int Width = 96; int Parts = 3; int Ways = 3"
+  COMPILERS cxx)
 
 if(NOT FUSOR_MPI_FOUND)
   message(STATUS "fusor: MPI not found; skipping the split-GPT tests under mpirun")

@@ -17,30 +17,10 @@ fusor_add_test_suite(matmul
 
 # Compile-time errors: static shapes that do not agree, unsupported element
 # types. Run by tests/compile_fail/run_compile_test.cmake like the core's.
-set(_matmul_compile_flags -std=c++20 -I${PROJECT_SOURCE_DIR}/include)
-foreach(dir IN LISTS CUDAToolkit_INCLUDE_DIRS _fusor_cblas_include_dirs)
-  list(APPEND _matmul_compile_flags -isystem ${dir})
-  if(EXISTS ${dir}/cccl)
-    list(APPEND _matmul_compile_flags -isystem ${dir}/cccl)
-  endif()
-endforeach()
-function(_matmul_compile_test name source)
-  set(script ${CMAKE_CURRENT_BINARY_DIR}/compile_fail_${name}.cmake)
-  set(content "set(COMPILER [==[${CMAKE_CXX_COMPILER}]==])\n")
-  string(APPEND content "set(SOURCE [==[${PROJECT_SOURCE_DIR}/tests/kernels/${source}]==])\nset(MODE fail)\nset(FLAGS)\n")
-  foreach(flag IN LISTS _matmul_compile_flags)
-    string(APPEND content "list(APPEND FLAGS [==[${flag}]==])\n")
-  endforeach()
-  string(APPEND content "set(REASON \"\")\nset(PATTERNS)\n")
-  foreach(pattern IN LISTS ARGN)
-    string(APPEND content "list(APPEND PATTERNS [==[${pattern}]==])\n")
-  endforeach()
-  string(APPEND content "include([==[${PROJECT_SOURCE_DIR}/tests/compile_fail/run_compile_test.cmake]==])\n")
-  file(CONFIGURE OUTPUT ${script} CONTENT "${content}")
-  add_test(NAME compile_fail.${name} COMMAND ${CMAKE_COMMAND} -P ${script})
-endfunction()
-_matmul_compile_test(matmul_static_shapes test_matmul_static_shapes.cpp
+fusor_compile_test(matmul_static_shapes kernels/test_matmul_static_shapes.cpp fail
   "static shapes do not agree"
-  "static_matmul_shapes_must_agree<fusor::shape<4, 3>, fusor::shape<4, 6>, fusor::shape<5, 3>")
-_matmul_compile_test(matmul_unsupported_types test_matmul_static_types.cpp
-  "a and b must store the same element type")
+  "static_matmul_shapes_must_agree<fusor::shape<4, 3>, fusor::shape<4, 6>, fusor::shape<5, 3>"
+  COMPILERS cxx)
+fusor_compile_test(matmul_unsupported_types kernels/test_matmul_static_types.cpp fail
+  "a and b must store the same element type"
+  COMPILERS cxx)
