@@ -7,7 +7,8 @@
 // the way a C programmer would (CblasRowMajor, NoTrans, Trans). Also timed,
 // for the record: bf16 operands (converted to fp32 in one pass each, then
 // sgemm, then one pass that rounds to bf16), and bias + gelu_tanh fused into the
-// product's one pass versus sgemm followed by a separate fusor assignment.
+// product's one pass versus sgemm followed by a separate fusor assignment, and
+// a weight gradient with and without its bias gradient (dy's column sums).
 // Every variant checks a few elements of its output against a double loop.
 #include <cmath>
 #include <cstdio>
@@ -122,6 +123,51 @@ void fusor_bias_gelu_separate(benchmark::State& state) {
   report(state, p.m, p.n, p.k, p.check(true, gelu_tanh, 1e-5));
 }
 
+// A Linear layer's weight gradient dw = dy^T x (dy = y [m, n], x [m, k], dw = w
+// [n, k]), alone or with its bias gradient db = the column sums of dy (bias)
+// as the epilogue: the difference is what the sums cost. Checks dw and db at a
+// few places against double sums.
+bool weight_gradient_check(const linear_problem<float>& p, bool with_bias) {
+  for (fusor::index_t j = 0; j < p.n; j += 1 + p.n / 7) {
+    double db = 0, db_scale = 0;
+    for (fusor::index_t i = 0; i < p.m; ++i) {
+      db += p.y.data()[i * p.n + j];
+      db_scale += std::fabs(p.y.data()[i * p.n + j]);
+    }
+    if (with_bias && std::fabs(p.bias.data()[j] - db) > 1e-5 * (1 + db_scale)) return false;
+    for (fusor::index_t q = 0; q < p.k; q += 1 + p.k / 5) {
+      double dw = 0, scale = 1;
+      for (fusor::index_t i = 0; i < p.m; ++i) {
+        const double v = double(p.y.data()[i * p.n + j]) * double(p.x.data()[i * p.k + q]);
+        dw += v;
+        scale += std::fabs(v);
+      }
+      if (std::fabs(p.w.data()[j * p.k + q] - dw) > 1e-5 * scale) return false;
+    }
+  }
+  return true;
+}
+
+void fusor_weight_gradient(benchmark::State& state) {
+  linear_problem<float> p(state.range(0), state.range(1), state.range(2));
+  for (auto _ : state) {
+    fusor::matmul(p.w, fusor::transpose(p.y.view()), p.x);
+    benchmark::DoNotOptimize(p.w.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, p.m, p.n, p.k, weight_gradient_check(p, false));
+}
+
+void fusor_weight_gradient_bias(benchmark::State& state) {
+  linear_problem<float> p(state.range(0), state.range(1), state.range(2));
+  for (auto _ : state) {
+    fusor::matmul(p.w, fusor::transpose(p.y.view()), p.x, fusor::epilogue::bias_gradient_a(p.bias));
+    benchmark::DoNotOptimize(p.w.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, p.m, p.n, p.k, weight_gradient_check(p, true));
+}
+
 // {m, n, k}: square products and a Linear layer's shapes (tokens x features).
 void shapes(benchmark::internal::Benchmark* b) {
   b->Args({256, 256, 256})->Args({512, 512, 512})->Args({1024, 1024, 1024})->Args({2048, 1024, 1024});
@@ -137,5 +183,7 @@ BENCHMARK(fusor_sgemm)->Apply(shapes);
 BENCHMARK(fusor_bf16)->Apply(shapes);
 BENCHMARK(fusor_bias_gelu_separate)->Apply(shapes);
 BENCHMARK(fusor_bias_gelu_fused)->Apply(shapes);
+BENCHMARK(fusor_weight_gradient)->Apply(shapes)->Args({1024, 512, 128});
+BENCHMARK(fusor_weight_gradient_bias)->Apply(shapes)->Args({1024, 512, 128});
 
 BENCHMARK_MAIN();

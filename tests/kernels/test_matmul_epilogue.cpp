@@ -313,7 +313,7 @@ std::vector<double> emulated_strided_sums(const std::vector<double>& x, const de
 #endif
 
 FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every element once (the kernel's plan, on "
-                "the host; its kernels under the SIMT emulator)") {
+                "the host; its kernels under the SIMT emulator; the host executor's sums)") {
   struct sums_case {
     detail::strided_sum_shape shape;
     int multiprocessors;
@@ -329,6 +329,8 @@ FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every 
       {{5, 1, 1, 5}, 8, 1 << 20},           // one term each
       {{1, 100000, 100000, 1}, 16, 1 << 20},
       {{300, 4099, 4099, 1}, 16, 1 << 20},
+      {{300, 77, 1, 300}, 132, 1 << 20},    // outputs contiguous, more than the host's block of 128
+      {{129, 5, 2, 300}, 132, 1 << 20},     // outputs strided, summed axis more so
   };
   for (const sums_case& t : cases) {
     const auto& s = t.shape;
@@ -365,6 +367,17 @@ FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every 
       kernel_wrong += sums[std::size_t(o)] != want;
     }
     CHECK(kernel_wrong == 0);
+    // The host executor's sums (matmul_host.hpp), into outputs poisoned with NaN.
+    std::vector<double> host_sums(std::size_t(s.outputs), std::nan(""));
+    detail::host_strided_sums<double>(x.data(), s.outputs, s.length, s.output_stride, s.summed_stride,
+                                      host_sums.data(), host_executor{});
+    index_t host_wrong = 0;
+    for (index_t o = 0; o < s.outputs; ++o) {
+      double want = 0;
+      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
+      host_wrong += host_sums[std::size_t(o)] != want;
+    }
+    CHECK(host_wrong == 0);
 #endif
   }
 }

@@ -187,39 +187,59 @@ void host_fused_epilogue(const E& ep, const matrix_strides& c_strides, const mat
   }
 }
 
+// sums[i] = sum_k x[i * along_i + k * along_k] for i < count, k < length,
+// accumulated in G in k's order (so the same for any number of threads). Where
+// x runs along k, each i is one contiguous sum. Where it runs along i (a Linear
+// layer's dy [tokens, features] read as dy^T), a sum per i would stride through
+// memory and read each cache line once per element of it: the sums are then
+// kept for a block of i at a time, k outer, so every load is contiguous.
+template <class G, class In, class Out>
+void host_strided_sums(const In* x, index_t count, index_t length, index_t along_i, index_t along_k, Out* sums,
+                       const host_executor& executor) {
+  [[maybe_unused]] const int team = executor.thread_count(count * length);
+  if (along_k <= along_i) {
+#if FUSOR_HAS_OPENMP
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+#endif
+    for (index_t i = 0; i < count; ++i) {
+      G sum = 0;
+      for (index_t k = 0; k < length; ++k) sum += convert<G>(x[i * along_i + k * along_k]);
+      sums[i] = convert<Out>(sum);
+    }
+    return;
+  }
+  constexpr index_t block = 128;
+  const index_t blocks = (count + block - 1) / block;
+#if FUSOR_HAS_OPENMP
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+#endif
+  for (index_t b = 0; b < blocks; ++b) {
+    const index_t i0 = b * block, width = std::min(count - i0, block);
+    G partial[block] = {};
+    if (along_i == 1) {  // the common case, written out so that it vectorises
+      for (index_t k = 0; k < length; ++k) {
+        const In* row = x + i0 + k * along_k;
+        for (index_t i = 0; i < width; ++i) partial[i] += convert<G>(row[i]);
+      }
+    } else {
+      for (index_t k = 0; k < length; ++k)
+        for (index_t i = 0; i < width; ++i) partial[i] += convert<G>(x[(i0 + i) * along_i + k * along_k]);
+    }
+    for (index_t i = 0; i < width; ++i) sums[i0 + i] = convert<Out>(partial[i]);
+  }
+}
+
 // db[i] = sum_k a[i, k] (which = 'a') or db[j] = sum_k b[k, j] (which = 'b'),
 // from the operand as stored, accumulated in G.
 template <class E, class In, class G>
 void host_input_bias_gradient(const E& ep, const matrix_strides& a, const matrix_strides& b,
                               const host_executor& executor) {
-  using Out = typename E::gradient_type::element_type;
-  Out* db = ep.gradient.data();
-  [[maybe_unused]] const int team = executor.thread_count(a.rows * a.cols);
-  if constexpr (E::op == epilogue_op::bias_gradient_a) {
-    const In* x = static_cast<const In*>(a.data);
-#if FUSOR_HAS_OPENMP
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-#endif
-    for (index_t i = 0; i < a.rows; ++i) {
-      G sum = 0;
-      for (index_t k = 0; k < a.cols; ++k) sum += convert<G>(x[i * a.row_stride + k * a.col_stride]);
-      db[i] = convert<Out>(sum);
-    }
-  } else {
-    const In* x = static_cast<const In*>(b.data);
-    constexpr index_t block = 64;
-    const index_t blocks = (b.cols + block - 1) / block;
-#if FUSOR_HAS_OPENMP
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-#endif
-    for (index_t blk = 0; blk < blocks; ++blk) {
-      const index_t j0 = blk * block, j1 = std::min(b.cols, j0 + block);
-      G sums[block] = {};
-      for (index_t k = 0; k < b.rows; ++k)
-        for (index_t j = j0; j < j1; ++j) sums[j - j0] += convert<G>(x[k * b.row_stride + j * b.col_stride]);
-      for (index_t j = j0; j < j1; ++j) db[j] = convert<Out>(sums[j - j0]);
-    }
-  }
+  if constexpr (E::op == epilogue_op::bias_gradient_a)
+    host_strided_sums<G>(static_cast<const In*>(a.data), a.rows, a.cols, a.row_stride, a.col_stride,
+                         ep.gradient.data(), executor);
+  else
+    host_strided_sums<G>(static_cast<const In*>(b.data), b.cols, b.rows, b.col_stride, b.row_stride,
+                         ep.gradient.data(), executor);
 }
 
 // The host matmul: shapes are checked by matmul(); layouts and the epilogue here.
