@@ -348,36 +348,28 @@ FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every 
     std::vector<double> x(std::size_t(span), 0.0);
     std::mt19937 rng(7);
     for (auto& v : x) v = double(std::int64_t(rng() % 2001) - 1000);
-    index_t wrong = 0;
-    for (index_t o = 0; o < s.outputs; ++o) {
-      double want = 0, got = 0;
-      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
+    std::vector<double> want(std::size_t(s.outputs), 0.0);
+    for (index_t o = 0; o < s.outputs; ++o)
+      for (index_t q = 0; q < s.length; ++q)
+        want[std::size_t(o)] += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
+    const auto wrong_sums = [&](const std::vector<double>& got) {
+      index_t wrong = 0;
+      for (std::size_t o = 0; o < want.size(); ++o) wrong += got[o] != want[o];
+      return wrong;
+    };
+    std::vector<double> planned(std::size_t(s.outputs), 0.0);
+    for (index_t o = 0; o < s.outputs; ++o)
       for (index_t split = 0; split < plan.splits; ++split)
         for (int lane = 0; lane < plan.lanes; ++lane)
-          got += detail::strided_partial_sum<double>(x.data(), s, plan, o, split, lane);
-      wrong += got != want;
-    }
-    CHECK(wrong == 0);
+          planned[std::size_t(o)] += detail::strided_partial_sum<double>(x.data(), s, plan, o, split, lane);
+    CHECK(wrong_sums(planned) == 0);
 #if !defined(FUSOR_TEST_CUDA)
-    const std::vector<double> sums = emulated_strided_sums(x, s, plan);
-    index_t kernel_wrong = 0;
-    for (index_t o = 0; o < s.outputs; ++o) {
-      double want = 0;
-      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
-      kernel_wrong += sums[std::size_t(o)] != want;
-    }
-    CHECK(kernel_wrong == 0);
+    CHECK(wrong_sums(emulated_strided_sums(x, s, plan)) == 0);
     // The host executor's sums (matmul_host.hpp), into outputs poisoned with NaN.
     std::vector<double> host_sums(std::size_t(s.outputs), std::nan(""));
     detail::host_strided_sums<double>(x.data(), s.outputs, s.length, s.output_stride, s.summed_stride,
                                       host_sums.data(), host_executor{});
-    index_t host_wrong = 0;
-    for (index_t o = 0; o < s.outputs; ++o) {
-      double want = 0;
-      for (index_t q = 0; q < s.length; ++q) want += x[std::size_t(o * s.output_stride + q * s.summed_stride)];
-      host_wrong += host_sums[std::size_t(o)] != want;
-    }
-    CHECK(host_wrong == 0);
+    CHECK(wrong_sums(host_sums) == 0);
 #endif
   }
 }
