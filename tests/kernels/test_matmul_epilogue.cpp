@@ -365,11 +365,21 @@ FUSOR_TEST_CASE("the bias gradient summed apart: its chunks and lanes add every 
     CHECK(wrong_sums(planned) == 0);
 #if !defined(FUSOR_TEST_CUDA)
     CHECK(wrong_sums(emulated_strided_sums(x, s, plan)) == 0);
-    // The host executor's sums (matmul_host.hpp), into outputs poisoned with NaN.
-    std::vector<double> host_sums(std::size_t(s.outputs), std::nan(""));
-    detail::host_strided_sums<double>(x.data(), s.outputs, s.length, s.output_stride, s.summed_stride,
-                                      host_sums.data(), host_executor{});
-    CHECK(wrong_sums(host_sums) == 0);
+    // The host executor's sums (matmul_host.hpp) of x as a [outputs, length]
+    // and as b [length, outputs], into outputs poisoned with NaN.
+    using mapping = typename strided::template mapping<matrix>;
+    const ::cuda::std::array<index_t, 2> strides{s.output_stride, s.summed_stride};
+    const view<double, matrix, strided> as_a(x.data(), mapping(matrix(s.outputs, s.length), strides));
+    for (const bool summing_b : {false, true}) {
+      INFO("summing b ", summing_b);
+      std::vector<double> host_sums(std::size_t(s.outputs), std::nan(""));
+      const view<double, vector> db(host_sums.data(), vector(s.outputs));
+      if (summing_b)
+        detail::host_input_bias_gradient<double>(epilogue::bias_gradient_b(db), as_a, transpose(as_a), host_executor{});
+      else
+        detail::host_input_bias_gradient<double>(epilogue::bias_gradient_a(db), as_a, transpose(as_a), host_executor{});
+      CHECK(wrong_sums(host_sums) == 0);
+    }
 #endif
   }
 }

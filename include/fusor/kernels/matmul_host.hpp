@@ -27,6 +27,8 @@
 #include "fusor/exec/host.hpp"
 #include "fusor/kernels/matmul_epilogue.hpp"
 #include "fusor/kernels/matmul_layout.hpp"
+#include "fusor/kernels/reduce_host.hpp"
+#include "fusor/kernels/reduce_ops.hpp"
 
 // OpenBLAS's cblas.h declares a global `bfloat16` (uint16_t), which would make
 // `bfloat16` ambiguous wherever a user writes `using namespace fusor;`.
@@ -187,59 +189,19 @@ void host_fused_epilogue(const E& ep, const matrix_strides& c_strides, const mat
   }
 }
 
-// sums[i] = sum_k x[i * along_i + k * along_k] for i < count, k < length,
-// accumulated in G in k's order (so the same for any number of threads). Where
-// x runs along k, each i is one contiguous sum. Where it runs along i (a Linear
-// layer's dy [tokens, features] read as dy^T), a sum per i would stride through
-// memory and read each cache line once per element of it: the sums are then
-// kept for a block of i at a time, k outer, so every load is contiguous.
-template <class G, class In, class Out>
-void host_strided_sums(const In* x, index_t count, index_t length, index_t along_i, index_t along_k, Out* sums,
-                       const host_executor& executor) {
-  [[maybe_unused]] const int team = executor.thread_count(count * length);
-  if (along_k <= along_i) {
-#if FUSOR_HAS_OPENMP
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-#endif
-    for (index_t i = 0; i < count; ++i) {
-      G sum = 0;
-      for (index_t k = 0; k < length; ++k) sum += convert<G>(x[i * along_i + k * along_k]);
-      sums[i] = convert<Out>(sum);
-    }
-    return;
-  }
-  constexpr index_t block = 128;
-  const index_t blocks = (count + block - 1) / block;
-#if FUSOR_HAS_OPENMP
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-#endif
-  for (index_t b = 0; b < blocks; ++b) {
-    const index_t i0 = b * block, width = std::min(count - i0, block);
-    G partial[block] = {};
-    if (along_i == 1) {  // the common case, written out so that it vectorises
-      for (index_t k = 0; k < length; ++k) {
-        const In* row = x + i0 + k * along_k;
-        for (index_t i = 0; i < width; ++i) partial[i] += convert<G>(row[i]);
-      }
-    } else {
-      for (index_t k = 0; k < length; ++k)
-        for (index_t i = 0; i < width; ++i) partial[i] += convert<G>(x[(i0 + i) * along_i + k * along_k]);
-    }
-    for (index_t i = 0; i < width; ++i) sums[i0 + i] = convert<Out>(partial[i]);
-  }
-}
-
-// db[i] = sum_k a[i, k] (which = 'a') or db[j] = sum_k b[k, j] (which = 'b'),
-// from the operand as stored, accumulated in G.
-template <class E, class In, class G>
-void host_input_bias_gradient(const E& ep, const matrix_strides& a, const matrix_strides& b,
-                              const host_executor& executor) {
+// db[i] = sum_k a[i, k] (bias_gradient_a) or db[j] = sum_k b[k, j]
+// (bias_gradient_b), from the operand as stored, accumulated in G: fusor's
+// sum along an axis (reduce_host.hpp), which keeps a tile of sums at a time
+// where the summed axis is not the innermost (a Linear layer's dy [tokens,
+// features] read as dy^T), so every load is contiguous.
+template <class G, class E, class AV, class BV>
+void host_input_bias_gradient(const E& ep, const AV& a, const BV& b, const host_executor& executor) {
+  const auto db = as_expression(ep.gradient);
+  const reduction<reduction_kind::sum, G> sum{};
   if constexpr (E::op == epilogue_op::bias_gradient_a)
-    host_strided_sums<G>(static_cast<const In*>(a.data), a.rows, a.cols, a.row_stride, a.col_stride,
-                         ep.gradient.data(), executor);
+    host_reduce_axis(sum, make_reduction_input(as_expression(a), 1), db, executor);
   else
-    host_strided_sums<G>(static_cast<const In*>(b.data), b.cols, b.rows, b.col_stride, b.row_stride,
-                         ep.gradient.data(), executor);
+    host_reduce_axis(sum, make_reduction_input(as_expression(b), 0), db, executor);
 }
 
 // The host matmul: shapes are checked by matmul(); layouts and the epilogue here.
@@ -278,7 +240,7 @@ void run_matmul(const host_executor& executor, const CV& c, const AV& a, const B
 
   if constexpr (is_fused_epilogue_v<E>) {
     if constexpr (E::input_gradient) {
-      host_input_bias_gradient<E, In, G>(ep, as, bs, executor);
+      host_input_bias_gradient<G>(ep, a, b, executor);
       if constexpr (!into_c) assign(c, scratch, executor);
     } else {
       host_fused_epilogue<E, Out, G>(ep, cs, acc, executor);
