@@ -1,7 +1,9 @@
 // Every elementwise operation against a double-precision reference loop, for
 // fp32, bf16 and fp16 storage, at odd sizes (1, 3, 1023, 2^20 + 7).
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <random>
 
 #include "support/fusor_test.hpp"
 
@@ -181,4 +183,28 @@ FUSOR_TEST_CASE("a comparison met by arithmetic counts as 0 or 1") {
   finish(ex);
   const auto hy = to_host(y);
   for (int i = 0; i < 1000; ++i) CHECK(hy(i) == (hx(i) > 0 ? hx(i) : 0.f) + (hx(i) != 0 ? 0.5f : 0.f));
+}
+
+FUSOR_TEST_CASE("an integer operand met by a floating-point literal computes in float, not truncating it") {
+  constexpr int n = 1000;
+  host_tensor<std::int32_t, vector_extents> hi(n);
+  std::mt19937 rng(83);
+  for (int k = 0; k < n; ++k) hi(k) = std::int32_t(rng() % 201) - 100;
+  auto i = to_space(hi);
+  using int_view = std::remove_cvref_t<decltype(i.view())>;
+  static_assert(std::is_same_v<decltype(i * 1.5)::value_type, float>);
+  static_assert(std::is_same_v<decltype(i * 2)::value_type, std::int32_t>);  // an integer literal: integer
+  static_assert(std::is_same_v<promote_t<int_view, literal<float>>, float>);
+  space_tensor<float, vector_extents> scaled(n), shifted(n), below(n);
+  poison(scaled), poison(shifted), poison(below);
+  executor ex{};
+  assign_many(ex, out(scaled, i * 1.5), out(shifted, i + 0.75), out(below, i < 2.5));
+  finish(ex);
+  const auto h_scaled = to_host(scaled), h_shifted = to_host(shifted), h_below = to_host(below);
+  int wrong = 0;
+  for (int k = 0; k < n; ++k) {
+    wrong += h_scaled(k) != float(hi(k) * 1.5) || h_shifted(k) != float(hi(k) + 0.75) ||
+             h_below(k) != (hi(k) < 2.5 ? 1.f : 0.f);
+  }
+  CHECK(wrong == 0);
 }

@@ -237,6 +237,9 @@ FUSOR_TEST_CASE("zero elements, one-element destinations of any rank, integer an
   CHECK(fusor::mean(i, ex) == 2.0);
   static_assert(std::is_same_v<decltype(fusor::mean(i, ex)), double>);
   static_assert(std::is_same_v<decltype(fusor::sum(i, ex)), std::int32_t>);
+  // Halves of integers: a floating-point literal makes the expression float, not 0 + 0 + 2 + 1.
+  CHECK(fusor::sum(i * 0.5, ex) == 4.0f);
+  static_assert(std::is_same_v<decltype(fusor::sum(i * 0.5, ex)), float>);
   static_assert(std::is_same_v<decltype(fusor::sum(m, ex)), float>);
   static_assert(std::is_same_v<decltype(fusor::argmax(m, ex)), index_t>);
 

@@ -5,7 +5,8 @@
 // reused, and every node is trivially copyable so the whole tree travels to a
 // kernel as one parameter. Values are computed in the operands' common compute
 // type (bf16 and fp16 storage compute in fp32); a literal scalar is "weak": it
-// takes the type of what it meets, so `x * 2.0` stays in float for float x.
+// takes the type of what it meets, so `x * 2.0` stays in float for float x
+// (an integer x met by a floating-point literal computes in float: `i * 1.5`).
 #pragma once
 
 #include <cstddef>
@@ -154,11 +155,20 @@ struct common_of_list;
 template <class... T>
 struct common_of_list<type_list<T...>> { using type = typename common_or_void<T...>::type; };
 
+// An integer operand met by a floating-point literal would truncate it (2.5 to 2):
+// the two compute in float instead, as PyTorch's integer tensors do with a float scalar.
+template <class... E>
+inline constexpr bool any_floating_literal = ((E::weak && std::is_floating_point_v<typename E::value_type>) || ...);
+template <class Strong, class... E>
+using integer_met_by_floating_t =
+    std::conditional_t<std::is_integral_v<Strong> && any_floating_literal<E...>, float, Strong>;
+
 template <bool AnyUnbound, class... E>
 struct promote_bound {
   using strong = typename common_of_list<typename filter<type_list<>, E...>::type>::type;
   using all = typename common_of_list<typename filter_weak<type_list<>, E...>::type>::type;
-  using type = std::conditional_t<!std::is_void_v<strong>, strong, std::conditional_t<!std::is_void_v<all>, all, bool>>;
+  using type = std::conditional_t<!std::is_void_v<strong>, integer_met_by_floating_t<strong, E...>,
+                                  std::conditional_t<!std::is_void_v<all>, all, bool>>;
 };
 template <class... E>
 struct promote_bound<true, E...> { using type = unbound; };
