@@ -4,7 +4,11 @@
 // stay zero; fp16 with dynamic loss scaling skips a step with an overflow.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "support/fusor_test.hpp"
@@ -72,6 +76,80 @@ FUSOR_TEST_CASE("trainer: resumed from a checkpoint, training repeats the uninte
   CHECK(second_half[0] == straight[2]);  // bit for bit: same data order, same state
   CHECK(second_half[1] == straight[3]);
   CHECK(straight[3] < straight[0]);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+std::vector<char> file_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+}  // namespace
+
+FUSOR_TEST_CASE("trainer: a damaged training state is refused with the tensor and the value named, the trainer unchanged") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_damaged_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  train_epochs(0, 1, {}, dir / "good.safetensors");
+  const io::safetensors_file good = io::checkpoint_reader(dir / "good.safetensors").contents();
+  std::string second_moment;
+  for (const auto& t : good.tensors)
+    if (t.name.ends_with(".exp_avg_sq")) second_moment = t.name;
+  REQUIRE(!second_moment.empty());
+  struct damage {
+    const char* what;
+    std::string tensor;
+    index_t element;
+    double value;  // NaN for a removed tensor
+    std::vector<const char*> named;
+  };
+  const double nan = std::nan("");
+  const damage cases[] = {
+      {"a NaN weight", "0.weight", 5, nan, {"'0.weight' element 5 is nan", "finite"}},
+      {"an infinite bias", "1.bias", 0, HUGE_VAL, {"'1.bias' element 0 is inf"}},
+      {"a negative step", "controller.step", 0, -1, {"'controller.step' is -1", "0 to the steps taken (16"}},
+      {"a step beyond the steps taken", "controller.step", 0, 17, {"'controller.step' is 17"}},
+      {"a zero loss scale", "controller.loss_scale", 0, 0, {"'controller.loss_scale' is 0", "above 0"}},
+      {"a negative second moment", second_moment, 3, -4, {"element 3 is -4", "0 or more"}},
+      {"a tensor missing", second_moment, 0, nan, {"exp_avg_sq"}},
+  };
+  for (const damage& d : cases) {
+    INFO(d.what);
+    io::checkpoint_writer writer;
+    for (io::tensor_record t : good.tensors) {
+      if (t.name == d.tensor) {
+        if (d.what == std::string("a tensor missing")) continue;
+        if (t.type == io::dtype::i64) {
+          const auto v = std::int64_t(d.value);
+          std::memcpy(t.bytes.data() + d.element * 8, &v, 8);
+        } else {
+          REQUIRE(t.type == io::dtype::f32);
+          const auto v = float(d.value);
+          std::memcpy(t.bytes.data() + d.element * 4, &v, 4);
+        }
+      }
+      writer.add_record(std::move(t));
+    }
+    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
+    writer.save(dir / "damaged.safetensors");
+
+    executor ex{};
+    network_t net(128, {.seed = 9});
+    trainer_t trainer(net, schedule(8), optim::adamw_options{});
+    trainer.initialize(ex);
+    optim::save_training_state(dir / "before.safetensors", trainer);
+    try {
+      optim::load_training_state(dir / "damaged.safetensors", trainer);
+      FAIL_CHECK("the damaged state was loaded");
+    } catch (const io::checkpoint_error& e) {
+      const std::string message = e.what();
+      INFO("message: ", message);
+      CHECK(message.find("damaged.safetensors") != std::string::npos);
+      for (const char* part : d.named) CHECK_MESSAGE(message.find(part) != std::string::npos, "expected: ", part);
+    }
+    // Nothing was copied: the trainer saves the same bytes as before the attempt.
+    optim::save_training_state(dir / "after.safetensors", trainer);
+    CHECK(file_bytes(dir / "after.safetensors") == file_bytes(dir / "before.safetensors"));
+  }
   std::filesystem::remove_all(dir);
 }
 

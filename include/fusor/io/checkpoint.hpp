@@ -296,10 +296,17 @@ class checkpoint_reader {
   void read(const std::string& name, const View& destination) const {
     const auto& view = as_view(destination);
     using view_t = std::remove_cvref_t<decltype(view)>;
-    const tensor_record& record =
-        checked_record(name, dtype_of<typename view_t::element_type>(), detail::shape_of(view));
+    const tensor_record& record = check(name, view);
     if constexpr (detail::one_block_v<view_t>) detail::store_block(view, record.bytes, name);
     else detail::store_row_major(view, record.bytes, name);
+  }
+  /// What read(name, destination) would copy, after the same checks, copying nothing: to check a whole set of
+  /// tensors before any destination changes.
+  template <class View>
+  const tensor_record& check(const std::string& name, const View& destination) const {
+    const auto& view = as_view(destination);
+    using view_t = std::remove_cvref_t<decltype(view)>;
+    return checked_record(name, dtype_of<typename view_t::element_type>(), detail::shape_of(view));
   }
 
   /// Everything the file holds: its tensors and metadata.

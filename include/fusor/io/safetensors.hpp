@@ -115,6 +115,8 @@ struct tensor_record {
 
   /// The number of elements: the product of the extents (1 for a scalar).
   index_t element_count() const;
+  /// Element `i` (row-major) as a double, whatever the dtype (true is 1): for checks of what a file holds.
+  double value(index_t i) const;
 };
 
 /// A whole safetensors file in memory: its tensors and its string metadata.
