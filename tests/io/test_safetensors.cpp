@@ -1,7 +1,10 @@
 // The safetensors format in memory: dtype names and sizes, encode/decode round
 // trips of every dtype (random data, several tensors, metadata, multi-dim, 0-d
 // and empty tensors), the exact byte layout of the header, lookups by name.
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,6 +66,36 @@ TEST_CASE("encode then decode gives back every tensor of every dtype, bit for bi
   CHECK(back.at("F32.t1").shape == std::vector<index_t>{3, 5});
   CHECK(back.at("BOOL.t3").element_count() == 1);
   CHECK(back.at("I8.t4").bytes.empty());
+}
+
+TEST_CASE("tensor_record::value reads an element of every dtype as a double, exactly") {
+  for_each_element_type([&]<class T>() {
+    INFO(fio::dtype_name(fio::dtype_of<T>()));
+    std::mt19937_64 rng(7);
+    T values[200];  // not std::vector: vector<bool> has no data()
+    for (T& v : values) v = random_element<T>(rng);
+    if constexpr (!std::is_integral_v<T>) {  // the edges: NaN, both infinities, a subnormal of the type, -0
+      values[0] = convert<T>(std::numeric_limits<double>::quiet_NaN());
+      values[1] = convert<T>(HUGE_VAL);
+      values[2] = convert<T>(-HUGE_VAL);
+      values[3] = convert<T>(std::ldexp(3.0, std::is_same_v<T, float16> ? -24 : -130));
+      values[4] = convert<T>(-0.0);
+    }
+    fio::tensor_record r{"t", fio::dtype_of<T>(), {index_t(std::size(values))}, {}};
+    r.bytes.resize(sizeof values);
+    std::memcpy(r.bytes.data(), values, sizeof values);
+    int wrong = 0;
+    for (std::size_t i = 0; i != std::size(values); ++i) {
+      const double got = r.value(index_t(i));
+      if constexpr (std::is_integral_v<T>) {
+        wrong += got != double(values[i]);
+      } else {
+        const double want = std::is_same_v<T, double> ? double(values[i]) : double(convert<float>(values[i]));
+        wrong += std::isnan(want) ? !std::isnan(got) : got != want || std::signbit(got) != std::signbit(want);
+      }
+    }
+    CHECK(wrong == 0);
+  });
 }
 
 TEST_CASE("the bytes follow the format: 8-byte little-endian length, space-padded JSON, data in insertion order") {
