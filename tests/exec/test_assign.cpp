@@ -151,6 +151,35 @@ FUSOR_TEST_CASE("elementwise aliasing: x = x * 2 + y") {
   }
 }
 
+FUSOR_TEST_CASE("an operand that overlaps the destination other than element for element is refused") {
+  host_tensor<float, matrix_extents> hs(4, 4);
+  fill_random(hs, 23);
+  auto sq = to_space(hs);
+  space_tensor<float, matrix_extents> other(4, 4);
+  poison(other);
+  executor ex{};
+  const auto refused = [&](auto&& action, const char* operand) {
+    expect_error<error>(action, {"destination [4, 4] (strides [4, 1])", operand, "overlaps", "another tensor first"});
+  };
+  refused([&] { assign(sq, transpose(sq.view()), ex); }, "[4, 4] (strides [1, 4])");
+  refused([&] { assign(sq, sq + transpose(sq.view()), ex); }, "(strides [1, 4])");
+  refused([&] { assign(sq, sq - slice<0>(sq.view(), 1, 2), ex); }, "[1, 4] (strides [4, 1])");  // row 1, broadcast
+  // Shifted by a row: row i of the destination would read row i + 1.
+  const auto rows_0_3 = slice<0>(sq.view(), 0, 3), rows_1_4 = slice<0>(sq.view(), 1, 4);
+  expect_error<error>([&] { assign(rows_0_3, rows_1_4 * 2, ex); }, {"destination [3, 4]", "overlaps"});
+  refused([&] { assign_many(ex, out(other, sq * 1), out(sq, transpose(other.view()) + transpose(sq.view()))); },
+          "(strides [1, 4])");
+  // What is allowed: element for element, and overlapping memory not written.
+  assign(other, transpose(sq.view()), ex);
+  assign(sq, sq * 2 + other, ex);
+  finish(ex);
+  const auto got = to_host(sq);
+  int wrong = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) wrong += got(i, j) != 2 * hs(i, j) + hs(j, i);
+  CHECK(wrong == 0);  // and the refused calls changed nothing
+}
+
 FUSOR_TEST_CASE("broadcasting: missing leading axes, size-1 axes and scalars") {
   const index_t rows = 67, cols = 129;
   host_tensor<bfloat16, matrix_extents> hx(rows, cols), hcol(rows, 1);

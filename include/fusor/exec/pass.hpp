@@ -288,6 +288,58 @@ struct pass_plan {
   bool aligned = false;  ///< Linear, and every pointer 16-byte aligned; always true with rows.
 };
 
+namespace detail {
+// "[4, 4] (strides [4, 1])": an operand as the aliasing error names it.
+template <class V>
+std::string layout_text(const V& v) {
+  std::string strides = "[";
+  for (std::size_t k = 0; k != V::rank; ++k) strides += (k ? ", " : "") + std::to_string(v.stride(k));
+  return shape_string(v.extents()) + " (strides " + strides + "])";
+}
+// Whether the bytes of view v's elements, [first, last), meet those of w.
+template <class V, class W>
+bool bytes_overlap(const V& v, const W& w) {
+  const auto span = [](const auto& x) {
+    using X = std::remove_cvref_t<decltype(x)>;
+    index_t last = 0;
+    for (std::size_t k = 0; k != X::rank; ++k) last += (x.extent(k) - 1) * x.stride(k);
+    const auto* first = reinterpret_cast<const std::byte*>(x.data());
+    return std::pair{first, first + (last + 1) * index_t(sizeof(typename X::element_type))};
+  };
+  if (v.size() == 0 || w.size() == 0) return false;
+  const auto [v0, v1] = span(v);
+  const auto [w0, w1] = span(w);
+  return v0 < w1 && w0 < v1;
+}
+// A destination may be an operand of its own assignment only element for element (x = x * 2): each element
+// read where it is stored. An operand that overlaps it otherwise (its transpose, a shifted slice, a row of it
+// broadcast) would read elements already overwritten on the host and race with the stores on the GPU: refused.
+template <class D, class E>
+void check_alias(const D& destination, const E& e) {
+  if constexpr (!is_view_v<D>) {
+    return;  // a destination of its own kind (optim's master_and_parameters) keeps its own rules
+  } else if constexpr (is_node_v<E>) {
+    [&]<std::size_t... I>(::cuda::std::index_sequence<I...>) {
+      (check_alias(destination, e.template child<I>()), ...);
+    }(::cuda::std::make_index_sequence<E::arity>{});
+  } else if constexpr (is_view_v<E> && E::rank >= 1 && E::rank <= D::rank) {
+    if (!bytes_overlap(destination, e)) return;
+    constexpr std::size_t lead = D::rank - E::rank;  // the operand's missing leading axes broadcast
+    bool same = sizeof(typename E::element_type) == sizeof(typename D::element_type) &&
+                static_cast<const void*>(e.data()) == static_cast<const void*>(destination.data());
+    for (std::size_t r = 0; r != D::rank && same; ++r) {
+      const index_t read = r < lead || e.extent(r - lead) == 1 ? 0 : e.stride(r - lead);
+      same = destination.extent(r) == 1 || read == destination.stride(r);
+    }
+    if (!same)
+      throw error("fusor: an assignment's destination " + layout_text(destination) + " overlaps an operand " +
+                  layout_text(e) + " that reads other elements of the same memory (a transpose, a shifted slice or "
+                  "a broadcast part of it): elements would be read after they were overwritten. Assign into "
+                  "another tensor first");
+  }
+}
+}  // namespace detail
+
 /// Checks shapes (throwing shape_error with both shapes), and builds the pass
 /// and its plan. Static shape mismatches fail to compile.
 template <class First, class... Rest>
@@ -308,6 +360,13 @@ auto make_pass(const First& first, const Rest&... rest) {
   };
   check_target(first);
   (check_target(rest), ...);
+  // Every destination against every operand of every target.
+  const auto check_aliases_of = [&](const auto& dst) {
+    detail::check_alias(dst.destination, first.expression);
+    (detail::check_alias(dst.destination, rest.expression), ...);
+  };
+  check_aliases_of(first);
+  (check_aliases_of(rest), ...);
 
   pass<rank, First, Rest...> p{{{first}, {rest}...}, d.size(), {}, {}};
   const dense_shape<rank> layout = d.shape_and_strides();
