@@ -39,9 +39,13 @@ FUSOR_TEST_CASE("shape errors: dynamic operands that do not broadcast throw when
   // Both shapes are named, in the order written.
   CHECK_THROWS_WITH_AS(a + b, doctest::Contains("[3, 4]"), shape_error);
   CHECK_THROWS_WITH_AS(a + b, doctest::Contains("[5, 4]"), shape_error);
-  CHECK_THROWS_WITH_AS(b * a, "fusor: shapes [5, 4] and [3, 4] do not broadcast (axis 0: 5 vs 3)", shape_error);
+  // And the operation, by its functor's name (fusor::ops::multiplies).
+  CHECK_THROWS_WITH_AS(b * a,
+                       "fusor: shapes [5, 4] and [3, 4] do not broadcast (axis 0: 5 vs 3), the operands of multiplies",
+                       shape_error);
   // Deeper in a tree, through unary nodes and literals, and in where's branches.
   CHECK_THROWS_WITH_AS(exp(a) * 2.0f + sigmoid(b), doctest::Contains("[3, 4] and [5, 4]"), shape_error);
+  CHECK_THROWS_WITH_AS(exp(a) * 2.0f + sigmoid(b), doctest::Contains("the operands of plus"), shape_error);
   CHECK_THROWS_WITH_AS(where(a > 0.0f, a, b), doctest::Contains("[3, 4] and [5, 4]"), shape_error);
   CHECK_THROWS_WITH_AS(clamp(a, b, 1.0f), doctest::Contains("[3, 4] and [5, 4]"), shape_error);
   // Different ranks, aligned from the right: [2, 3, 4] with [5, 4] fails on axis 1.

@@ -28,10 +28,11 @@ void check_tensor_size(Size size) {
   using limits = std::numeric_limits<IndexType>;
   bool negative = false;
   if constexpr (std::is_signed_v<Size>) negative = size < 0;
-  if (negative || std::uintmax_t(size) > std::uintmax_t(limits::max()))
-    throw shape_error("fusor: a tensor size of " + std::to_string(size) + " does not fit its extents' index type (" +
-                      std::to_string(limits::min()) + " to " + std::to_string(limits::max()) +
-                      "); sizes are not negative, and larger tensors need extents of fusor::index_t");
+  if (negative)
+    throw shape_error("fusor: a tensor size of " + std::to_string(size) + ": sizes are 0 or more");
+  if (std::uintmax_t(size) > std::uintmax_t(limits::max()))
+    throw shape_error("fusor: a tensor size of " + std::to_string(size) + " does not fit its extents' index type (at " +
+                      "most " + std::to_string(limits::max()) + "); larger tensors need extents of fusor::index_t");
 }
 // checked_tensor_bytes' shape_error for a tensor of shape `shape` whose index type counts `max_count` at most.
 [[noreturn]] FUSOR_DECL void throw_tensor_too_large(const std::string& shape, std::uintmax_t max_count);

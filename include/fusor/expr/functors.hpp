@@ -16,6 +16,7 @@ namespace fusor::ops {
 
 #define FUSOR_BINARY_FUNCTOR(name, expression)                                       \
   struct name {                                                                       \
+    static constexpr const char* spelling = #name; /* for shape errors */             \
     template <class T>                                                                \
     FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T a, T b) const { \
       return expression;                                                              \
@@ -23,6 +24,7 @@ namespace fusor::ops {
   };
 #define FUSOR_UNARY_FUNCTOR(name, expression)                                   \
   struct name {                                                                  \
+    static constexpr const char* spelling = #name; /* for shape errors */        \
     template <class T>                                                           \
     FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T x) const { \
       return expression;                                                         \

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -19,6 +20,7 @@
 #include <cuda/std/utility>
 
 #include "fusor/config.hpp"
+#include "fusor/core/error.hpp"
 #include "fusor/core/extents.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/core/vector_access.hpp"
@@ -397,7 +399,15 @@ template <class Op, class... E>
 node<Op, E...> make_node_from(const E&... children) {
   static_assert(std::is_trivially_copyable_v<node<Op, E...>>,
                 "fusor: expression nodes must be trivially copyable to be passed to a kernel");
-  return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
+  if constexpr (requires { Op::spelling; }) {
+    try {
+      return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
+    } catch (const shape_error& e) {  // which operation of a long expression: its functor's name
+      throw shape_error(std::string(e.what()) + ", the operands of " + Op::spelling);
+    }
+  } else {
+    return {{{children}...}, detail::broadcast_shapes(children.extents()...)};
+  }
 }
 /// node<Op, ...> of the operands, each made an expression by as_expression; checks shapes as make_node_from.
 ///
