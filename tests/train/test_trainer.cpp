@@ -153,6 +153,32 @@ FUSOR_TEST_CASE("trainer: a damaged training state is refused with the tensor an
   std::filesystem::remove_all(dir);
 }
 
+FUSOR_TEST_CASE("trainer: labels outside the classes stop training with a message that names them") {
+  executor ex{};
+  network_t net(128, {.seed = 4});
+  trainer_t trainer(net, schedule(8), optim::adamw_options{});
+  trainer.initialize(ex);
+  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 2, .drop_last = true});
+  loader.start_epoch(0);
+  const auto* b = loader.next();
+  // Three labels out of [0, 10): 12 first (in memory order), then -1 (not the ignore index, -100), then 10.
+  host_tensor<std::int32_t, dextents<index_t, 1>> bad(128);
+  copy(bad.view(), b->labels);
+  bad(5) = 12, bad(40) = -1, bad(77) = 10;
+  const auto labels = to_space(bad);
+  std::string message;
+  try {
+    for (int step = 0; step < 8 && message.empty(); ++step) trainer.step(b->images, labels, ex);  // GPU: seen later
+  } catch (const optim::nonfinite_error& e) {
+    message = e.what();
+  }
+  INFO("message: ", message);
+  CHECK(message.find("had Inf or NaN gradients") != std::string::npos);
+  CHECK(message.find("3 of 128 are outside the classes [0, 10)") != std::string::npos);
+  CHECK(message.find("ignore index (-100)") != std::string::npos);
+  CHECK(message.find("the first is 12, element 5") != std::string::npos);
+}
+
 FUSOR_TEST_CASE("trainer: a step allocates nothing (host) or nothing new from the driver (GPU pool) once the first has run") {
   executor ex{};
   network_t net(128, {.seed = 4});

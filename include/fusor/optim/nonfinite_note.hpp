@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/core/cuda_runtime.hpp"
+#include "fusor/core/tensor.hpp"
 #include "fusor/core/memory.hpp"
 #include "fusor/exec/cuda.hpp"
 #include "fusor/exec/host.hpp"
@@ -47,6 +49,37 @@ FUSOR_DECL void note_nonfinite_slots(const std::vector<nn::parameter_slot>& slot
 // The message of nonfinite_message, given what note_nonfinite_slots found.
 FUSOR_DECL std::string nonfinite_text(const std::string& who, std::int64_t step, long first_layer,
                                       const std::string& first);
+}  // namespace detail
+
+namespace detail {
+// For a stopped step's message: how many of `labels` (class indices, of any space) are neither a class in
+// [0, classes) nor `ignore_index`, the first of them, and what they do; empty when none is (or they cannot be
+// read: the message must not fail).
+template <class Labels>
+std::string labels_outside_note(const Labels& labels, index_t classes, std::int32_t ignore_index) {
+  try {
+    const auto& v = as_view(labels);
+    using V = std::remove_cvref_t<decltype(v)>;
+    using element = typename V::element_type;
+    tensor<element, dextents<index_t, V::rank>, typename V::layout_type, host_space> host(
+        dextents<index_t, V::rank>(v.extents()));
+    copy(host.view(), v);
+    index_t outside = 0, first_at = 0;
+    long long first = 0;
+    for (index_t i = 0; i < host.size(); ++i) {
+      const long long label = host.data()[i];
+      if (label == ignore_index || (label >= 0 && label < classes)) continue;
+      if (outside++ == 0) first_at = i, first = label;
+    }
+    if (outside == 0) return {};
+    return ". Of the labels just given, " + std::to_string(outside) + " of " + std::to_string(host.size()) +
+           " are outside the classes [0, " + std::to_string(classes) + ") and not the ignore index (" +
+           std::to_string(ignore_index) + "), which makes the loss NaN: the first is " + std::to_string(first) +
+           ", element " + std::to_string(first_at) + " in memory order";
+  } catch (const std::exception&) {
+    return {};
+  }
+}
 }  // namespace detail
 
 /// The error's text: the step, and where this rank's gradients first hold

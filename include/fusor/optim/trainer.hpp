@@ -156,7 +156,14 @@ class trainer {
       if (pruning_applies_) apply_pruning(ex);
       controller_.finish_step(ex);
       stop_note_.record(controller_.scalars(), ex);
-      check_not_stopped();
+      try {
+        check_not_stopped();
+      } catch (const nonfinite_error& e) {
+        // Labels outside the classes make cross-entropy NaN: the likeliest cause, so the message names them.
+        const index_t classes = logits.extent(std::remove_cvref_t<decltype(logits)>::rank - 1);
+        throw nonfinite_error(e.what() + detail::labels_outside_note(labels, classes, loss_.options().ignore_index),
+                              e.step);
+      }
     }
   }
 
