@@ -153,13 +153,23 @@ FUSOR_TEST_CASE("trainer: a damaged training state is refused with the tensor an
   std::filesystem::remove_all(dir);
 }
 
-FUSOR_TEST_CASE("trainer: labels outside the classes stop training with a message that names them") {
+namespace {
+// A trainer initialized, and its loader at the start of epoch 0.
+struct ready_trainer {
   executor ex{};
-  network_t net(128, {.seed = 4});
-  trainer_t trainer(net, schedule(8), optim::adamw_options{});
-  trainer.initialize(ex);
-  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 2, .drop_last = true});
-  loader.start_epoch(0);
+  network_t net{128, {.seed = 4}};
+  trainer_t trainer{net, schedule(8), optim::adamw_options{}};
+  data::loader<space> loader{slice(), {.batch_size = 128, .seed = 2, .drop_last = true}};
+  ready_trainer() {
+    trainer.initialize(ex);
+    loader.start_epoch(0);
+  }
+};
+}  // namespace
+
+FUSOR_TEST_CASE("trainer: labels outside the classes stop training with a message that names them") {
+  ready_trainer r;
+  [[maybe_unused]] auto& [ex, net, trainer, loader] = r;
   const auto* b = loader.next();
   // Three labels out of [0, 10): 12 first (in memory order), then -1 (not the ignore index, -100), then 10.
   host_tensor<std::int32_t, dextents<index_t, 1>> bad(128);
@@ -180,12 +190,8 @@ FUSOR_TEST_CASE("trainer: labels outside the classes stop training with a messag
 }
 
 FUSOR_TEST_CASE("trainer: a step allocates nothing (host) or nothing new from the driver (GPU pool) once the first has run") {
-  executor ex{};
-  network_t net(128, {.seed = 4});
-  trainer_t trainer(net, schedule(8), optim::adamw_options{});
-  trainer.initialize(ex);
-  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 2, .drop_last = true});
-  loader.start_epoch(0);
+  ready_trainer r;
+  [[maybe_unused]] auto& [ex, net, trainer, loader] = r;
   const auto* first = loader.next();
   trainer.step(first->images, first->labels, ex);  // cuBLASLt plans, workspaces: once
   finish(ex);

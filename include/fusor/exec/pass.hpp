@@ -10,7 +10,8 @@
 // All values of a step are computed before any is stored, so an output may
 // alias an input (x = x * 2 + y) and several outputs may feed each other.
 // Aliasing must be element for element: a destination overlapping a shifted
-// view of an input is a data race on the GPU and is not supported.
+// view of an input (its transpose, a slice, a broadcast row) would read
+// elements already overwritten, and race on the GPU: make_pass refuses it.
 #pragma once
 
 #include <algorithm>
