@@ -209,6 +209,33 @@ FUSOR_TEST_CASE("read checks the dtype, the shape and the name, and each error n
                                       {"absent.safetensors", "No such file or directory"});
 }
 
+FUSOR_TEST_CASE("check refuses what read would, copies nothing, and returns the record read would copy") {
+  scratch_directory dir("check");
+  const auto file = dir / checkpoint_name("check");
+  host_tensor<float, matrix> h(2, 3);
+  fill_elements(h, 12);
+  fio::checkpoint_writer writer;
+  writer.add("w", to_space(h));
+  writer.save(file);
+  const fio::checkpoint_reader reader(file);
+
+  // A set of tensors checked before any is read: a wrong one is found while the destinations are untouched.
+  host_tensor<float, matrix> other(2, 3);
+  fill_elements(other, 13);
+  const auto destination = to_space(other);
+  const fio::tensor_record& record = reader.check("w", destination);
+  CHECK(record.name == "w");
+  REQUIRE(record.element_count() == 6);
+  for (index_t i = 0; i < 6; ++i) CHECK(record.value(i) == double(h.data()[i]));
+  CHECK(as_doubles(destination) == as_doubles(other));  // checked, not copied
+  space_tensor<float, matrix> wrong_shape(3, 2);
+  expect_error<fio::checkpoint_error>([&] { (void)reader.check("w", wrong_shape); },
+                                      {"tensor 'w'", "has shape [2, 3]", "destination has shape [3, 2]"});
+  expect_error<fio::checkpoint_error>([&] { (void)reader.check("v", destination); }, {"no tensor named 'v'"});
+  reader.read("w", destination);
+  CHECK(as_doubles(destination) == as_doubles(h));
+}
+
 #if defined(FUSOR_TEST_CUDA)
 FUSOR_TEST_CASE("a device view with gaps is refused: device memory is copied as one block") {
   space_tensor<float, matrix> d(4, 6);

@@ -152,4 +152,15 @@ FUSOR_TEST_CASE("Inf/NaN gradients: automatic stops in fp32 and skips under a dy
   CHECK(!optim::stops_on_nonfinite({.on_nonfinite = optim::nonfinite_gradients::skip}));
 }
 
+FUSOR_TEST_CASE("Inf/NaN gradients: where none is left to name, one process does not blame other ranks") {
+  // The GPU's note can arrive after a later step replaced the stopped step's gradients.
+  const std::string one = optim::detail::nonfinite_text("fusor::optim::trainer", 4, -1, "", true);
+  const std::string many = optim::detail::nonfinite_text("fusor::parallel::pipeline", 4, -1, "", false);
+  INFO(one, "\n", many);
+  CHECK(one.find("a later step's gradients have replaced that step's") != std::string::npos);
+  CHECK(one.find("rank") == std::string::npos);
+  CHECK(many.find("another rank's or stage's") != std::string::npos);
+  CHECK(one.find("the parameters are those after step 3") != std::string::npos);
+}
+
 }  // namespace test_nonfinite_training

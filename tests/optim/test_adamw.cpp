@@ -66,6 +66,13 @@ void adamw_against_reference(const adamw_case& c) {
       check_close(as_doubles(state), reference.v, fp32_tolerance, what + " exp_avg_sq");
   });
   CHECK(names == (optim::adamw<P, space>::has_master_weights ? "exp_avg exp_avg_sq master " : "exp_avg exp_avg_sq "));
+  // What a checkpoint loader refuses: the mean of squares alone is never negative.
+  std::string domains;
+  optimizer.for_each_state([&](const char* name, const auto&, optim::state_domain d) {
+    domains += std::string(name) + ":" + optim::describe(d) + " ";
+  });
+  CHECK(domains == std::string("exp_avg:finite exp_avg_sq:finite and 0 or more ") +
+                       (optim::adamw<P, space>::has_master_weights ? "master:finite " : ""));
 }
 
 }  // namespace

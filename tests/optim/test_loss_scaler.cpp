@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "optim/optim_support.hpp"
 
@@ -168,4 +169,8 @@ FUSOR_TEST_CASE("loss scaler: without dynamic scaling the scale stays 1 and NaN 
     CHECK(state.size() == 1);
   });
   CHECK(names == "step loss_scale clean_steps ");
+  std::vector<optim::state_domain> domains;
+  controller.for_each_state([&](const char*, const auto&, optim::state_domain d) { domains.push_back(d); });
+  using optim::state_domain;
+  CHECK(domains == std::vector{state_domain::step_count, state_domain::positive, state_domain::step_count});
 }

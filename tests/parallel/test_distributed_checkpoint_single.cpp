@@ -4,14 +4,19 @@
 // the network initialises them, hold exactly the whole tensor's elements that
 // their placement names; a bf16 network with fp32 master weights saved after
 // 2 steps resumes bit for bit; the errors (reserved metadata, a communicator
-// that is not the mesh's world, a dropout network of another seed).
+// that is not the mesh's world, a dropout network of another seed, damaged
+// values refused before anything is loaded).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <fusor/comm/single.hpp>
 #include <fusor/nn/dropout.hpp>
 #include <fusor/optim/adamw.hpp>
+#include <fusor/optim/training_checkpoint.hpp>
 #include <fusor/parallel/distributed_checkpoint.hpp>
 
 #include "io/io_support.hpp"
@@ -137,4 +142,80 @@ TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dr
       [&] { parallel::load_distributed(scratch / "d", b, parallel::single_process, host_executor{}); },
       {"network of seed 3", "this one has seed 4", "{.seed = 3}"});
   static_assert(dropout_net::draws_random_numbers && !bf16_net::draws_random_numbers);
+}
+
+TEST_CASE("distributed checkpoint: damaged values are refused before anything is loaded, naming tensor and value") {
+  const io_test::scratch_directory scratch("dcp_damaged");
+  fusor::comm::single world;
+  bf16_net net(batch, {.seed = 5});
+  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
+  train.initialize(host_executor{});
+  steps(train, 0, 2);
+  parallel::save_distributed(scratch / "good", train, world, parallel::single_process, "good", {}, host_executor{});
+  const std::string shard = "shard-00000-of-00001.safetensors";
+  const fusor::io::safetensors_file good = fusor::io::checkpoint_reader(scratch / "good" / shard).contents();
+  std::string second_moment;
+  for (const auto& t : good.tensors)
+    if (t.name.ends_with(".exp_avg_sq")) second_moment = t.name;
+  REQUIRE(!second_moment.empty());
+
+  struct damage {
+    std::string tensor;
+    index_t element;
+    double value;
+    std::vector<const char*> named;
+  };
+  const damage cases[] = {
+      {"0.weight", 7, std::nan(""), {"tensor '0.weight' element 7 is nan", "finite"}},
+      {"controller.loss_scale", 0, 0, {"tensor 'controller.loss_scale' is 0", "above 0"}},
+      {"controller.step", 0, 3, {"'controller.step' is 3", "0 to the steps taken (2, metadata training.steps_taken)"}},
+      {second_moment, 2, -1, {"element 2 is -1", "0 or more"}},
+  };
+  for (const damage& d : cases) {
+    INFO(d.tensor);
+    // The same save with one value changed: the shard keeps its size, so only the value check can refuse it.
+    const auto dir = scratch / "damaged";
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(scratch / "good", dir);
+    fusor::io::checkpoint_writer writer;
+    bool changed = false;
+    for (fusor::io::tensor_record t : good.tensors) {
+      if (t.name == d.tensor) {
+        changed = true;
+        if (t.type == fusor::io::dtype::i64) {
+          const auto v = std::int64_t(d.value);
+          std::memcpy(t.bytes.data() + d.element * 8, &v, 8);
+        } else if (t.type == fusor::io::dtype::bf16) {
+          const auto v = fusor::bfloat16(float(d.value));
+          std::memcpy(t.bytes.data() + d.element * 2, &v, 2);
+        } else {
+          REQUIRE(t.type == fusor::io::dtype::f32);
+          const auto v = float(d.value);
+          std::memcpy(t.bytes.data() + d.element * 4, &v, 4);
+        }
+      }
+      writer.add_record(std::move(t));
+    }
+    REQUIRE(changed);
+    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
+    writer.save(dir / shard);
+
+    bf16_net fresh(batch, {.seed = 5});
+    fusor::optim::trainer<bf16_net, fusor::optim::adamw> resumed(fresh, options, fusor::optim::adamw_options{});
+    resumed.initialize(host_executor{});
+    fusor::optim::save_training_state(scratch / "before.safetensors", resumed);
+    std::string message;
+    try {
+      parallel::load_distributed(dir, resumed, parallel::single_process, host_executor{});
+    } catch (const fusor::io::checkpoint_error& e) {
+      message = e.what();
+    }
+    INFO("message: ", message);
+    for (const char* part : d.named) CHECK_MESSAGE(message.find(part) != std::string::npos, "expected: ", part);
+    CHECK(message.find("load_distributed: '" + dir.string() + "'") != std::string::npos);
+    CHECK(message.find("nothing was loaded") != std::string::npos);
+    // Nothing was copied: the trainer saves the same bytes as before the attempt.
+    fusor::optim::save_training_state(scratch / "after.safetensors", resumed);
+    CHECK(fusor::io::read_file(scratch / "after.safetensors") == fusor::io::read_file(scratch / "before.safetensors"));
+  }
 }

@@ -7,6 +7,7 @@
 // read naturally. bf16/fp16 storage computes and accumulates in fp32.
 #pragma once
 
+#include <cuda/std/cstdint>
 #include <cuda/std/type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -93,6 +94,21 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr To convert(const From& x) {
     return To(static_cast<float>(x));
   } else {
     return static_cast<To>(x);
+  }
+}
+
+/// A bfloat16 or float16 from its 16 bits, as a file or a packed 32-bit word holds them.
+template <class T>
+  requires(::cuda::std::is_same_v<T, bfloat16> || ::cuda::std::is_same_v<T, float16>)
+FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE T from_bits(::cuda::std::uint16_t bits) {
+  if constexpr (::cuda::std::is_same_v<T, bfloat16>) {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return T(raw);
+  } else {
+    __half_raw raw;
+    raw.x = bits;
+    return T(raw);
   }
 }
 

@@ -210,6 +210,17 @@ class sharded_checkpoint_reader {
     detail::store_row_major(view, gather(name, place, dtype_of<typename view_t::element_type>(), index_t(view.size())),
                             name);
   }
+  /// What read(name, place, destination) would copy (the piece's elements in row-major order, as a rank-1
+  /// record), after the same checks, copying nothing: to check a whole set of pieces before any destination
+  /// changes.
+  template <class View>
+  tensor_record check(const std::string& name, const tensor_piece& place, const View& destination) const {
+    place.check("sharded_checkpoint_reader::check('" + name + "')");
+    const auto& view = as_view(destination);
+    using view_t = std::remove_cvref_t<decltype(view)>;
+    const dtype type = dtype_of<typename view_t::element_type>();
+    return {name, type, {index_t(view.size())}, gather(name, place, type, index_t(view.size()))};
+  }
 
  private:
   struct held {

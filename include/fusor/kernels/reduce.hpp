@@ -49,6 +49,13 @@
 
 namespace fusor {
 
+/// Names both static shapes in the compiler's message when no axis of a reduction's input reduces to its
+/// destination's static shape: `static_assert(reduction_shapes_must_fit<...>::value, "fusor: ...")`.
+template <class DestinationShape, class InputShape, bool SomeAxisFits>
+struct reduction_shapes_must_fit {
+  static constexpr bool value = SomeAxisFits;  ///< Whether some axis of the input gives the destination's shape.
+};
+
 /// The executors a reduction runs under.
 template <class T>
 concept reduction_executor = std::same_as<T, host_executor>
@@ -90,6 +97,26 @@ constexpr bool static_single_element() {
     if (D::extents_type::static_extent(k) != dynamic && D::extents_type::static_extent(k) != 1) return false;
   return true;
 }
+
+// Whether reducing static-extent input E along some axis can give destination D (dynamic extents fit anything); true
+// where the ranks rule every axis out, which reduce_axis's rank check reports instead.
+template <class D, class E>
+constexpr bool some_axis_fits() {
+  constexpr int R = int(E::rank()), DR = int(D::rank());
+  if (R == 0 || (DR != R && DR + 1 != R)) return true;
+  const auto same = [](std::size_t a, std::size_t b) { return a == dynamic || b == dynamic || a == b; };
+  for (int a = 0; a != R; ++a) {
+    bool fits = true;
+    for (int k = 0, j = 0; k != R; ++k) {
+      if (DR == R) fits = fits && same(D::static_extent(k), k == a ? 1 : E::static_extent(k));
+      else if (k != a) fits = fits && same(D::static_extent(j++), E::static_extent(k));
+    }
+    if (fits) return true;
+  }
+  return false;
+}
+template <class D, class E>
+using reduction_fit_check = reduction_shapes_must_fit<shape_of_t<D>, shape_of_t<E>, some_axis_fits<D, E>()>;
 
 template <reduction_kind Kind, class In, class E>
 void check_has_elements(const In& in, const E& e) {
@@ -134,6 +161,10 @@ void reduce_axis(const D& dst, const E& e, int axis, const Executor& executor) {
   static_assert(int(D::rank) == R || int(D::rank) + 1 == R,
                 "fusor: a reduction along an axis writes a destination of the input's rank (the axis kept, "
                 "extent 1) or of one less (the axis dropped)");
+  static_assert(reduction_fit_check<typename D::extents_type, typename E::extents_type>::value,
+                "fusor: no axis of this reduction's input gives the destination's static shape (the input's shape "
+                "with the axis dropped, or kept as 1): fix the destination's extents; both shapes are named in "
+                "reduction_shapes_must_fit<shape<destination>, shape<input>> (-1 is a dynamic extent)");
   const auto fail = [&](const std::string& why) {
     throw shape_error(std::string("fusor: ") + kind_name(Kind) + " along axis " + std::to_string(axis) +
                       " of a tensor of shape " + shape_string(e.extents()) + " into a destination of shape " +

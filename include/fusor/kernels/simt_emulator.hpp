@@ -576,20 +576,9 @@ inline bool runnable(const block_state& s, int i) {
   }
 }
 
-inline float from_bits(std::uint16_t bits, bfloat16*) {
-  const std::uint32_t word = std::uint32_t(bits) << 16;
-  float x;
-  std::memcpy(&x, &word, 4);
-  return x;
-}
-inline float from_bits(std::uint16_t bits, float16*) {
-  float16 h;
-  std::memcpy(static_cast<void*>(&h), &bits, 2);
-  return convert<float>(h);
-}
 template <class T>
 float half_of(std::uint32_t word, int half) {
-  return from_bits(std::uint16_t(word >> (16 * half)), static_cast<T*>(nullptr));
+  return convert<float>(fusor::from_bits<T>(std::uint16_t(word >> (16 * half))));
 }
 
 }  // namespace simt_emulation

@@ -28,6 +28,7 @@
 #include "fusor/expr/operators.hpp"
 #include "fusor/optim/flat_state.hpp"
 #include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/step_scalars.hpp"
 
 namespace fusor::optim {
@@ -112,12 +113,13 @@ class adamw {
   void step_part(index_t first, const V& parameters, const G& grads, const step_scalars<Space>& scalars,
                  const Ex& executor);
 
-  /// The state a checkpoint keeps: fn(name, view), names stable.
+  /// The state a checkpoint keeps: fn(name, view), or fn(name, view, state_domain) where fn takes the domain;
+  /// names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
-    fn("exp_avg", exp_avg_.view());
-    fn("exp_avg_sq", exp_avg_sq_.view());
-    if constexpr (has_master_weights) fn("master", master_.view());
+    detail::visit_state(fn, "exp_avg", exp_avg_.view(), state_domain::finite);
+    detail::visit_state(fn, "exp_avg_sq", exp_avg_sq_.view(), state_domain::non_negative);
+    if constexpr (has_master_weights) detail::visit_state(fn, "master", master_.view(), state_domain::finite);
   }
   /// The fp32 master copy of the parameters, which the update reads and writes (16-bit parameters only).
   state_view master_weights() const

@@ -25,8 +25,8 @@
 #include "fusor/core/copy.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/core/cuda_runtime.hpp"
-#include "fusor/core/tensor.hpp"
 #include "fusor/core/memory.hpp"
+#include "fusor/core/tensor.hpp"
 #include "fusor/exec/cuda.hpp"
 #include "fusor/exec/host.hpp"
 #include "fusor/nn/parameters.hpp"
@@ -48,7 +48,7 @@ FUSOR_DECL void note_nonfinite_slots(const std::vector<nn::parameter_slot>& slot
                                      std::string& first, long& first_layer);
 // The message of nonfinite_message, given what note_nonfinite_slots found.
 FUSOR_DECL std::string nonfinite_text(const std::string& who, std::int64_t step, long first_layer,
-                                      const std::string& first);
+                                      const std::string& first, bool one_process);
 }  // namespace detail
 
 namespace detail {
@@ -80,14 +80,28 @@ std::string labels_outside_note(const Labels& labels, index_t classes, std::int3
     return {};
   }
 }
+
+// check() (a trainer's check_not_stopped), its nonfinite_error's message extended by labels_outside_note for the
+// labels just given and `logits` ([rows, classes] or [batch, ..., classes]): labels outside the classes make
+// cross-entropy NaN, the likeliest cause of a stop, so the message names them.
+template <class Check, class Labels, class Logits>
+void check_naming_labels(Check&& check, const Labels& labels, const Logits& logits, std::int32_t ignore_index) {
+  try {
+    check();
+  } catch (const nonfinite_error& e) {
+    const index_t classes = index_t(logits.extent(std::remove_cvref_t<Logits>::rank - 1));
+    throw nonfinite_error(e.what() + labels_outside_note(labels, classes, ignore_index), e.step);
+  }
+}
 }  // namespace detail
 
 /// The error's text: the step, and where this rank's gradients first hold
 /// Inf/NaN in backward's order (the last layer first): the parameter names of
 /// the highest such layer. Read when the error is raised, from the latest
 /// step's gradients (gradients lent to a data-parallel slab are not looked at).
+/// `one_process`: no other rank or stage could have held them.
 template <class Network>
-std::string nonfinite_message(const std::string& who, std::int64_t step, Network& network) {
+std::string nonfinite_message(const std::string& who, std::int64_t step, Network& network, bool one_process) {
   std::string first;
   long first_layer = -1;
   network.for_each_group([&](auto& group) {
@@ -102,7 +116,7 @@ std::string nonfinite_message(const std::string& who, std::int64_t step, Network
     }
     detail::note_nonfinite_slots(group.slots(), nonfinite, first, first_layer);
   });
-  return detail::nonfinite_text(who, step, first_layer, first);
+  return detail::nonfinite_text(who, step, first_layer, first, one_process);
 }
 
 /// Where the host learns, without waiting for the GPU, that a controller stopped training on Inf/NaN

@@ -22,6 +22,7 @@
 #include "fusor/expr/operators.hpp"
 #include "fusor/optim/flat_state.hpp"
 #include "fusor/optim/scalar_operand.hpp"
+#include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/step_scalars.hpp"
 
 namespace fusor::optim {
@@ -105,11 +106,12 @@ class sgd {
     }
   }
 
-  /// The state a checkpoint keeps: fn(name, view), names stable.
+  /// The state a checkpoint keeps: fn(name, view), or fn(name, view, state_domain) where fn takes the domain;
+  /// names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
-    if (momentum_.size() != 0) fn("momentum", momentum_.view());
-    if constexpr (has_master_weights) fn("master", master_.view());
+    if (momentum_.size() != 0) detail::visit_state(fn, "momentum", momentum_.view(), state_domain::finite);
+    if constexpr (has_master_weights) detail::visit_state(fn, "master", master_.view(), state_domain::finite);
   }
   /// The fp32 master copy of the parameters, which the update reads and writes (16-bit parameters only).
   state_view master_weights() const

@@ -37,6 +37,7 @@
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
+#include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/update_controller.hpp"
 
@@ -156,14 +157,7 @@ class trainer {
       if (pruning_applies_) apply_pruning(ex);
       controller_.finish_step(ex);
       stop_note_.record(controller_.scalars(), ex);
-      try {
-        check_not_stopped();
-      } catch (const nonfinite_error& e) {
-        // Labels outside the classes make cross-entropy NaN: the likeliest cause, so the message names them.
-        const index_t classes = logits.extent(std::remove_cvref_t<decltype(logits)>::rank - 1);
-        throw nonfinite_error(e.what() + detail::labels_outside_note(labels, classes, loss_.options().ignore_index),
-                              e.step);
-      }
+      detail::check_naming_labels([&] { check_not_stopped(); }, labels, logits, loss_.options().ignore_index);
     }
   }
 
@@ -177,7 +171,7 @@ class trainer {
   /// calls it itself.
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen(controller_.scalars());
-    if (at != 0) throw nonfinite_error(nonfinite_message("fusor::optim::trainer", at, network_), at);
+    if (at != 0) throw nonfinite_error(nonfinite_message("fusor::optim::trainer", at, network_, true), at);
   }
 
   /// Makes the squared gradient norm global before clipping and the Inf/NaN
@@ -224,15 +218,20 @@ class trainer {
   std::uint64_t steps_taken() const { return host_steps_; }
 
   /// fn(name, view) for everything besides the parameters that training resumes
-  /// from: each optimizer's state ("optimizer.<group>.<state>") and the step scalars.
+  /// from: each optimizer's state ("optimizer.<group>.<state>") and the step scalars;
+  /// fn(name, view, state_domain) where fn takes the values each can hold.
   template <class Fn>
   void for_each_state(Fn&& fn) {
     std::size_t k = 0;
     for_each_group_and_optimizer([&](auto&, auto& optimizer) {
       const std::string prefix = "optimizer." + std::to_string(k++) + ".";
-      optimizer.for_each_state([&](const auto& name, const auto& v) { fn(prefix + name, v); });
+      optimizer.for_each_state([&](const auto& name, const auto& v, state_domain domain) {
+        detail::visit_state(fn, prefix + name, v, domain);
+      });
     });
-    controller_.for_each_state([&](const auto& name, const auto& v) { fn("controller." + std::string(name), v); });
+    controller_.for_each_state([&](const auto& name, const auto& v, state_domain domain) {
+      detail::visit_state(fn, "controller." + std::string(name), v, domain);
+    });
   }
   /// After loading the state back, the host-side step count (dropout's stream of masks).
   void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }

@@ -14,9 +14,7 @@
 // of training that never stopped (same data order, same dropout masks).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -24,6 +22,8 @@
 
 #include "fusor/io/checkpoint.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/optim/checkpoint_values.hpp"
+#include "fusor/optim/state_domain.hpp"
 
 namespace fusor::optim {
 
@@ -56,53 +56,23 @@ void read_parameters(const io::checkpoint_reader& reader, Network& network) {
   });
 }
 
-inline std::string number_text(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", v);
-  return text;
-}
-
-// The first element of `record` outside what `allowed` accepts, as " element i is v" (" is v" for one
-// element); empty when all are.
-template <class Allowed>
-std::string first_refused(const io::tensor_record& record, const Allowed& allowed) {
-  const index_t n = record.element_count();
-  for (index_t i = 0; i < n; ++i) {
-    const double v = record.value(i);
-    if (!allowed(v)) return (n == 1 ? std::string() : " element " + std::to_string(i)) + " is " + number_text(v);
-  }
-  return {};
-}
-
 // Refuses, before anything is copied (a refused file leaves the trainer as it was), every tensor the trainer
-// would read that is missing or of another dtype or shape, and values a trainer never saves: Inf or NaN (it
-// stops before a step that makes them), a step count below 0 or above the steps taken, a loss scale not above 0,
-// a negative second moment (AdamW's exp_avg_sq). Loading them would make the next step's parameters NaN and blame
-// the gradients.
+// would read that is missing or of another dtype or shape, or holds values outside its domain
+// (checkpoint_values.hpp).
 template <class Trainer>
 void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer, std::uint64_t steps_taken) {
-  const auto check = [&](const std::string& name, const io::tensor_record& record) {
-    const auto finite = [](double v) { return std::isfinite(v); };
-    const auto rule = [&](std::string refused, const std::string& expected) {
-      if (!refused.empty())
-        throw io::checkpoint_error("fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'" +
-                                   refused + ", where " + expected + " (the file is damaged, or not a training state "
-                                   "saved by fusor); nothing was loaded");
-    };
-    rule(first_refused(record, finite), "a training state holds finite numbers");
-    const double steps = double(steps_taken);
-    if (name == "controller.step" || name == "controller.clean_steps")
-      rule(first_refused(record, [&](double v) { return v >= 0 && v <= steps; }),
-           "a step count is 0 to the steps taken (" + std::to_string(steps_taken) + ", metadata fusor.steps_taken)");
-    else if (name == "controller.loss_scale")
-      rule(first_refused(record, [](double v) { return v > 0; }), "a loss scale is above 0");
-    else if (name.ends_with(".exp_avg_sq"))
-      rule(first_refused(record, [](double v) { return v >= 0; }), "a mean of squares is 0 or more");
+  const auto check = [&](const std::string& name, const io::tensor_record& record, state_domain domain) {
+    const std::string source = "fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'";
+    check_values(record, domain, steps_taken, source, "fusor.steps_taken");
   };
   trainer.network().for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
-    with_parameter_shape(slot, values, [&](const auto& v) { check(slot.name, reader.check(slot.name, v)); });
+    with_parameter_shape(slot, values, [&](const auto& v) {
+      check(slot.name, reader.check(slot.name, v), state_domain::finite);
+    });
   });
-  trainer.for_each_state([&](const std::string& name, const auto& v) { check(name, reader.check(name, v)); });
+  trainer.for_each_state([&](const std::string& name, const auto& v, state_domain domain) {
+    check(name, reader.check(name, v), domain);
+  });
 }
 }  // namespace detail
 
@@ -153,7 +123,8 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
 /// Returns the metadata, for the caller's own keys (the epoch, say). Throws
 /// io::checkpoint_error, with the trainer unchanged, for a file that lacks a
 /// tensor, holds one of another dtype or shape, or holds values a trainer never
-/// saves (Inf or NaN, a negative step count, a loss scale not above 0).
+/// saves (outside each state's state_domain: Inf or NaN, a negative step count,
+/// a loss scale not above 0, a negative second moment).
 template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer) {
   const io::checkpoint_reader reader(file);

@@ -49,6 +49,7 @@
 #include "fusor/optim/gradient_norm.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/schedule.hpp"
+#include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/step_scalars.hpp"
 
 namespace fusor::optim {
@@ -181,12 +182,13 @@ class update_controller {
   /// The step count, for logging outside the step: copies to the host and waits.
   std::int64_t step_for_host() const { return scalars_.read_step(); }
 
-  /// What a checkpoint keeps of the controller: fn(name, rank-0 view), names stable.
+  /// What a checkpoint keeps of the controller: fn(name, rank-0 view), or fn(name, view, state_domain) where fn
+  /// takes the domain; names stable.
   template <class Fn>
   void for_each_state(Fn&& fn) const {
-    fn("step", scalars_.step());
-    fn("loss_scale", scalars_.loss_scale());
-    fn("clean_steps", scalars_.clean_steps());
+    detail::visit_state(fn, "step", scalars_.step(), state_domain::step_count);
+    detail::visit_state(fn, "loss_scale", scalars_.loss_scale(), state_domain::positive);
+    detail::visit_state(fn, "clean_steps", scalars_.clean_steps(), state_domain::step_count);
   }
 
   /// The learning-rate schedule it was made with.

@@ -215,7 +215,8 @@ class data_parallel {
     ++steps_;
     timeline_.step_end = since(start);
     stop_note_.record(controller_.scalars(), ex);
-    check_not_stopped();
+    optim::detail::check_naming_labels([&] { check_not_stopped(); }, labels, network_.output(),
+                                       loss_.options().ignore_index);
   }
 
   /// Throws optim::nonfinite_error if a step had Inf/NaN gradients under
@@ -226,7 +227,8 @@ class data_parallel {
   /// reads the same step's note and throws at the same step.
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
-    if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::data_parallel", at, network_), at);
+    if (at != 0)
+      throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::data_parallel", at, network_, false), at);
   }
 
   /// Loss and accuracy of this rank's rows of a batch, without learning (any

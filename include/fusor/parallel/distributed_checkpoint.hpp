@@ -51,6 +51,8 @@
 #include "fusor/io/file.hpp"
 #include "fusor/io/sharded_checkpoint.hpp"
 #include "fusor/nn/parameters.hpp"
+#include "fusor/optim/checkpoint_values.hpp"
+#include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/state_layout.hpp"
 #include "fusor/parallel/mesh.hpp"
 
@@ -113,8 +115,9 @@ auto parameter_values(Trainer& trainer, const Group& group) {
   else return std::pair{group.values(), optim::state_layout::whole(group.size())};
 }
 
-// fn(name, piece, flat view, saved_here) for every piece of this rank's
-// parameters and optimizer state; saved_here: this rank is the one that saves it.
+// fn(name, piece, flat view, saved_here, domain) for every piece of this rank's
+// parameters and optimizer state; saved_here: this rank is the one that saves it;
+// domain: the values it can hold (optim/state_domain.hpp).
 template <class Trainer, class Fn>
 void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&& fn) {
   const auto& network = trainer.network();
@@ -127,12 +130,13 @@ void for_each_trainer_piece(Trainer& trainer, const checkpoint_rank& where, Fn&&
       const nn::parameter_placement place = network.placement(slot);
       const bool tensor_saver = place.split || where.at.tensor == 0;
       for_each_piece(slot, place, values_layout, values, [&](const io::tensor_piece& piece, const auto& v) {
-        fn(slot.name, piece, v, tensor_saver && (values_layout.sharded || where.at.data == 0));
+        fn(slot.name, piece, v, tensor_saver && (values_layout.sharded || where.at.data == 0),
+           optim::state_domain::finite);
       });
-      optimizer.for_each_state([&](const auto& state_name, const auto& state) {
+      optimizer.for_each_state([&](const auto& state_name, const auto& state, optim::state_domain domain) {
         const std::string name = "optimizer." + slot.name + "." + std::string(state_name);
         for_each_piece(slot, place, layout, state, [&](const io::tensor_piece& piece, const auto& v) {
-          fn(name, piece, v, tensor_saver && (layout.sharded || where.at.data == 0));
+          fn(name, piece, v, tensor_saver && (layout.sharded || where.at.data == 0), domain);
         });
       });
     }
@@ -247,6 +251,33 @@ inline std::uint64_t parse_unsigned(const std::string& text, const std::filesyst
   return n;
 }
 
+// Refuses, before this rank copies anything, every piece it would read (parameters, optimizer state, step
+// scalars) that is missing, of another dtype or shape, or holds values outside its domain
+// (optim/checkpoint_values.hpp).
+template <class Trainer>
+void check_pieces(const io::sharded_checkpoint_reader& reader, Trainer& trainer, const checkpoint_rank& where,
+                  std::uint64_t steps_taken, const std::filesystem::path& dir) {
+  const auto check = [&](const std::string& name, const io::tensor_piece& piece, const auto& v,
+                         optim::state_domain domain) {
+    // Elements are counted in the piece; where it is not the whole tensor, the message says which piece.
+    const bool whole = piece.shape == piece.global_shape && piece.count < 0;
+    const std::string at = whole ? std::string()
+                                 : " (this rank's piece: the box " + io::shape_text(piece.shape) + " at " +
+                                       io::shape_text(piece.begin) +
+                                       (piece.count < 0 ? "" : ", from its element " + std::to_string(piece.first)) +
+                                       ")";
+    optim::detail::check_values(reader.check(name, piece, v), domain, steps_taken,
+                                "fusor::parallel::load_distributed: '" + dir.string() + "': tensor '" + name + "'" + at,
+                                steps_key);
+  };
+  for_each_trainer_piece(trainer, where,
+                         [&](const std::string& name, const io::tensor_piece& piece, const auto& v, bool,
+                             optim::state_domain domain) { check(name, piece, v, domain); });
+  trainer.controller().for_each_state([&](const auto& name, const auto& v, optim::state_domain domain) {
+    check("controller." + std::string(name), io::tensor_piece::whole({}), v, domain);
+  });
+}
+
 }  // namespace detail
 
 /// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
@@ -274,7 +305,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
   try {
     io::shard_writer shard(dir, where.world_rank(), where.world_size(), save_id);
     detail::for_each_trainer_piece(trainer, where, [&](const std::string& name, const io::tensor_piece& piece,
-                                                       const auto& values, bool saved_here) {
+                                                       const auto& values, bool saved_here, optim::state_domain) {
       if (saved_here) shard.add(name, piece, values);
     });
     detail::save_compression_state(shard, trainer, where);
@@ -311,7 +342,10 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
 /// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
 /// rank's part of the trainer: its parameters, optimizer state, step scalars and
 /// step count. Call it after trainer.initialize(ex). Every rank reads its own
-/// pieces (no communication). Returns the save's metadata (the caller's keys,
+/// pieces (no communication). Throws io::checkpoint_error, this rank's trainer
+/// unchanged, where a piece of its parameters, optimizer state or step scalars
+/// is missing, of another dtype or shape, or holds values a trainer never saves
+/// (optim/checkpoint_values.hpp); PowerSGD's state is read after them. Returns the save's metadata (the caller's keys,
 /// and training.mesh, the mesh it was saved on).
 template <class Trainer, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
@@ -326,16 +360,17 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
                                  std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
                                  ": its dropout would draw other masks; construct the network with {.seed = " +
                                  std::to_string(seed) + "}");
+  const std::uint64_t steps_taken = detail::parse_unsigned(reader.metadata(detail::steps_key), dir, detail::steps_key);
+  detail::check_pieces(reader, trainer, where, steps_taken, dir);
   detail::for_each_trainer_piece(trainer, where,
-                                 [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool) {
-                                   reader.read(name, piece, values);
-                                 });
+                                 [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool,
+                                     optim::state_domain) { reader.read(name, piece, values); });
   detail::load_compression_state(reader, trainer, where);
   trainer.controller().for_each_state([&](const auto& name, const auto& v) {
     reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
   });
   if constexpr (requires { trainer.parameters_loaded(ex); }) trainer.parameters_loaded(ex);
-  trainer.set_steps_taken(detail::parse_unsigned(reader.metadata(detail::steps_key), dir, detail::steps_key));
+  trainer.set_steps_taken(steps_taken);
   detail::finish_work(ex);
   return reader.all_metadata();
 }

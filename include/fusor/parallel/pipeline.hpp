@@ -270,7 +270,11 @@ class pipeline {
     idle_seconds_ = messages_.idle_seconds();
     step_seconds_ = std::chrono::duration<double>(clock::now() - start).count();
     stop_note_.record(controller_.scalars(), ex);
-    check_not_stopped();
+    if (last_stage())  // the stage that reads the labels
+      optim::detail::check_naming_labels([&] { check_not_stopped(); }, labels, network_.output(),
+                                         loss_->options().ignore_index);
+    else
+      check_not_stopped();
   }
 
   /// Throws optim::nonfinite_error if a step had Inf/NaN gradients under
@@ -280,7 +284,8 @@ class pipeline {
   /// note of the step two before the last, the same step on every rank).
   void check_not_stopped() {
     const std::int64_t at = stop_note_.seen_in_step_order(controller_.scalars());
-    if (at != 0) throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::pipeline", at, network_), at);
+    if (at != 0)
+      throw optim::nonfinite_error(optim::nonfinite_message("fusor::parallel::pipeline", at, network_, false), at);
   }
 
   /// Loss and accuracy on a batch of at most the global batch, without learning

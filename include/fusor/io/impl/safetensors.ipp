@@ -2,9 +2,6 @@
 // FUSOR_SEPARATE_COMPILATION in fusor/config.hpp).
 #pragma once
 
-#include <cmath>
-#include <limits>
-
 #include "fusor/io/safetensors.hpp"
 
 namespace fusor::io {
@@ -82,13 +79,6 @@ FUSOR_DECL index_t tensor_record::element_count() const {
 
 namespace detail {
 // An IEEE binary16 value, exactly, from its bits.
-inline double half_value(std::uint16_t bits) {
-  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
-  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
-  if (exponent == 0x1f) return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
-  if (exponent == 0) return sign * std::ldexp(double(mantissa), -24);  // subnormal
-  return sign * std::ldexp(double(mantissa | 0x400), exponent - 25);
-}
 template <class T>
 T element_bits(const std::vector<std::byte>& bytes, index_t i) {
   T v;
@@ -101,8 +91,8 @@ FUSOR_DECL double tensor_record::value(index_t i) const {
   switch (type) {
     case dtype::f64: return detail::element_bits<double>(bytes, i);
     case dtype::f32: return detail::element_bits<float>(bytes, i);
-    case dtype::f16: return detail::half_value(detail::element_bits<std::uint16_t>(bytes, i));
-    case dtype::bf16: return std::bit_cast<float>(std::uint32_t(detail::element_bits<std::uint16_t>(bytes, i)) << 16);
+    case dtype::f16: return convert<float>(from_bits<float16>(detail::element_bits<std::uint16_t>(bytes, i)));
+    case dtype::bf16: return convert<float>(from_bits<bfloat16>(detail::element_bits<std::uint16_t>(bytes, i)));
     case dtype::i64: return double(detail::element_bits<std::int64_t>(bytes, i));
     case dtype::i32: return detail::element_bits<std::int32_t>(bytes, i);
     case dtype::i16: return detail::element_bits<std::int16_t>(bytes, i);

@@ -18,12 +18,13 @@ FUSOR_DECL void note_nonfinite_slots(const std::vector<nn::parameter_slot>& slot
 }
 
 FUSOR_DECL std::string nonfinite_text(const std::string& who, std::int64_t step, long first_layer,
-                                      const std::string& first) {
+                                      const std::string& first, bool one_process) {
   const std::string where =
       first_layer >= 0 ? "first in layer " + std::to_string(first_layer) + " (" + first +
                              ") in backward's order, from the last layer"
-                       : "no gradient this rank holds is Inf or NaN now (another rank's or stage's were, or that "
-                         "step's batch)";
+      : one_process    ? "no gradient is Inf or NaN now (a later step's gradients have replaced that step's)"
+                       : "no gradient this rank holds is Inf or NaN now (another rank's or stage's were, or a later "
+                         "step's gradients have replaced that step's)";
   return who + ": step " + std::to_string(step) + " had Inf or NaN gradients; " + where +
          ". Training stopped: the parameters are those after step " + std::to_string(step - 1) +
          ". Check the inputs, lower the learning rate or clip (clip.max_norm), or set "
