@@ -85,8 +85,10 @@ using attention_block = nn::residual<nn::layernorm<C>, nn::linear<C, 3 * C>,    
 template <std::size_t C>
 using mlp_block = nn::residual<nn::layernorm<C>, nn::linear<C, 4 * C, nn::gelu_tanh>, nn::linear<4 * C, C>>;
 
+using table_init = nn::init_std<2, 100>;  // GPT-2's tables: deviation 0.02 (1 by default would start the
+                                          // tied head's loss far above log V)
 using gpt = nn::sequential<nn::features<T>,                     // T int32 token ids
-                           nn::embedding<V, C>, nn::position_embedding<T, C>,
+                           nn::embedding<V, C, table_init>, nn::position_embedding<T, C, table_init>,
                            attention_block<C, H>, mlp_block<C>, /* ... */
                            nn::layernorm<C>, nn::tied_linear<C, V, 0>>;  // logits [batch, T, V]: x wte^T,
                                                                       // the head tied to layer 0's table

@@ -177,7 +177,7 @@ FUSOR_TEST_CASE("strided host views (transposes, slices) are written and read in
     }
 }
 
-FUSOR_TEST_CASE("read checks the dtype, the shape and the name, and each error names the file") {
+FUSOR_TEST_CASE("read and check refuse another dtype, shape or name, naming the file; check copies nothing") {
   scratch_directory dir("mismatch");
   const auto file = dir / checkpoint_name("mismatch");
   host_tensor<float, matrix> h(2, 3);
@@ -207,19 +207,9 @@ FUSOR_TEST_CASE("read checks the dtype, the shape and the name, and each error n
       {"'r'", "I64", "holds 12 bytes, not 24"});
   expect_error<fio::checkpoint_error>([&] { fio::checkpoint_reader(dir / "absent.safetensors"); },
                                       {"absent.safetensors", "No such file or directory"});
-}
 
-FUSOR_TEST_CASE("check refuses what read would, copies nothing, and returns the record read would copy") {
-  scratch_directory dir("check");
-  const auto file = dir / checkpoint_name("check");
-  host_tensor<float, matrix> h(2, 3);
-  fill_elements(h, 12);
-  fio::checkpoint_writer writer;
-  writer.add("w", to_space(h));
-  writer.save(file);
-  const fio::checkpoint_reader reader(file);
-
-  // A set of tensors checked before any is read: a wrong one is found while the destinations are untouched.
+  // check: the same refusals, nothing copied, and the record read would copy (to check a set of tensors before
+  // any destination changes).
   host_tensor<float, matrix> other(2, 3);
   fill_elements(other, 13);
   const auto destination = to_space(other);
@@ -228,7 +218,6 @@ FUSOR_TEST_CASE("check refuses what read would, copies nothing, and returns the 
   REQUIRE(record.element_count() == 6);
   for (index_t i = 0; i < 6; ++i) CHECK(record.value(i) == double(h.data()[i]));
   CHECK(as_doubles(destination) == as_doubles(other));  // checked, not copied
-  space_tensor<float, matrix> wrong_shape(3, 2);
   expect_error<fio::checkpoint_error>([&] { (void)reader.check("w", wrong_shape); },
                                       {"tensor 'w'", "has shape [2, 3]", "destination has shape [3, 2]"});
   expect_error<fio::checkpoint_error>([&] { (void)reader.check("v", destination); }, {"no tensor named 'v'"});

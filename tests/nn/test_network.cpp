@@ -2,6 +2,7 @@
 // executor: forward against a plain double loop over the same parameters,
 // the flat parameter layout, the loss totals, and the shape errors.
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "support/fusor_test.hpp"
@@ -9,6 +10,7 @@
 #include <fusor/nn/linear.hpp>
 #include <fusor/nn/loss.hpp>
 #include <fusor/nn/network.hpp>
+#include <fusor/optim/training_checkpoint.hpp>
 
 using namespace fusor;
 using namespace fusor_test;
@@ -136,11 +138,46 @@ FUSOR_TEST_CASE("softmax_cross_entropy: running loss and accuracy against a doub
   CHECK(std::fabs(t.accuracy - correct / (rows - 1)) <= 1e-12);
 }
 
+FUSOR_TEST_CASE("softmax_cross_entropy: labels that miss a sequence's positions name the shape they need") {
+  executor ex{};
+  // Logits [batch 2, positions 3, classes 5]: labels [2, 3] (or [6]); [2] is one per sample, a common slip.
+  space_tensor<float, dextents<index_t, 3>> logits(2, 3, 5), dlogits(2, 3, 5);
+  fill_random(logits, 4);
+  space_tensor<std::int32_t, dextents<index_t, 1>> per_sample(2);
+  space_tensor<std::int32_t, matrix> transposed(3, 2);
+  nn::softmax_cross_entropy<space> loss(6);
+  expect_error<shape_error>([&] { loss.forward_backward(logits, per_sample, dlogits, ex); },
+                            {"labels of shape [2]", "logits of shape [2, 3, 5]", "shape [2, 3] (or [6], flattened)"});
+  expect_error<shape_error>([&] { loss.evaluate(logits, per_sample, ex); }, {"labels of shape [2]"});
+  // The same count in another shape is accepted as flattened rows, as [6] is.
+  host_tensor<std::int32_t, matrix> h(3, 2);
+  for (index_t i = 0; i < 6; ++i) h.data()[i] = std::int32_t(i % 5);
+  copy(transposed, h);
+  loss.reset(ex);
+  loss.evaluate(logits, transposed, ex);
+  CHECK(loss.totals().samples == 6);
+}
+
+FUSOR_TEST_CASE("load_parameters: a file that does not fit is refused before any parameter changes") {
+  // Saved by a network whose head has 3 classes, loaded into one with 5: layers 0 and 1 fit, layer 2 does not.
+  using three_classes = nn::sequential<nn::features<20>, nn::linear<20, 16, nn::relu>,
+                                       nn::linear<16, 12, nn::gelu_tanh>, nn::linear<12, 3>>;
+  const auto file = std::filesystem::temp_directory_path() / ("fusor_head_" FUSOR_TEST_EXECUTOR_NAME ".safetensors");
+  nn::network<three_classes, fp32, space> saved(4, {.seed = 1});
+  optim::save_parameters(file, saved);
+  nn::network<mlp, fp32, space> net(4, {.seed = 2});
+  const std::vector<double> before = host_values(net.group<float>().values());
+  expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); },
+                                     {"'2.weight'", "[3, 12]", "[5, 12]"});
+  CHECK(host_values(net.group<float>().values()) == before);  // layer 0 was not copied either
+  std::filesystem::remove(file);
+}
+
 FUSOR_TEST_CASE("network: batch and input shape errors name both sides") {
   executor ex{};
   nn::network<mlp, fp32, space> net(16, {.seed = 1});
   space_tensor<float, matrix> too_many(17, 20), wrong_width(4, 21);
   expect_error<shape_error>([&] { net.forward(too_many, ex); }, {"17 samples", "[17, 20]", "at most 16"});
-  expect_error<shape_error>([&] { net.forward(wrong_width, ex); }, {"[4, 21]", "[4, 20]"});
+  expect_error<shape_error>([&] { net.forward(wrong_width, ex); }, {"[4, 21]", "4 samples of [20] each"});
   expect_error<error>([&] { net.backward(ex); }, {"call forward first"});
 }

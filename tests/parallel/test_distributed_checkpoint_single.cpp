@@ -73,6 +73,13 @@ std::vector<double> steps(fusor::optim::trainer<bf16_net, fusor::optim::adamw>& 
   }
   return losses;
 }
+
+// A bf16 network of seed 5 and its trainer, initialized.
+struct bf16_trainer {
+  bf16_net net{batch, {.seed = 5}};
+  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train{net, options, fusor::optim::adamw_options{}};
+  bf16_trainer() { train.initialize(host_executor{}); }
+};
 }  // namespace
 
 TEST_CASE("placement: the slices of column_parallel<2, 3> and row_parallel<2> tile the whole tensor") {
@@ -94,18 +101,16 @@ TEST_CASE("distributed checkpoint on one process: bf16 parameters and fp32 maste
   const io_test::scratch_directory scratch("dcp_single");
   const auto dir = scratch / "step-2";
   fusor::comm::single world;
-  bf16_net net(batch, {.seed = 5});
-  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
-  train.initialize(host_executor{});
+  bf16_trainer train_state;
+  auto& train = train_state.train;
   steps(train, 0, 2);
   parallel::save_distributed(dir, train, world, parallel::single_process, "step-2", {{"epoch", "1"}}, host_executor{});
   const std::vector<double> want = steps(train, 2, 5);
   CHECK(std::filesystem::exists(dir / "manifest.safetensors"));
   CHECK(std::filesystem::exists(dir / "shard-00000-of-00001.safetensors"));
 
-  bf16_net fresh(batch, {.seed = 5});
-  fusor::optim::trainer<bf16_net, fusor::optim::adamw> resumed(fresh, options, fusor::optim::adamw_options{});
-  resumed.initialize(host_executor{});
+  bf16_trainer resumed_state;
+  auto& resumed = resumed_state.train;
   const auto meta = parallel::load_distributed(dir, resumed, parallel::single_process, host_executor{});
   CHECK(meta.at("epoch") == "1");
   CHECK(meta.at("training.mesh") == "1x1x1");
@@ -116,9 +121,8 @@ TEST_CASE("distributed checkpoint on one process: bf16 parameters and fp32 maste
 TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dropout network of another seed") {
   const io_test::scratch_directory scratch("dcp_errors");
   fusor::comm::single world;
-  bf16_net net(batch, {.seed = 5});
-  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
-  train.initialize(host_executor{});
+  bf16_trainer train_state;
+  auto& train = train_state.train;
   fusor_test::expect_error<fusor::error>(
       [&] {
         parallel::save_distributed(scratch / "a", train, world, parallel::single_process, "a", {{"training.step", "1"}},
@@ -147,9 +151,8 @@ TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dr
 TEST_CASE("distributed checkpoint: damaged values are refused before anything is loaded, naming tensor and value") {
   const io_test::scratch_directory scratch("dcp_damaged");
   fusor::comm::single world;
-  bf16_net net(batch, {.seed = 5});
-  fusor::optim::trainer<bf16_net, fusor::optim::adamw> train(net, options, fusor::optim::adamw_options{});
-  train.initialize(host_executor{});
+  bf16_trainer train_state;
+  auto& train = train_state.train;
   steps(train, 0, 2);
   parallel::save_distributed(scratch / "good", train, world, parallel::single_process, "good", {}, host_executor{});
   const std::string shard = "shard-00000-of-00001.safetensors";
@@ -200,9 +203,8 @@ TEST_CASE("distributed checkpoint: damaged values are refused before anything is
     for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
     writer.save(dir / shard);
 
-    bf16_net fresh(batch, {.seed = 5});
-    fusor::optim::trainer<bf16_net, fusor::optim::adamw> resumed(fresh, options, fusor::optim::adamw_options{});
-    resumed.initialize(host_executor{});
+    bf16_trainer resumed_state;
+    auto& resumed = resumed_state.train;
     fusor::optim::save_training_state(scratch / "before.safetensors", resumed);
     std::string message;
     try {

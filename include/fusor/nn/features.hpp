@@ -27,6 +27,8 @@ struct features {
   static constexpr index_t size = (index_t(1) * ... * index_t(Sizes));
   /// Extents of a batch of samples: [batch, Sizes...], the batch dynamic.
   using batched_extents = extents<index_t, dynamic, Sizes...>;
+  /// Extents of one sample: [Sizes...].
+  using sample_extents = extents<index_t, Sizes...>;
 };
 
 /// Whether T is an nn::features.

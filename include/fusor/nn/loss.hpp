@@ -80,7 +80,8 @@ class softmax_cross_entropy {
     // After a failed check, nothing deeper is instantiated: one error, not a cascade.
     if constexpr (detail::integer_labels_v<Labels>) {
       const auto rows = as_rows(logits);
-      rows_pass<true>(normalized(rows), normalized(as_targets(labels, rows)), normalized(as_rows(dlogits)), ex);
+      rows_pass<true>(normalized(rows), normalized(as_targets(labels, logits, rows)), normalized(as_rows(dlogits)),
+                      ex);
     }
   }
   /// The same as forward_backward() without the gradient (evaluation).
@@ -90,7 +91,7 @@ class softmax_cross_entropy {
     if constexpr (detail::integer_labels_v<Labels>) {
       const auto rows = as_rows(logits);
       const auto logit_rows = normalized(rows);
-      rows_pass<false>(logit_rows, normalized(as_targets(labels, rows)), logit_rows, ex);
+      rows_pass<false>(logit_rows, normalized(as_targets(labels, logits, rows)), logit_rows, ex);
     }
   }
 
@@ -143,19 +144,26 @@ class softmax_cross_entropy {
           v.data(), classes ? v.size() / classes : 0, classes);
     }
   }
-  // Labels with one value per row: [rows] as they are (cross_entropy checks
-  // them), or the logits' leading shape, flattened.
-  template <class Labels, class Rows>
-  static auto as_targets(const Labels& labels, const Rows& rows) {
+  // Labels with one value per row of `rows` (the logits, flattened to [rows, classes]): the logits' leading shape
+  // ([batch, positions] for [batch, positions, classes]), or [rows]. Errors name the logits as given.
+  template <class Labels, class Logits, class Rows>
+  static auto as_targets(const Labels& labels, const Logits& logits, const Rows& rows) {
     const auto& v = as_view(labels);
     using V = std::remove_cvref_t<decltype(v)>;
-    if constexpr (V::rank == 1) {
-      return v;
+    constexpr std::size_t logits_rank = std::remove_cvref_t<decltype(as_view(logits))>::rank;
+    if constexpr (V::rank == 1 && logits_rank == 2) {
+      return v;  // cross_entropy checks them, naming both shapes
     } else {
-      if (v.size() != rows.extent(0) || !v.is_contiguous() || !std::is_same_v<typename V::layout_type, row_major>)
+      const bool contiguous = v.is_contiguous() && std::is_same_v<typename V::layout_type, row_major>;
+      if (v.size() != rows.extent(0) || !contiguous) {
+        const auto& lv = as_view(logits);
+        std::string leading = "[";
+        for (std::size_t k = 0; k + 1 < logits_rank; ++k) leading += (k ? ", " : "") + std::to_string(lv.extent(k));
         throw shape_error("fusor::nn::softmax_cross_entropy: labels of shape " + shape_string(v.extents()) +
-                          " for logits of " + std::to_string(rows.extent(0)) + " rows (shape " +
-                          shape_string(rows.extents()) + "): one label per row, contiguous and row-major");
+                          " for logits of shape " + shape_string(lv.extents()) + ": one label per row of logits, " +
+                          "shape " + leading + "] (or [" + std::to_string(rows.extent(0)) + "], flattened)" +
+                          (contiguous ? "" : ", contiguous and row-major"));
+      }
       return view<typename V::precision, dextents<index_t, 1>, row_major, typename V::space>(v.data(), rows.extent(0));
     }
   }

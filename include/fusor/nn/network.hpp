@@ -524,8 +524,8 @@ class network {
                         std::to_string(max_batch_));
     if (x.size() != batch * input_features::size)
       throw shape_error("fusor::nn::network::forward: input shape " + shape_string(x.extents()) + " is not " +
-                        std::to_string(batch) + " samples of " +
-                        shape_string(typename input_features::batched_extents(batch)) + " (without the batch)");
+                        std::to_string(batch) + " samples of " + shape_string(typename input_features::sample_extents{}) +
+                        " each (the network's input, without the batch)");
     if (!x.is_contiguous() || !std::is_same_v<typename V::layout_type, row_major>)
       throw shape_error("fusor::nn::network::forward: the input must be contiguous and row-major");
     batch_ = batch;

@@ -49,6 +49,14 @@ void add_parameters(io::checkpoint_writer& writer, const Network& network) {
     with_parameter_shape(slot, values, [&](const auto& v) { writer.add(slot.name, v); });
   });
 }
+// Refuses, before anything is copied, a parameter of `network` that `reader` lacks or holds in another dtype or
+// shape; fn(name, record) for each, for a caller that checks the values too.
+template <class Network, class Fn>
+void check_parameters(const io::checkpoint_reader& reader, Network& network, Fn&& fn) {
+  network.for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
+    with_parameter_shape(slot, values, [&](const auto& v) { fn(slot.name, reader.check(slot.name, v)); });
+  });
+}
 template <class Network>
 void read_parameters(const io::checkpoint_reader& reader, Network& network) {
   network.for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
@@ -65,10 +73,8 @@ void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer,
     const std::string source = "fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'";
     check_values(record, domain, steps_taken, source, "fusor.steps_taken");
   };
-  trainer.network().for_each_parameter([&](const nn::parameter_slot& slot, const auto& values, const auto&) {
-    with_parameter_shape(slot, values, [&](const auto& v) {
-      check(slot.name, reader.check(slot.name, v), state_domain::finite);
-    });
+  check_parameters(reader, trainer.network(), [&](const std::string& name, const io::tensor_record& record) {
+    check(name, record, state_domain::finite);
   });
   trainer.for_each_state([&](const std::string& name, const auto& v, state_domain domain) {
     check(name, reader.check(name, v), domain);
@@ -86,10 +92,12 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
   writer.save(file);
 }
 /// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them;
-/// throws io::checkpoint_error for a missing tensor or a different element type or shape.
+/// throws io::checkpoint_error, the network unchanged, for a missing tensor or a different element type or shape.
 template <class Network>
 void load_parameters(const std::filesystem::path& file, Network& network) {
-  detail::read_parameters(io::checkpoint_reader(file), network);
+  const io::checkpoint_reader reader(file);
+  detail::check_parameters(reader, network, [](const std::string&, const io::tensor_record&) {});
+  detail::read_parameters(reader, network);
 }
 
 /// Parameters, optimizer state, step scalars and the host step count.
