@@ -41,14 +41,16 @@ inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
 // own subfolder, every rank writing its shard; `latest` names the newest.
 // --resume continues from it on any number of ranks and any split.
 //
-// The epoch to start from: 0, or the one after the latest save (loaded into `trainer`).
+// The epoch to start from: 0, or the one after the latest save (loaded into `trainer`; a collective over
+// `world`: where a rank refuses the save, every rank throws).
 //
 // Before anything is loaded, the folder is proven writable for this rank's
 // shard of about `shard_bytes` (io::check_destination): a save that cannot
 // work fails now, not after the first epoch.
-template <class Trainer, class Executor>
-int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::checkpoint_rank& where,
-                       const Executor& ex, bool speaker, std::uint64_t shard_bytes) {
+template <class Trainer, class Communicator, class Executor>
+int resume_distributed(const options& o, Trainer& trainer, Communicator& world,
+                       const fs::parallel::checkpoint_rank& where, const Executor& ex, bool speaker,
+                       std::uint64_t shard_bytes) {
   if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::folder, shard_bytes);
   if (!o.resume) return 0;
   const auto last = fs::parallel::latest_distributed_save(o.checkpoint);
@@ -56,7 +58,7 @@ int resume_distributed(const options& o, Trainer& trainer, const fs::parallel::c
     if (speaker) std::printf("no finished save in %s yet: starting afresh\n", o.checkpoint.c_str());
     return 0;
   }
-  const auto metadata = fs::parallel::load_distributed(*last, trainer, where, ex);
+  const auto metadata = fs::parallel::load_distributed(*last, trainer, world, where, ex);  // every rank, or none
   const int epoch = fs::app::saved_epoch(metadata, *last, o.epochs);
   if (speaker)
     std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(), epoch,

@@ -100,7 +100,8 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
   const fs::parallel::checkpoint_rank where{{.data = ranks.size()}, {.data = ranks.rank()}};
   const auto held = trainer.memory();  // this rank's share of parameters and optimizer state: its shard's bytes
   const int first_epoch =
-      example::resume_distributed(o, trainer, where, ex, speaker, std::uint64_t(held.parameters + held.optimizer_state));
+      example::resume_distributed(o, trainer, ranks, where, ex, speaker,
+                                  std::uint64_t(held.parameters + held.optimizer_state));
 
   fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);

@@ -89,7 +89,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
   const parallel::checkpoint_rank where{{.pipeline = world.size()}, {.pipeline = world.rank()}};
   // This stage's shard, about: fp32 weights and AdamW's two moments.
   const std::uint64_t shard_bytes = std::uint64_t(pipe.network().parameter_count()) * 3 * sizeof(float);
-  const int first_epoch = example::resume_distributed(o, pipe, where, ex, world.rank() == 0, shard_bytes);
+  const int first_epoch = example::resume_distributed(o, pipe, world, where, ex, world.rank() == 0, shard_bytes);
   fs::data::loader<Space> train_loader(train_set, example::loader_settings(o, true), stream);
   fs::data::loader<Space> test_loader(test_set, example::loader_settings(o, false), stream);
 

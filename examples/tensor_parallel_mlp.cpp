@@ -59,7 +59,7 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
   trainer.initialize(ex);
   const fs::parallel::checkpoint_rank where{{.tensor = Ways}, {.tensor = ranks.rank()}};
   const int first_epoch =
-      example::resume_distributed(o, trainer, where, ex, speaker, fs::optim::training_state_bytes(trainer));
+      example::resume_distributed(o, trainer, ranks, where, ex, speaker, fs::optim::training_state_bytes(trainer));
 
   // Every rank reads the same batches (same seed): tensor parallelism splits the model, not the data.
   const fs::data::loader_options common{.batch_size = o.batch, .seed = o.seed, .prefetch = 3, .mean = 0.2860f, .std = 0.3530f};

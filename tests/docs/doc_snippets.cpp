@@ -259,7 +259,7 @@ void readme_mesh_data_pipeline(fs::parallel::mesh<fs::comm::mpi>& grid, fs::comm
   // ...
   train.initialize(ex);                                        // any mesh, any number of ranks
   if (const auto last = fs::parallel::latest_distributed_save("run"))
-    fs::parallel::load_distributed(*last, train, where, ex);   // returns the metadata
+    fs::parallel::load_distributed(*last, train, world, where, ex);  // returns the metadata
   // end doc-snippet
 }
 

@@ -6,11 +6,14 @@
 // network) and on (N/2) x 1 x 2 (no tensor split). ZeRO-1 state (data_parallel,
 // every data rank a range of each tensor's moments) resumes on one process and
 // on (N/2) x 2 x 1 without ZeRO, and the other way round. A rank that cannot
-// write its shard makes every rank throw, and no manifest is written.
+// write its shard makes every rank throw, and no manifest is written; a rank
+// that refuses its pieces of a load makes every rank refuse it.
 // PowerSGD's error feedback and warm start resume bit for bit on the same
 // mesh, and spread their sum over another number of data ranks.
 // Every step sees a different batch, so a resume at the wrong step shows.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -83,7 +86,10 @@ std::vector<double> run(Trainer& train, mpi& world, const parallel::checkpoint_r
                         Observe&& observe = {}) {
   train.initialize(host_executor{});
   if (!p.load_from.empty()) {
-    const auto meta = parallel::load_distributed(p.load_from, train, where, host_executor{});
+    // A mesh trainer loads as a collective over the world (every rank, or none); one process on its own.
+    const auto meta = where.world_size() == world.size()
+                          ? parallel::load_distributed(p.load_from, train, world, where, host_executor{})
+                          : parallel::load_distributed(p.load_from, train, where, host_executor{});
     CHECK(meta.at("epoch") == "7");
     CHECK(train.steps_taken() == std::uint64_t(p.first_step));
     observe(train);
@@ -328,6 +334,48 @@ TEST_CASE("distributed checkpoint: PowerSGD's error feedback and warm start resu
     CHECK(loaded[0].magnitude == 0);
     barrier(world);
     if (world.rank() == 0) fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("distributed checkpoint: a rank that refuses its pieces makes every rank refuse the load, none loading") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const fs::path dir = shared_folder(world, "refused"), damaged = dir.string() + "_damaged";
+  (void)data_tensor<2>(world, 0, saving(dir, saved_after));
+  // A copy whose shard 0 holds a zero loss scale (every rank reads it); only rank 1 is given the copy.
+  if (world.rank() == 0) {
+    fs::remove_all(damaged);
+    fs::copy(dir, damaged);
+    const fs::path shard = damaged / ("shard-00000-of-0000" + std::to_string(world.size()) + ".safetensors");
+    const fusor::io::safetensors_file good = fusor::io::checkpoint_reader(shard).contents();
+    fusor::io::checkpoint_writer writer;
+    for (fusor::io::tensor_record t : good.tensors) {
+      if (t.name == "controller.loss_scale") std::fill(t.bytes.begin(), t.bytes.end(), std::byte{0});
+      writer.add_record(std::move(t));
+    }
+    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
+    writer.save(shard);
+  }
+  barrier(world);
+  const std::string one_refused = "1 of " + std::to_string(world.size()) + " ranks refused";
+  std::string message;
+  try {
+    (void)data_tensor<2>(world, 0, resuming(world.rank() == 1 ? damaged : dir));
+  } catch (const fusor::io::checkpoint_error& e) {
+    message = e.what();
+  }
+  INFO("rank ", world.rank(), ": ", message);
+  CHECK(message.find(one_refused) != std::string::npos);
+  CHECK(message.find("no rank loaded anything") != std::string::npos);
+  CHECK((message.find("'controller.loss_scale' is 0") != std::string::npos) == (world.rank() == 1));
+  // The good save still loads on every rank, and resumes as it should.
+  const std::vector<double> want = data_tensor<2>(world, 0, saving(dir.string() + "_straight"));
+  expect_losses(data_tensor<2>(world, 0, resuming(dir)), want, true);
+  barrier(world);
+  if (world.rank() == 0) {
+    fs::remove_all(dir);
+    fs::remove_all(damaged);
+    fs::remove_all(dir.string() + "_straight");
   }
 }
 

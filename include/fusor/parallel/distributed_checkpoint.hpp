@@ -10,7 +10,7 @@
 //                              {{"epoch", "3"}}, ex);                  // every rank; collective
 //   ...
 //   train.initialize(ex);                                           // then, on any mesh:
-//   auto meta = parallel::load_distributed("run/step-1200", train, parallel::checkpoint_rank_of(grid), ex);
+//   auto meta = parallel::load_distributed("run/step-1200", train, world, parallel::checkpoint_rank_of(grid), ex);
 //
 // What is saved, under the names of the whole, unsplit network (so the files
 // do not depend on the mesh, and a plain optim::trainer on one process reads
@@ -278,6 +278,50 @@ void check_pieces(const io::sharded_checkpoint_reader& reader, Trainer& trainer,
   });
 }
 
+inline void check_world_matches(int rank, int size, const checkpoint_rank& where, const char* who) {
+  if (size != where.world_size() || rank != where.world_rank())
+    throw error(std::string(who) + ": the communicator is rank " + std::to_string(rank) + " of " +
+                std::to_string(size) + ", but the mesh " + to_string(where.shape) + " places this rank at " +
+                std::to_string(where.world_rank()) + " of " + std::to_string(where.world_size()) +
+                ": pass the world communicator the mesh was made from");
+}
+
+// Everything load_distributed refuses, found before it copies anything: a network of another seed (dropout),
+// metadata that is not a number, and check_pieces's faults. Returns the steps taken.
+template <class Trainer>
+std::uint64_t check_loadable(const io::sharded_checkpoint_reader& reader, Trainer& trainer, const checkpoint_rank& where,
+                             const std::filesystem::path& dir) {
+  auto& network = trainer.network();
+  const std::uint64_t seed = parse_unsigned(reader.metadata(seed_key), dir, seed_key);
+  if constexpr (std::remove_cvref_t<decltype(network)>::draws_random_numbers)
+    if (seed != network.seed())
+      throw io::checkpoint_error("fusor::parallel::load_distributed: '" + dir.string() + "' was saved by a network of seed " +
+                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
+                                 ": its dropout would draw other masks; construct the network with {.seed = " +
+                                 std::to_string(seed) + "}");
+  const std::uint64_t steps_taken = parse_unsigned(reader.metadata(steps_key), dir, steps_key);
+  check_pieces(reader, trainer, where, steps_taken, dir);
+  return steps_taken;
+}
+
+// Copies what check_loadable accepted into the trainer.
+template <class Trainer, class Executor>
+std::map<std::string, std::string> load_checked(const io::sharded_checkpoint_reader& reader, Trainer& trainer,
+                                                const checkpoint_rank& where, std::uint64_t steps_taken,
+                                                const Executor& ex) {
+  for_each_trainer_piece(trainer, where,
+                         [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool,
+                             optim::state_domain) { reader.read(name, piece, values); });
+  load_compression_state(reader, trainer, where);
+  trainer.controller().for_each_state([&](const auto& name, const auto& v) {
+    reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
+  });
+  if constexpr (requires { trainer.parameters_loaded(ex); }) trainer.parameters_loaded(ex);
+  trainer.set_steps_taken(steps_taken);
+  finish_work(ex);
+  return reader.all_metadata();
+}
+
 }  // namespace detail
 
 /// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
@@ -291,11 +335,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                       const std::string& save_id, const std::map<std::string, std::string>& metadata,
                       const Executor& ex) {
   using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
-  if (world.size() != where.world_size() || world.rank() != where.world_rank())
-    throw error("fusor::parallel::save_distributed: the communicator is rank " + std::to_string(world.rank()) + " of " +
-                std::to_string(world.size()) + ", but the mesh " + to_string(where.shape) + " places this rank at " +
-                std::to_string(where.world_rank()) + " of " + std::to_string(where.world_size()) +
-                ": pass the world communicator the mesh was made from");
+  detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
   for (const auto& [key, value] : metadata)
     if (key.rfind("training.", 0) == 0 || key.rfind("fusor.", 0) == 0)
       throw error("fusor::parallel::save_distributed: metadata keys starting 'training.' or 'fusor.' are reserved ('" +
@@ -339,40 +379,52 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                                "' failed" + (failure.empty() ? std::string() : ": " + failure));
 }
 
+
 /// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
 /// rank's part of the trainer: its parameters, optimizer state, step scalars and
 /// step count. Call it after trainer.initialize(ex). Every rank reads its own
 /// pieces (no communication). Throws io::checkpoint_error, this rank's trainer
 /// unchanged, where a piece of its parameters, optimizer state or step scalars
 /// is missing, of another dtype or shape, or holds values a trainer never saves
-/// (optim/checkpoint_values.hpp); PowerSGD's state is read after them. Returns the save's metadata (the caller's keys,
-/// and training.mesh, the mesh it was saved on).
+/// (optim/checkpoint_values.hpp); PowerSGD's state is read after them. Returns
+/// the save's metadata (the caller's keys, and training.mesh, the mesh it was
+/// saved on). On several ranks prefer the overload with the world: a rank that
+/// refuses alone would leave the others training into a collective it never joins.
 template <class Trainer, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
                                                     const checkpoint_rank& where, const Executor& ex) {
   detail::finish_work(ex);
   const io::sharded_checkpoint_reader reader(dir);
-  auto& network = trainer.network();
-  const std::uint64_t seed = detail::parse_unsigned(reader.metadata(detail::seed_key), dir, detail::seed_key);
-  if constexpr (std::remove_cvref_t<decltype(network)>::draws_random_numbers)
-    if (seed != network.seed())
-      throw io::checkpoint_error("fusor::parallel::load_distributed: '" + dir.string() + "' was saved by a network of seed " +
-                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
-                                 ": its dropout would draw other masks; construct the network with {.seed = " +
-                                 std::to_string(seed) + "}");
-  const std::uint64_t steps_taken = detail::parse_unsigned(reader.metadata(detail::steps_key), dir, detail::steps_key);
-  detail::check_pieces(reader, trainer, where, steps_taken, dir);
-  detail::for_each_trainer_piece(trainer, where,
-                                 [&](const std::string& name, const io::tensor_piece& piece, const auto& values, bool,
-                                     optim::state_domain) { reader.read(name, piece, values); });
-  detail::load_compression_state(reader, trainer, where);
-  trainer.controller().for_each_state([&](const auto& name, const auto& v) {
-    reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
-  });
-  if constexpr (requires { trainer.parameters_loaded(ex); }) trainer.parameters_loaded(ex);
-  trainer.set_steps_taken(steps_taken);
+  const std::uint64_t steps_taken = detail::check_loadable(reader, trainer, where, dir);
+  return detail::load_checked(reader, trainer, where, steps_taken, ex);
+}
+
+/// load_distributed as a collective over `world` (every rank of the mesh calls
+/// it): every rank checks its pieces, then all agree; where any rank refuses,
+/// every rank throws io::checkpoint_error naming how many refused (and this
+/// rank's reason), and no rank has loaded anything.
+template <class Trainer, class Communicator, class Executor>
+std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
+                                                    Communicator& world, const checkpoint_rank& where,
+                                                    const Executor& ex) {
+  using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::load_distributed");
   detail::finish_work(ex);
-  return reader.all_metadata();
+  std::optional<io::sharded_checkpoint_reader> reader;
+  std::uint64_t steps_taken = 0;
+  std::string failure;
+  try {
+    reader.emplace(dir);
+    steps_taken = detail::check_loadable(*reader, trainer, where, dir);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (const int failed = detail::ranks_failing<space>(world, !failure.empty()))
+    throw io::checkpoint_error("fusor::parallel::load_distributed: " + std::to_string(failed) + " of " +
+                               std::to_string(world.size()) + " ranks refused '" + dir.string() + "'" +
+                               (failure.empty() ? std::string() : "; this rank: " + failure) +
+                               " (no rank loaded anything)");
+  return detail::load_checked(*reader, trainer, where, steps_taken, ex);
 }
 
 // A folder of saves, for a run that saves again and again: each save goes to
@@ -383,7 +435,7 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
 //
 //   parallel::save_distributed_latest("run", train, world, where, "epoch-3", {{"epoch", "3"}}, ex);
 //   if (const auto last = parallel::latest_distributed_save("run"))
-//     parallel::load_distributed(*last, train, where, ex);
+//     parallel::load_distributed(*last, train, world, where, ex);
 /// The file under a folder of saves that names its newest complete save.
 inline constexpr const char* latest_name = "latest";
 
