@@ -292,6 +292,12 @@ void check_errors(Communicator& c) {
   const batch fine = make_batch(0, 2 * n);
   const label_tensor wrong{dextents<index_t, 1>(2 * n + 1)};
   expect_error<fusor::shape_error>([&] { train.step(fine.images, wrong, ex); }, {"images but", "labels"});
+  if (n > 1) {  // rank 0 passes twice the others' global batch: every rank refuses the step, naming both sizes
+    const batch unequal = make_batch(0, c.rank() == 0 ? 4 * n : 2 * n);
+    const std::string sizes = std::to_string(2 * n) + " to " + std::to_string(4 * n) + " samples";
+    expect_error<fusor::error>([&] { train.step(unequal.images, unequal.labels, ex); },
+                               {"the ranks pass global batches of", sizes.c_str(), "the same global batch"});
+  }
 }
 
 }  // namespace dp_test

@@ -139,13 +139,16 @@ class data_parallel {
   }
 
   /// One step on the GLOBAL batch (the same images and labels on every rank):
-  /// this rank trains on its rows, in micro_batches pieces.
+  /// this rank trains on its rows, in micro_batches pieces. Throws fusor::error on
+  /// every rank where the ranks pass global batches of different sizes (checked
+  /// each step over MPI, on the first step over NCCL).
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     refuse_graph_capture(ex, "fusor::parallel::data_parallel::step");
     check_norm_reduction();
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
+    check_same_global_batch(x.extent(0));
     const index_t local = micro_batch(x.extent(0), y.extent(0));
     const auto start = clock::now();
     timeline_.buckets.clear();
@@ -260,19 +263,7 @@ class data_parallel {
   nn::loss_totals totals() {
     const nn::loss_totals mine = loss_.totals();
     double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
-    const view<double, dextents<index_t, 1>> host(sums, 3);
-    if constexpr (stream_ordered<Communicator>) {  // the copies in the collective's stream order
-#if FUSOR_HAS_CUDA
-      copy_async(totals_buffer_, host, communicator_.stream());
-      communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
-      copy_async(host, totals_buffer_, communicator_.stream());
-      FUSOR_CUDA_CHECK(cudaStreamSynchronize(communicator_.stream()));
-#endif
-    } else {
-      copy(totals_buffer_, host);
-      communicator_.all_reduce(totals_buffer_.view(), comm::reduction_op::sum).wait();
-      copy(host, totals_buffer_);
-    }
+    reduce_on_host(sums, comm::reduction_op::sum);
     const index_t n = static_cast<index_t>(sums[2] + 0.5);
     return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
   }
@@ -439,6 +430,38 @@ class data_parallel {
                   std::to_string(parallel_.micro_batches) + " micro-batches)), more than the network's max_batch of " +
                   std::to_string(network_.max_batch()));
     return local;
+  }
+
+  // values reduced over the ranks with `op` through totals_buffer_ (memory the communicator moves): a collective,
+  // which waits.
+  void reduce_on_host(double (&values)[3], comm::reduction_op op) {
+    const view<double, dextents<index_t, 1>> host(values, 3);
+    if constexpr (stream_ordered<Communicator>) {  // the copies in the collective's stream order
+#if FUSOR_HAS_CUDA
+      copy_async(totals_buffer_, host, communicator_.stream());
+      communicator_.all_reduce(totals_buffer_.view(), op).wait();
+      copy_async(host, totals_buffer_, communicator_.stream());
+      FUSOR_CUDA_CHECK(cudaStreamSynchronize(communicator_.stream()));
+#endif
+    } else {
+      copy(totals_buffer_, host);
+      communicator_.all_reduce(totals_buffer_.view(), op).wait();
+      copy(host, totals_buffer_);
+    }
+  }
+
+  // Every rank must pass the same global batch: different ones would train on unequal shares, silently. A
+  // collective: every step over host memory (MPI: three numbers), the first step only over a stream-ordered
+  // communicator (NCCL: a check every step would make the host wait for the GPU).
+  void check_same_global_batch(index_t global) {
+    if (stream_ordered<Communicator> && steps_ != 0) return;
+    double extremes[3] = {double(global), -double(global), 0.0};
+    reduce_on_host(extremes, comm::reduction_op::max);
+    if (extremes[0] != -extremes[1])
+      throw error("fusor::parallel::data_parallel::step: the ranks pass global batches of " +
+                  std::to_string(index_t(-extremes[1])) + " to " + std::to_string(index_t(extremes[0])) +
+                  " samples (this rank " + std::to_string(global) +
+                  "); every rank must pass the same global batch, of which it trains its rows");
   }
 
   // first_sample: where x lies in the global batch (dropout draws by it).
