@@ -276,6 +276,13 @@ void check_startup_errors(Communicator& comm, const executor& ex) {
               comm, 12, {.seed = seed}, {.stream = stream_of(ex)}, optim::adamw_options{});
         },
         {(std::to_string(p) + " stages (ranks) for a network of 1 layer:").c_str()});
+    // Stages built alike but for the batch (the last stage 24, the others 12), then for the micro-batches: every
+    // stage refuses at construction, naming both numbers, instead of a truncated message in the first step.
+    const bool last = comm.rank() + 1 == p;
+    expect_error<fusor::error>([&] { make(last ? 24 : 12, {.micro_batches = 2}); },
+                               {"built with global batches from 12 to 24", "every stage must be built alike"});
+    expect_error<fusor::error>([&] { make(12, {.micro_batches = last ? 4 : 2}); },
+                               {"micro-batch counts from 2 to 4"});
   }
 }
 

@@ -181,6 +181,7 @@ class pipeline {
         messages_(communicator, pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches)),
         totals_buffer_(dextents<index_t, 1>(3), trainer_options.stream) {
     controller_.stop_on_nonfinite(optim::stops_on_nonfinite(trainer_options));
+    check_stages_alike();
     for (index_t c = 1; c < messages_.contexts(); ++c)
       extra_contexts_.push_back(
           std::make_unique<network_type>(micro_batch_, with_layers(network_options, layers_), network_));
@@ -394,6 +395,26 @@ class pipeline {
   int replicas() const { return data_ != nullptr ? data_->size() : 1; }
 
  private:
+  // Every stage must be built with the same global batch and micro-batches: else the messages between stages
+  // differ in size (MPI_ERR_TRUNCATE, or a hang), far from the cause. A collective over the stages, once.
+  void check_stages_alike() {
+    if (stages_ == 1) return;
+    const auto agree = [&](index_t mine, const char* what) {
+      double extremes[3] = {double(mine), -double(mine), 0.0};
+      const view<double, dextents<index_t, 1>, row_major, host_space> host(extremes, 3);
+      copy(totals_buffer_.view(), host);
+      comm_.all_reduce(totals_buffer_.view(), comm::reduction_op::max).wait();
+      copy(host, totals_buffer_.view());
+      if (extremes[0] != -extremes[1])
+        throw error("fusor::parallel::pipeline: the stages were built with " + std::string(what) + " from " +
+                    std::to_string(index_t(-extremes[1])) + " to " + std::to_string(index_t(extremes[0])) +
+                    " (stage " + std::to_string(stage_) + ": " + std::to_string(mine) +
+                    "); every stage must be built alike");
+    };
+    agree(global_batch_, "global batches");
+    agree(options_.micro_batches, "micro-batch counts");
+  }
+
   static pipeline_options validated(pipeline_options o, int ranks, index_t global_batch) {
     if (o.micro_batches < 1 || o.micro_batches > pipeline_max_micro_batches)
       throw error("fusor::parallel::pipeline: " + std::to_string(o.micro_batches) + " micro-batches; 1 to " +
