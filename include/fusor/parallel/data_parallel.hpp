@@ -454,7 +454,8 @@ class data_parallel {
   // collective: every step over host memory (MPI: three numbers), the first step only over a stream-ordered
   // communicator (NCCL: a check every step would make the host wait for the GPU).
   void check_same_global_batch(index_t global) {
-    if (stream_ordered<Communicator> && steps_ != 0) return;
+    if (stream_ordered<Communicator> && batch_checked_) return;
+    batch_checked_ = true;
     double extremes[3] = {double(global), -double(global), 0.0};
     reduce_on_host(extremes, comm::reduction_op::max);
     if (extremes[0] != -extremes[1])
@@ -653,6 +654,7 @@ class data_parallel {
   std::array<std::size_t, group_count> forward_next_{};                        // ZeRO-3: buckets forward has yet to reach
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
+  bool batch_checked_ = false;  // check_same_global_batch ran (enough over a stream-ordered communicator)
   optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;
 
