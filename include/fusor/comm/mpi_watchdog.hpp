@@ -308,7 +308,7 @@ inline std::string mpi_timeout_message(const std::string& call, int rank, second
   return "fusor::comm::mpi: " + call + " on " + who + ": not complete after waiting " +
          seconds_text(waited) + " (the timeout is " + seconds_text(watch.timeout) + "; set it with " +
          mpi_timeout_variable + " or mpi_options::timeout)" + (missing.empty() ? std::string() : "; " + missing) +
-         "; the job must end (MPI_Abort): the collective cannot be cancelled";
+         "; the job must end (MPI_Abort): a pending MPI request cannot be cancelled";
 }
 
 /// Waits for `request` under the watch's timeout; on timeout the request is

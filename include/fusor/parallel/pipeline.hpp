@@ -319,7 +319,9 @@ class pipeline {
   }
 
   /// The loss totals since reset_totals() (steps and evaluations), from the last
-  /// stage, on every rank (a broadcast: every rank must call it).
+  /// stage, on every rank (a broadcast: every rank must call it). With a data
+  /// group they are this replica's rows only: sum over the replicas (grid.data())
+  /// for the global batch's.
   nn::loss_totals totals() {
     double values[3] = {0, 0, 0};
     if (last_stage()) {
