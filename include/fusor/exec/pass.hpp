@@ -329,7 +329,8 @@ void check_alias(const D& destination, const E& e) {
     bool same = sizeof(typename E::element_type) == sizeof(typename D::element_type) &&
                 static_cast<const void*>(e.data()) == static_cast<const void*>(destination.data());
     for (std::size_t r = 0; r != D::rank && same; ++r) {
-      const index_t read = r < lead || e.extent(r - lead) == 1 ? 0 : e.stride(r - lead);
+      const bool missing = r + 1 <= lead;  // (not r < lead: nvcc warns of the comparison where lead is 0)
+      const index_t read = missing || e.extent(r - lead) == 1 ? 0 : e.stride(r - lead);
       same = destination.extent(r) == 1 || read == destination.stride(r);
     }
     if (!same)

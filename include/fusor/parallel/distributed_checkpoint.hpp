@@ -379,7 +379,6 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                                "' failed" + (failure.empty() ? std::string() : ": " + failure));
 }
 
-
 /// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
 /// rank's part of the trainer: its parameters, optimizer state, step scalars and
 /// step count. Call it after trainer.initialize(ex). Every rank reads its own
