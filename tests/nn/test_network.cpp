@@ -173,6 +173,36 @@ FUSOR_TEST_CASE("load_parameters: a file that does not fit is refused before any
   std::filesystem::remove(file);
 }
 
+FUSOR_TEST_CASE("load_parameters: a deeper network's file is refused for its extra layer, or loaded in part when told") {
+  // Saved by the same layers plus a fourth: "3.weight" and "3.bias" are what `mlp` does not read.
+  using deeper = nn::sequential<nn::features<20>, nn::linear<20, 16, nn::relu>, nn::linear<16, 12, nn::gelu_tanh>,
+                                nn::linear<12, 5>, nn::linear<5, 7>>;
+  const auto file = std::filesystem::temp_directory_path() / ("fusor_deeper_" FUSOR_TEST_EXECUTOR_NAME ".safetensors");
+  nn::network<deeper, fp32, space> saved(4, {.seed = 1});
+  optim::save_parameters(file, saved);
+  nn::network<mlp, fp32, space> net(4, {.seed = 2});
+  const std::vector<double> before = host_values(net.group<float>().values());
+  expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); },
+                                     {"2 tensors that this network does not read", "'3.weight'", "'3.bias'",
+                                      "nothing was loaded", "unread_tensors::ignore"});
+  CHECK(host_values(net.group<float>().values()) == before);
+
+  // Told to ignore them, it loads the first three layers: each of its tensors as the deeper network saved it.
+  optim::load_parameters(file, net, optim::unread_tensors::ignore);
+  CHECK(host_values(net.group<float>().values()) != before);
+  const auto loaded = file.string() + ".loaded";
+  optim::save_parameters(loaded, net);
+  const io::checkpoint_reader deeper_file(file), loaded_file(loaded);
+  REQUIRE(loaded_file.contents().tensors.size() == 6);
+  for (const io::tensor_record& t : loaded_file.contents().tensors) {
+    INFO(t.name);
+    REQUIRE(deeper_file.contains(t.name));
+    CHECK(t.bytes == deeper_file.contents().at(t.name).bytes);
+  }
+  std::filesystem::remove(file);
+  std::filesystem::remove(loaded);
+}
+
 FUSOR_TEST_CASE("network: batch and input shape errors name both sides") {
   executor ex{};
   nn::network<mlp, fp32, space> net(16, {.seed = 1});

@@ -7,7 +7,8 @@
 // every data rank a range of each tensor's moments) resumes on one process and
 // on (N/2) x 2 x 1 without ZeRO, and the other way round. A rank that cannot
 // write its shard makes every rank throw, and no manifest is written; a rank
-// that refuses its pieces of a load makes every rank refuse it.
+// that refuses its pieces of a load makes every rank refuse it, and so does a
+// save holding tensors that no rank reads (AdamW's moments, for SGD).
 // PowerSGD's error feedback and warm start resume bit for bit on the same
 // mesh, and spread their sum over another number of data ranks.
 // Every step sees a different batch, so a resume at the wrong step shows.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include <fusor/optim/adamw.hpp>
+#include <fusor/optim/sgd.hpp>
 #include <fusor/parallel/data_parallel.hpp>
 #include <fusor/parallel/distributed_checkpoint.hpp>
 #include <fusor/parallel/mesh.hpp>
@@ -377,6 +379,33 @@ TEST_CASE("distributed checkpoint: a rank that refuses its pieces makes every ra
     fs::remove_all(damaged);
     fs::remove_all(dir.string() + "_straight");
   }
+}
+
+TEST_CASE("distributed checkpoint: tensors that no rank reads make every rank refuse the load, unless told to ignore them") {
+  auto& world = comm_test::world();
+  if (!ranks_ok(world)) return;
+  const fs::path dir = shared_folder(world, "unread");
+  const parallel::mesh_shape shape{.data = world.size() / 2, .tensor = 1, .pipeline = 2};
+  (void)mesh_3d<1>(world, shape, saving(dir, saved_after));  // AdamW: two moments per parameter
+  // The same pipeline with plain SGD (no state): each stage reads its own layers' parameters, so only the
+  // ranks together know that the moments are read by none of them.
+  parallel::mesh grid(world, shape);
+  using sgd_pipeline = parallel::pipeline<split_mlp<1>, fp32, host_space, fusor::optim::sgd, mpi>;
+  sgd_pipeline train(grid.pipeline(), grid.data(), global_batch / shape.data, {.seed = 5}, options,
+                     fusor::optim::sgd_options{}, {.micro_batches = 2});
+  train.initialize(host_executor{});
+  const parallel::checkpoint_rank where = parallel::checkpoint_rank_of(grid);
+  INFO("world rank ", world.rank());
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { parallel::load_distributed(dir, train, world, where, host_executor{}); },
+      {"that no rank of this trainer reads", ".exp_avg'", "nothing was loaded", "unread_tensors::ignore"});
+  CHECK(train.steps_taken() == 0);
+  const auto meta =
+      parallel::load_distributed(dir, train, world, where, host_executor{}, fusor::optim::unread_tensors::ignore);
+  CHECK(meta.at("epoch") == "7");
+  CHECK(train.steps_taken() == std::uint64_t(saved_after));
+  barrier(world);
+  if (world.rank() == 0) fs::remove_all(dir);
 }
 
 TEST_CASE("distributed checkpoint: a rank that cannot write its shard fails the save on every rank") {

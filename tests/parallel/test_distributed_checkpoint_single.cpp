@@ -16,6 +16,7 @@
 #include <fusor/comm/single.hpp>
 #include <fusor/nn/dropout.hpp>
 #include <fusor/optim/adamw.hpp>
+#include <fusor/optim/sgd.hpp>
 #include <fusor/optim/training_checkpoint.hpp>
 #include <fusor/parallel/distributed_checkpoint.hpp>
 
@@ -220,4 +221,39 @@ TEST_CASE("distributed checkpoint: damaged values are refused before anything is
     fusor::optim::save_training_state(scratch / "after.safetensors", resumed);
     CHECK(fusor::io::read_file(scratch / "after.safetensors") == fusor::io::read_file(scratch / "before.safetensors"));
   }
+}
+
+TEST_CASE("distributed checkpoint on one process: another optimizer's state is refused, unless told to ignore it") {
+  const io_test::scratch_directory scratch("dcp_unread");
+  fusor::comm::single world;
+  bf16_trainer adamw_state;
+  steps(adamw_state.train, 0, 2);
+  parallel::save_distributed(scratch / "adamw", adamw_state.train, world, parallel::single_process, "adamw", {},
+                             host_executor{});
+  // SGD without momentum keeps only the fp32 master weights: AdamW's moments are read by nothing.
+  bf16_net net{batch, {.seed = 5}};
+  fusor::optim::trainer<bf16_net, fusor::optim::sgd> sgd(net, options, fusor::optim::sgd_options{});
+  sgd.initialize(host_executor{});
+  fusor::optim::save_training_state(scratch / "before.safetensors", sgd);
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { parallel::load_distributed(scratch / "adamw", sgd, parallel::single_process, host_executor{}); },
+      {"that this trainer does not read", ".exp_avg'", ".exp_avg_sq'", "nothing was loaded"});
+  fusor_test::expect_error<fusor::io::checkpoint_error>(
+      [&] { parallel::load_distributed(scratch / "adamw", sgd, world, parallel::single_process, host_executor{}); },
+      {"that no rank of this trainer reads", ".exp_avg'", "unread_tensors::ignore"});
+  fusor::optim::save_training_state(scratch / "after.safetensors", sgd);
+  CHECK(fusor::io::read_file(scratch / "after.safetensors") == fusor::io::read_file(scratch / "before.safetensors"));
+
+  // Told to ignore them, both load the parameters, master weights and steps.
+  parallel::load_distributed(scratch / "adamw", sgd, parallel::single_process, host_executor{},
+                             fusor::optim::unread_tensors::ignore);
+  CHECK(sgd.steps_taken() == 2);
+  const std::vector<double> loaded = host_values(net.group<fusor::bfloat16>().values());
+  CHECK(loaded == host_values(adamw_state.net.group<fusor::bfloat16>().values()));
+  bf16_net other{batch, {.seed = 5}};
+  fusor::optim::trainer<bf16_net, fusor::optim::sgd> sgd2(other, options, fusor::optim::sgd_options{});
+  sgd2.initialize(host_executor{});
+  parallel::load_distributed(scratch / "adamw", sgd2, world, parallel::single_process, host_executor{},
+                             fusor::optim::unread_tensors::ignore);
+  CHECK(host_values(other.group<fusor::bfloat16>().values()) == loaded);
 }

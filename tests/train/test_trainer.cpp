@@ -163,6 +163,50 @@ FUSOR_TEST_CASE("trainer: a damaged training state is refused with the tensor an
   std::filesystem::remove_all(dir);
 }
 
+FUSOR_TEST_CASE("trainer: a training state holding tensors the trainer does not read is refused, unless told to ignore them") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_unread_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  train_epochs(0, 1, {}, dir / "adamw.safetensors");  // AdamW's moments beside the parameters
+  const io::safetensors_file saved = io::checkpoint_reader(dir / "adamw.safetensors").contents();
+  // Plain SGD keeps no state: AdamW's two moments per group are what it does not read.
+  using sgd_trainer = optim::trainer<network_t, optim::sgd>;
+  executor ex{};
+  network_t net(128, {.seed = 9});
+  sgd_trainer trainer(net, schedule(8), optim::sgd_options{});
+  trainer.initialize(ex);
+  optim::save_training_state(dir / "before.safetensors", trainer);
+  expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "adamw.safetensors", trainer); },
+                                     {"adamw.safetensors", "2 tensors that this trainer does not read",
+                                      ".exp_avg'", ".exp_avg_sq'", "unread_tensors::ignore"});
+  optim::save_training_state(dir / "after.safetensors", trainer);
+  CHECK(file_bytes(dir / "after.safetensors") == file_bytes(dir / "before.safetensors"));
+
+  // Told to ignore them, it loads the rest: every parameter and step scalar as saved.
+  optim::load_training_state(dir / "adamw.safetensors", trainer, optim::unread_tensors::ignore);
+  CHECK(trainer.steps_taken() == 16);
+  optim::save_training_state(dir / "after.safetensors", trainer);
+  const io::safetensors_file loaded = io::checkpoint_reader(dir / "after.safetensors").contents();
+  REQUIRE(loaded.tensors.size() + 2 == saved.tensors.size());
+  for (const io::tensor_record& t : loaded.tensors) {
+    INFO(t.name);
+    REQUIRE(saved.find(t.name) != nullptr);
+    CHECK(t.bytes == saved.find(t.name)->bytes);
+  }
+
+  // load_parameters reads a training state's parameters and passes over its optimizer and step state.
+  network_t fresh(128, {.seed = 11});
+  optim::load_parameters(dir / "adamw.safetensors", fresh);
+  optim::save_parameters(dir / "parameters.safetensors", fresh);
+  const io::checkpoint_reader parameters(dir / "parameters.safetensors");
+  REQUIRE(parameters.contents().tensors.size() == 4);
+  for (const io::tensor_record& t : parameters.contents().tensors) {
+    INFO(t.name);
+    REQUIRE(saved.find(t.name) != nullptr);
+    CHECK(t.bytes == saved.find(t.name)->bytes);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 // A trainer initialized, and its loader at the start of epoch 0.
 struct ready_trainer {

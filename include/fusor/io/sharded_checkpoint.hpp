@@ -190,6 +190,12 @@ class sharded_checkpoint_reader {
   const std::string& save_id() const { return save_id_; }
   /// Whether the checkpoint holds a tensor named `name`.
   bool contains(const std::string& name) const { return pieces_.count(name) != 0; }
+  /// The names of every tensor the checkpoint holds, sorted (the same on every rank: from the manifest).
+  std::vector<std::string> names() const {
+    std::vector<std::string> all;
+    for (const auto& entry : pieces_) all.push_back(entry.first);
+    return all;
+  }
   /// The whole shape of tensor `name`; throws checkpoint_error when there is no such tensor.
   const std::vector<index_t>& global_shape(const std::string& name) const { return find(name).front().place.piece.global_shape; }
   /// The save's own metadata (write_manifest's `metadata`); throws naming the key.

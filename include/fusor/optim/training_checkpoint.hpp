@@ -6,7 +6,10 @@
 //       # model = nn.Sequential(...); model.load_state_dict(safetensors.torch.load_file(...), strict=False)
 //   optim::save_training_state("run.safetensors", trainer, {{"epoch", "3"}});
 //   optim::load_training_state("run.safetensors", trainer);  // parameters, optimizer state, step scalars
+//   optim::load_parameters("run.safetensors", net);          // the parameters alone (for inference)
 //
+// Every load checks the whole file before it copies anything, and refuses
+// tensors it does not read unless told to ignore them (unread_tensors.hpp).
 // Parameters are stored under their network names ("0.weight") in their
 // logical shapes; optimizer state as "optimizer.<group>.<name>" (flat), the
 // step scalars as "controller.<name>", and the trainer's host step count in the
@@ -16,14 +19,19 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "fusor/io/checkpoint.hpp"
 #include "fusor/nn/network.hpp"
 #include "fusor/optim/checkpoint_values.hpp"
 #include "fusor/optim/state_domain.hpp"
+#include "fusor/optim/unread_tensors.hpp"
 
 namespace fusor::optim {
 
@@ -64,11 +72,30 @@ void read_parameters(const io::checkpoint_reader& reader, Network& network) {
   });
 }
 
+// The tensors of `reader` outside `read`, but for names starting with one of `passed_over` (in the file's order).
+inline std::vector<std::string> unread_names(const io::checkpoint_reader& reader, const std::set<std::string>& read,
+                                             std::initializer_list<std::string_view> passed_over = {}) {
+  std::vector<std::string> unread;
+  for (const io::tensor_record& t : reader.contents().tensors) {
+    bool passed = read.count(t.name) != 0;
+    for (const std::string_view prefix : passed_over) passed = passed || t.name.starts_with(prefix);
+    if (!passed) unread.push_back(t.name);
+  }
+  return unread;
+}
+template <class Network>
+std::set<std::string> parameter_names(const Network& network) {
+  std::set<std::string> names;
+  network.for_each_parameter([&](const nn::parameter_slot& slot, const auto&, const auto&) { names.insert(slot.name); });
+  return names;
+}
+
 // Refuses, before anything is copied (a refused file leaves the trainer as it was), every tensor the trainer
 // would read that is missing or of another dtype or shape, or holds values outside its domain
 // (checkpoint_values.hpp).
 template <class Trainer>
-void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer, std::uint64_t steps_taken) {
+void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer, std::uint64_t steps_taken,
+                          unread_tensors unread) {
   const auto check = [&](const std::string& name, const io::tensor_record& record, state_domain domain) {
     const std::string source = "fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'";
     check_values(record, domain, steps_taken, source, "fusor.steps_taken");
@@ -76,9 +103,13 @@ void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer,
   check_parameters(reader, trainer.network(), [&](const std::string& name, const io::tensor_record& record) {
     check(name, record, state_domain::finite);
   });
+  std::set<std::string> read = parameter_names(trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v, state_domain domain) {
     check(name, reader.check(name, v), domain);
+    read.insert(name);
   });
+  refuse_unread(unread_names(reader, read), unread, "fusor: checkpoint '" + reader.file().string() + "'",
+                "this trainer does not read");
 }
 }  // namespace detail
 
@@ -91,12 +122,16 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
-/// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them;
-/// throws io::checkpoint_error, the network unchanged, for a missing tensor or a different element type or shape.
+/// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them
+/// (save_training_state's files too: their optimizer and step state, "optimizer.*" and "controller.*", is passed
+/// over). Throws io::checkpoint_error, the network unchanged, for a missing tensor, a different element type or
+/// shape, or (unless `unread` is ignore) a tensor the network does not read.
 template <class Network>
-void load_parameters(const std::filesystem::path& file, Network& network) {
+void load_parameters(const std::filesystem::path& file, Network& network, unread_tensors unread = unread_tensors::refuse) {
   const io::checkpoint_reader reader(file);
   detail::check_parameters(reader, network, [](const std::string&, const io::tensor_record&) {});
+  detail::refuse_unread(detail::unread_names(reader, detail::parameter_names(network), {"optimizer.", "controller."}),
+                        unread, "fusor: checkpoint '" + file.string() + "'", "this network does not read");
   detail::read_parameters(reader, network);
 }
 
@@ -132,12 +167,15 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
 /// io::checkpoint_error, with the trainer unchanged, for a file that lacks a
 /// tensor, holds one of another dtype or shape, or holds values a trainer never
 /// saves (outside each state's state_domain: Inf or NaN, a negative step count,
-/// a loss scale not above 0, a negative second moment).
+/// a loss scale not above 0, a negative second moment), or (unless `unread` is
+/// ignore) a tensor the trainer does not read: another network's layers,
+/// another optimizer's state.
 template <class Trainer>
-std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer) {
+std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer,
+                                                       unread_tensors unread = unread_tensors::refuse) {
   const io::checkpoint_reader reader(file);
   const auto steps_taken = reader.metadata_number<std::uint64_t>("fusor.steps_taken");
-  detail::check_training_state(reader, trainer, steps_taken);
+  detail::check_training_state(reader, trainer, steps_taken, unread);
   detail::read_parameters(reader, trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v) { reader.read(name, v); });
   trainer.set_steps_taken(steps_taken);

@@ -66,6 +66,7 @@
 #include "fusor/parallel/batch_rows.hpp"
 #include "fusor/parallel/data_parallel_group.hpp"
 #include "fusor/parallel/data_parallel_options.hpp"
+#include "fusor/parallel/rank_numbers.hpp"
 #include "fusor/parallel/stream_order.hpp"
 
 namespace fusor::parallel {
@@ -111,7 +112,7 @@ class data_parallel {
         loss_(network.max_batch(),
               {.grad_scale = 1.0f / float(index_t(communicator.size()) * parallel.micro_batches)}, options.stream),
         groups_(make_groups(optimizer_options, std::make_index_sequence<group_count>{})),
-        totals_buffer_(dextents<index_t, 1>(3), options.stream) {
+        rank_numbers_(options.stream) {
     controller_.stop_on_nonfinite(optim::stops_on_nonfinite(options));
     std::size_t buckets = 0, index = 0;
     for_each_group([&](auto& g) {
@@ -263,7 +264,7 @@ class data_parallel {
   nn::loss_totals totals() {
     const nn::loss_totals mine = loss_.totals();
     double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
-    reduce_on_host(sums, comm::reduction_op::sum);
+    rank_numbers_.all_reduce(communicator_, sums, comm::reduction_op::sum);
     const index_t n = static_cast<index_t>(sums[2] + 0.5);
     return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
   }
@@ -432,35 +433,16 @@ class data_parallel {
     return local;
   }
 
-  // values reduced over the ranks with `op` through totals_buffer_ (memory the communicator moves): a collective,
-  // which waits.
-  void reduce_on_host(double (&values)[3], comm::reduction_op op) {
-    const view<double, dextents<index_t, 1>> host(values, 3);
-    if constexpr (stream_ordered<Communicator>) {  // the copies in the collective's stream order
-#if FUSOR_HAS_CUDA
-      copy_async(totals_buffer_, host, communicator_.stream());
-      communicator_.all_reduce(totals_buffer_.view(), op).wait();
-      copy_async(host, totals_buffer_, communicator_.stream());
-      FUSOR_CUDA_CHECK(cudaStreamSynchronize(communicator_.stream()));
-#endif
-    } else {
-      copy(totals_buffer_, host);
-      communicator_.all_reduce(totals_buffer_.view(), op).wait();
-      copy(host, totals_buffer_);
-    }
-  }
-
   // Every rank must pass the same global batch: different ones would train on unequal shares, silently. A
-  // collective: every step over host memory (MPI: three numbers), the first step only over a stream-ordered
+  // collective: every step over host memory (MPI: two numbers), the first step only over a stream-ordered
   // communicator (NCCL: a check every step would make the host wait for the GPU).
   void check_same_global_batch(index_t global) {
     if (stream_ordered<Communicator> && batch_checked_) return;
     batch_checked_ = true;
-    double extremes[3] = {double(global), -double(global), 0.0};
-    reduce_on_host(extremes, comm::reduction_op::max);
-    if (extremes[0] != -extremes[1])
+    const rank_range r = rank_numbers_.range(communicator_, double(global));
+    if (!r.same())
       throw error("fusor::parallel::data_parallel::step: the ranks pass global batches of " +
-                  std::to_string(index_t(-extremes[1])) + " to " + std::to_string(index_t(extremes[0])) +
+                  std::to_string(index_t(r.least)) + " to " + std::to_string(index_t(r.most)) +
                   " samples (this rank " + std::to_string(global) +
                   "); every rank must pass the same global batch, of which it trains its rows");
   }
@@ -645,7 +627,7 @@ class data_parallel {
   optim::update_controller<space> controller_;
   nn::softmax_cross_entropy<space> loss_;
   groups_type groups_;
-  tensor<double, dextents<index_t, 1>, row_major, space> totals_buffer_;
+  detail::rank_numbers<space, Communicator> rank_numbers_;  // loss totals and the batch check
   stream_order order_;
   std::vector<request_type> requests_;
   std::array<std::size_t, group_count> next_bucket_{};

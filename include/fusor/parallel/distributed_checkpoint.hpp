@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -54,7 +55,9 @@
 #include "fusor/optim/checkpoint_values.hpp"
 #include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/state_layout.hpp"
+#include "fusor/optim/unread_tensors.hpp"
 #include "fusor/parallel/mesh.hpp"
+#include "fusor/parallel/rank_numbers.hpp"
 
 namespace fusor::parallel {
 
@@ -227,21 +230,6 @@ void finish_work(const Executor& ex) {
   if constexpr (requires { ex.synchronize(); }) ex.synchronize();
 }
 
-// How many ranks of `world` report a failure (a collective: every rank calls
-// it). The flag lies in the memory `world` moves: the trainer's (`Space`) for a
-// stream-ordered communicator (NCCL), else the host's (MPI, even beside GPUs).
-template <class Space, class Communicator>
-int ranks_failing(Communicator& world, bool failed) {
-  using flag_space = std::conditional_t<requires { world.stream(); }, Space, host_space>;
-  float count = failed ? 1.0f : 0.0f;
-  const view<float, dextents<index_t, 1>> host(&count, 1);
-  tensor<float, dextents<index_t, 1>, row_major, flag_space> buffer{dextents<index_t, 1>(1)};
-  copy(buffer.view(), host);
-  world.all_reduce(buffer.view(), comm::reduction_op::sum).wait();
-  copy(host, buffer.view());
-  return static_cast<int>(count + 0.5f);
-}
-
 inline std::uint64_t parse_unsigned(const std::string& text, const std::filesystem::path& dir, const char* key) {
   std::uint64_t n = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
@@ -304,6 +292,32 @@ std::uint64_t check_loadable(const io::sharded_checkpoint_reader& reader, Traine
   return steps_taken;
 }
 
+// For each tensor of `reader` (reader.names()), 1 where this rank reads it or passes over it, else 0. Passed
+// over: PowerSGD's state, which a trainer without PowerSGD leaves aside (its error feedback restarts at zero).
+template <class Trainer>
+std::vector<double> read_here(const io::sharded_checkpoint_reader& reader, Trainer& trainer,
+                              const checkpoint_rank& where) {
+  std::set<std::string> read;
+  for_each_trainer_piece(trainer, where, [&](const std::string& name, const auto&...) { read.insert(name); });
+  trainer.controller().for_each_state(
+      [&](const auto& name, const auto&) { read.insert("controller." + std::string(name)); });
+  const std::vector<std::string> names = reader.names();
+  std::vector<double> flags(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i)
+    flags[i] = read.count(names[i]) != 0 || names[i].starts_with("powersgd.") ? 1.0 : 0.0;
+  return flags;
+}
+// Refuses (unless `unread` is ignore) `reader`'s tensors whose `readers` (read_here's flags, summed over the
+// ranks that load it) are 0.
+inline void refuse_unread(const io::sharded_checkpoint_reader& reader, const std::vector<double>& readers,
+                          optim::unread_tensors unread, const std::filesystem::path& dir, const std::string& who) {
+  const std::vector<std::string> names = reader.names();
+  std::vector<std::string> none;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (readers[i] == 0) none.push_back(names[i]);
+  optim::detail::refuse_unread(none, unread, "fusor::parallel::load_distributed: '" + dir.string() + "'", who);
+}
+
 // Copies what check_loadable accepted into the trainer.
 template <class Trainer, class Executor>
 std::map<std::string, std::string> load_checked(const io::sharded_checkpoint_reader& reader, Trainer& trainer,
@@ -335,6 +349,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
                       const std::string& save_id, const std::map<std::string, std::string>& metadata,
                       const Executor& ex) {
   using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  detail::rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
   detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
   for (const auto& [key, value] : metadata)
     if (key.rfind("training.", 0) == 0 || key.rfind("fusor.", 0) == 0)
@@ -357,7 +372,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  if (const int failed = detail::ranks_failing<space>(world, !failure.empty()))
+  if (const int failed = ranks.count(world, !failure.empty()))
     throw io::checkpoint_error("fusor::parallel::save_distributed: " + std::to_string(failed) + " of " +
                                std::to_string(world.size()) + " ranks could not save their shard of '" + dir.string() +
                                "'" + (failure.empty() ? "" : "; this rank: " + failure) +
@@ -374,7 +389,7 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
     }
   }
   // Nobody returns before the manifest is there (or every rank knows it is not).
-  if (detail::ranks_failing<space>(world, !failure.empty()) != 0)
+  if (ranks.count(world, !failure.empty()) != 0)
     throw io::checkpoint_error("fusor::parallel::save_distributed: writing the manifest of '" + dir.string() +
                                "' failed" + (failure.empty() ? std::string() : ": " + failure));
 }
@@ -385,28 +400,40 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
 /// pieces (no communication). Throws io::checkpoint_error, this rank's trainer
 /// unchanged, where a piece of its parameters, optimizer state or step scalars
 /// is missing, of another dtype or shape, or holds values a trainer never saves
-/// (optim/checkpoint_values.hpp); PowerSGD's state is read after them. Returns
-/// the save's metadata (the caller's keys, and training.mesh, the mesh it was
-/// saved on). On several ranks prefer the overload with the world: a rank that
-/// refuses alone would leave the others training into a collective it never joins.
+/// (optim/checkpoint_values.hpp); PowerSGD's state is read after them. Alone
+/// in its world (where.world_size() == 1) it also refuses, unless `unread` is
+/// ignore, a checkpoint holding tensors the trainer does not read (another
+/// network's layers, another optimizer's state). Returns the save's metadata
+/// (the caller's keys, and training.mesh, the mesh it was saved on). On several
+/// ranks prefer the overload with the world: a rank that refuses alone would
+/// leave the others training into a collective it never joins, and only the
+/// ranks together know which tensors none of them reads.
 template <class Trainer, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
-                                                    const checkpoint_rank& where, const Executor& ex) {
+                                                    const checkpoint_rank& where, const Executor& ex,
+                                                    optim::unread_tensors unread = optim::unread_tensors::refuse) {
   detail::finish_work(ex);
   const io::sharded_checkpoint_reader reader(dir);
   const std::uint64_t steps_taken = detail::check_loadable(reader, trainer, where, dir);
+  if (where.world_size() == 1)  // alone, this rank reads everything the trainer reads
+    detail::refuse_unread(reader, detail::read_here(reader, trainer, where), unread, dir, "this trainer does not read");
   return detail::load_checked(reader, trainer, where, steps_taken, ex);
 }
 
 /// load_distributed as a collective over `world` (every rank of the mesh calls
 /// it): every rank checks its pieces, then all agree; where any rank refuses,
 /// every rank throws io::checkpoint_error naming how many refused (and this
-/// rank's reason), and no rank has loaded anything.
+/// rank's reason), and no rank has loaded anything. Unless `unread` is ignore,
+/// every rank also refuses a checkpoint holding tensors that no rank reads (a
+/// larger network's layers, another optimizer's state; PowerSGD's state is
+/// passed over where the trainer has none).
 template <class Trainer, class Communicator, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
                                                     Communicator& world, const checkpoint_rank& where,
-                                                    const Executor& ex) {
+                                                    const Executor& ex,
+                                                    optim::unread_tensors unread = optim::unread_tensors::refuse) {
   using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  detail::rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
   detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::load_distributed");
   detail::finish_work(ex);
   std::optional<io::sharded_checkpoint_reader> reader;
@@ -418,11 +445,16 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  if (const int failed = detail::ranks_failing<space>(world, !failure.empty()))
+  if (const int failed = ranks.count(world, !failure.empty()))
     throw io::checkpoint_error("fusor::parallel::load_distributed: " + std::to_string(failed) + " of " +
                                std::to_string(world.size()) + " ranks refused '" + dir.string() + "'" +
                                (failure.empty() ? std::string() : "; this rank: " + failure) +
                                " (no rank loaded anything)");
+  if (unread == optim::unread_tensors::refuse) {  // tensors that no rank reads: every rank finds the same
+    std::vector<double> readers = detail::read_here(*reader, trainer, where);
+    ranks.all_reduce(world, readers, comm::reduction_op::sum);
+    detail::refuse_unread(*reader, readers, unread, dir, "no rank of this trainer reads");
+  }
   return detail::load_checked(*reader, trainer, where, steps_taken, ex);
 }
 
@@ -471,6 +503,7 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
                                "' is the latest complete save in '" + root.string() +
                                "'; give each save its own id (the step or epoch) so that it is never overwritten");
   using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  detail::rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
   save_distributed(root / save_id, trainer, world, where, save_id, metadata, ex);
   std::string failure;
   if (where.world_rank() == 0) {
@@ -494,7 +527,7 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
       failure = e.what();
     }
   }
-  if (detail::ranks_failing<space>(world, !failure.empty()) != 0)
+  if (ranks.count(world, !failure.empty()) != 0)
     throw io::checkpoint_error("fusor::parallel::save_distributed_latest: '" + (root / save_id).string() +
                                "' is complete, but naming it in '" + (root / latest_name).string() + "' failed" +
                                (failure.empty() ? std::string() : ": " + failure));

@@ -76,6 +76,7 @@
 #include "fusor/parallel/data_parallel_options.hpp"
 #include "fusor/parallel/pipeline_messages.hpp"
 #include "fusor/parallel/pipeline_schedule.hpp"
+#include "fusor/parallel/rank_numbers.hpp"
 #include "fusor/parallel/stream_order.hpp"
 
 namespace fusor::parallel {
@@ -179,7 +180,7 @@ class pipeline {
         groups_(make_groups(optimizer_options, trainer_options.stream, std::make_index_sequence<group_count>{})),
         actions_(pipeline_actions(options_.schedule, stage_, stages_, options_.micro_batches)),
         messages_(communicator, pipeline_contexts(options_.schedule, stage_, stages_, options_.micro_batches)),
-        totals_buffer_(dextents<index_t, 1>(3), trainer_options.stream) {
+        rank_numbers_(trainer_options.stream) {
     controller_.stop_on_nonfinite(optim::stops_on_nonfinite(trainer_options));
     check_stages_alike();
     for (index_t c = 1; c < messages_.contexts(); ++c)
@@ -330,12 +331,7 @@ class pipeline {
       values[1] = t.accuracy;
       values[2] = double(t.samples);
     }
-    if (stages_ > 1) {
-      const view<double, dextents<index_t, 1>, row_major, host_space> host(values, 3);
-      copy(totals_buffer_.view(), host);
-      comm_.broadcast(totals_buffer_.view(), stages_ - 1).wait();
-      copy(host, totals_buffer_.view());
-    }
+    if (stages_ > 1) rank_numbers_.broadcast(comm_, values, stages_ - 1);
     return {values[0], values[1], index_t(values[2])};
   }
   /// Zeroes the loss totals (the last stage holds them; elsewhere it does nothing).
@@ -402,16 +398,11 @@ class pipeline {
   void check_stages_alike() {
     if (stages_ == 1) return;
     const auto agree = [&](index_t mine, const char* what) {
-      double extremes[3] = {double(mine), -double(mine), 0.0};
-      const view<double, dextents<index_t, 1>, row_major, host_space> host(extremes, 3);
-      copy(totals_buffer_.view(), host);
-      comm_.all_reduce(totals_buffer_.view(), comm::reduction_op::max).wait();
-      copy(host, totals_buffer_.view());
-      if (extremes[0] != -extremes[1])
+      const rank_range r = rank_numbers_.range(comm_, double(mine));
+      if (!r.same())
         throw error("fusor::parallel::pipeline: the stages were built with " + std::string(what) + " from " +
-                    std::to_string(index_t(-extremes[1])) + " to " + std::to_string(index_t(extremes[0])) +
-                    " (stage " + std::to_string(stage_) + ": " + std::to_string(mine) +
-                    "); every stage must be built alike");
+                    std::to_string(index_t(r.least)) + " to " + std::to_string(index_t(r.most)) + " (stage " +
+                    std::to_string(stage_) + ": " + std::to_string(mine) + "); every stage must be built alike");
     };
     agree(global_batch_, "global batches");
     agree(options_.micro_batches, "micro-batch counts");
@@ -590,7 +581,7 @@ class pipeline {
   messages_type messages_;
   stream_order order_;                // the data group's collectives against the compute stream
   std::vector<request_type> requests_;  // the data group's collectives in flight
-  tensor<double, dextents<index_t, 1>, row_major, Space> totals_buffer_;
+  detail::rank_numbers<Space, Communicator> rank_numbers_;  // loss totals and the construction check
   std::uint64_t host_steps_ = 0;
   double idle_seconds_ = 0, step_seconds_ = 0;
   optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
