@@ -9,7 +9,9 @@
 //             sleeps before its all_reduce #1: rank 2 names rank 1 (world rank 3)
 //   other     rank 1 calls all_gather where the others call all_reduce, and
 //   size      rank 1 all-reduces 512 elements where the others reduce 1024:
-//             the collective check (FUSOR_MPI_CHECK_COLLECTIVES=1) names both
+//             the collective check (FUSOR_MPI_CHECK_COLLECTIVES=1) names both;
+//             without it rank 1's all_reduce fails (MPI_ERR_TRUNCATE), naming
+//             the call and the likely cause
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

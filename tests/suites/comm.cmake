@@ -68,7 +68,13 @@ add_test(NAME comm_mpi_mismatch_call
 add_test(NAME comm_mpi_mismatch_size
          COMMAND sh ${expect_job_failure} 12 "rank 0 calls all_reduce #2 \\(1024 x float, sum\\), rank 1 calls all_reduce #2 \\(512 x float, sum\\)"
                  ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> size)
+# Without the check, the rank that receives the longer message names its call and the likely cause.
+add_test(NAME comm_mpi_mismatch_size_unchecked
+         COMMAND sh ${expect_job_failure} 12 "all_reduce #2 \\(512 x float, sum\\) failed on rank 1: MPI_ERR_TRUNCATE.*out of step.*FUSOR_MPI_CHECK_COLLECTIVES=1"
+                 ${mpiexec_np4} $<TARGET_FILE:fusor_comm_mpi_faults> size)
 set_tests_properties(comm_mpi_abort_run_ranks comm_mpi_abort_environment PROPERTIES TIMEOUT 120)
 set_tests_properties(comm_mpi_hang_sleep comm_mpi_hang_split comm_mpi_hang_exit PROPERTIES TIMEOUT 60 ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=2")
 set_tests_properties(comm_mpi_hang_sleep_checked comm_mpi_mismatch_call comm_mpi_mismatch_size PROPERTIES TIMEOUT 60
                      ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=2;FUSOR_MPI_CHECK_COLLECTIVES=1")
+set_tests_properties(comm_mpi_mismatch_size_unchecked PROPERTIES TIMEOUT 60
+                     ENVIRONMENT "FUSOR_MPI_TIMEOUT_S=10;FUSOR_MPI_CHECK_COLLECTIVES=0")

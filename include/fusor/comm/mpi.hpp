@@ -120,10 +120,10 @@ class [[nodiscard]] mpi_request {
   /// Whether it has completed (then it is finished as wait() would); does not block.
   bool test() {
     if (request_ == MPI_REQUEST_NULL && !after_) return true;
-    int done = 0;
-    detail::mpi_check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), call_.c_str());
+    const detail::world_errors_return errors_return;
+    const bool done = test_request(request_, *watch_, call_, sequence_);
     if (done) finish();
-    return done != 0;
+    return done;
   }
 
  private:

@@ -18,7 +18,10 @@
 // every rank gathers what every other is about to call (call, element count
 // and type, operation, root, sequence number: 48 bytes a rank) before each
 // collective; a difference throws mpi_mismatch_error on every rank, naming
-// the first rank that differs from rank 0 and both calls.
+// the first rank that differs from rank 0 and both calls. Without the check,
+// ranks out of step show as a failure of the collective on the rank that
+// receives a longer message than it expects (MPI_ERR_TRUNCATE): mpi_error names
+// that call and suggests the check (test_request).
 #pragma once
 
 #include <cstdint>
@@ -311,15 +314,61 @@ inline std::string mpi_timeout_message(const std::string& call, int rank, second
          "; the job must end (MPI_Abort): a pending MPI request cannot be cancelled";
 }
 
+namespace detail {
+// Open MPI 4 reports a failed step of a non-blocking collective (ranks out of
+// step: a message longer than its receive, MPI_ERR_TRUNCATE) on MPI_COMM_WORLD,
+// whose handler aborts the job with a message that names no call. While fusor
+// tests a request the world's errors return instead, and throw mpi_error naming
+// the call; the world's own handler is restored afterwards.
+class world_errors_return {
+ public:
+  world_errors_return() {
+    if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &previous_) == MPI_SUCCESS)
+      set_ = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN) == MPI_SUCCESS;
+  }
+  world_errors_return(const world_errors_return&) = delete;
+  world_errors_return& operator=(const world_errors_return&) = delete;
+  ~world_errors_return() {
+    if (!set_) return;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, previous_);
+    MPI_Errhandler_free(&previous_);  // the reference MPI_Comm_get_errhandler took
+  }
+
+ private:
+  MPI_Errhandler previous_ = MPI_ERRHANDLER_NULL;
+  bool set_ = false;
+};
+}  // namespace detail
+
+/// Whether `request` has completed (MPI_Test); throws mpi_error naming `call` when MPI reports a failure, with a
+/// hint where ranks out of step are the likely cause and the collective check is off.
+inline bool test_request(MPI_Request& request, const mpi_watch& watch, const std::string& call,
+                         std::int64_t sequence) {
+  int done = 0;
+  const int code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  if (code == MPI_SUCCESS) return done != 0;
+  int error_class = 0;
+  MPI_Error_class(code, &error_class);
+  const bool out_of_step = sequence > 0 && error_class == MPI_ERR_TRUNCATE && !watch.check_collectives;
+  try {
+    detail::mpi_check(code, call.c_str());
+  } catch (const mpi_error& e) {
+    if (!out_of_step) throw;
+    throw mpi_error(std::string(e.what()) + " (a longer message than this rank expected: the ranks are likely out "
+                    "of step, calling different collectives or the same with different sizes; set " +
+                    mpi_check_variable + "=1 to check each collective against the other ranks')");
+  }
+  return false;
+}
+
 /// Waits for `request` under the watch's timeout; on timeout the request is
 /// abandoned (set to null) and mpi_timeout_error thrown. `sequence` > 0 for a
 /// collective (the board names the ranks that did not arrive), 0 for a message.
 inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std::string& call, std::int64_t sequence) {
+  const detail::world_errors_return errors_return;
   const auto start = steady_now{}();
   for (std::size_t poll = 0;; ++poll) {
-    int done = 0;
-    detail::mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call.c_str());
-    if (done) return;
+    if (test_request(request, watch, call, sequence)) return;
     const seconds_d waited = steady_now{}() - start;
     if (waited >= watch.timeout) {
       std::string missing;
