@@ -426,7 +426,7 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
 /// rank's reason), and no rank has loaded anything. Unless `unread` is ignore,
 /// every rank also refuses a checkpoint holding tensors that no rank reads (a
 /// larger network's layers, another optimizer's state; PowerSGD's state is
-/// passed over where the trainer has none).
+/// passed over where the trainer has none). Every rank passes the same `unread`.
 template <class Trainer, class Communicator, class Executor>
 std::map<std::string, std::string> load_distributed(const std::filesystem::path& dir, Trainer& trainer,
                                                     Communicator& world, const checkpoint_rank& where,
