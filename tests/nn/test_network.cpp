@@ -2,6 +2,7 @@
 // executor: forward against a plain double loop over the same parameters,
 // the flat parameter layout, the loss totals, and the shape errors.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -170,6 +171,27 @@ FUSOR_TEST_CASE("load_parameters: a file that does not fit is refused before any
   expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); },
                                      {"'2.weight'", "[3, 12]", "[5, 12]"});
   CHECK(host_values(net.group<float>().values()) == before);  // layer 0 was not copied either
+  std::filesystem::remove(file);
+}
+
+FUSOR_TEST_CASE("load_parameters: a NaN or infinite parameter is refused, naming the tensor and element") {
+  nn::network<mlp, fp32, space> saved(4, {.seed = 1});
+  const auto file = std::filesystem::temp_directory_path() / ("fusor_nan_" FUSOR_TEST_EXECUTOR_NAME ".safetensors");
+  optim::save_parameters(file, saved);
+  io::safetensors_file contents = io::checkpoint_reader(file).contents();
+  io::checkpoint_writer writer;
+  for (io::tensor_record t : contents.tensors) {
+    if (t.name == "1.bias") {
+      const float inf = INFINITY;
+      std::memcpy(t.bytes.data() + 3 * sizeof(float), &inf, sizeof(float));
+    }
+    writer.add_record(std::move(t));
+  }
+  writer.save(file);
+  nn::network<mlp, fp32, space> net(4, {.seed = 2});
+  const std::vector<double> before = host_values(net.group<float>().values());
+  expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); }, {"'1.bias' element 3 is inf"});
+  CHECK(host_values(net.group<float>().values()) == before);
   std::filesystem::remove(file);
 }
 

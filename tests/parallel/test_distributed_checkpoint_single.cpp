@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -256,4 +257,48 @@ TEST_CASE("distributed checkpoint on one process: another optimizer's state is r
   parallel::load_distributed(scratch / "adamw", sgd2, world, parallel::single_process, host_executor{},
                              fusor::optim::unread_tensors::ignore);
   CHECK(host_values(other.group<fusor::bfloat16>().values()) == loaded);
+}
+
+TEST_CASE("save_distributed_latest: removes only its own older saves and unfinished ones; refuses ids that are not folders") {
+  const io_test::scratch_directory scratch("dcp_latest");
+  const std::filesystem::path root = scratch / "run";
+  fusor::comm::single world;
+  bf16_trainer state;
+  auto& train = state.train;
+  // A best model saved beside the series, and an unfinished save (a shard, no manifest) left by a crash.
+  parallel::save_distributed(root / "best", train, world, parallel::single_process, "best", {}, host_executor{});
+  std::filesystem::create_directories(root / "crashed");
+  fusor::io::write_file_atomically(root / "crashed" / "shard-00000-of-00001.safetensors", {});
+  std::filesystem::create_directories(root / "notes");
+  for (const std::string id : {"", ".", "..", "a/b", "latest", "two words"}) {
+    INFO("id '", id, "'");
+    fusor_test::expect_error<fusor::io::checkpoint_error>(
+        [&] {
+          parallel::save_distributed_latest(root, train, world, parallel::single_process, id, {}, host_executor{});
+        },
+        {"must be a folder name"});
+  }
+  CHECK(!std::filesystem::exists(scratch / "manifest.safetensors"));  // nothing written beside the root either
+  CHECK(!std::filesystem::exists(root / "manifest.safetensors"));
+  CHECK(!parallel::latest_distributed_save(root));
+
+  steps(train, 0, 1);
+  parallel::save_distributed_latest(root, train, world, parallel::single_process, "step-1", {}, host_executor{});
+  CHECK(!std::filesystem::exists(root / "crashed"));
+  steps(train, 1, 2);
+  parallel::save_distributed_latest(root, train, world, parallel::single_process, "step-2", {{"epoch", "1"}},
+                                    host_executor{});
+  CHECK(!std::filesystem::exists(root / "step-1"));
+  CHECK(std::filesystem::exists(root / "best" / "manifest.safetensors"));
+  CHECK(std::filesystem::exists(root / "notes"));
+  REQUIRE(parallel::latest_distributed_save(root) == root / "step-2");
+
+  // `latest` written by hand with a newline (echo step-2 > latest) still names the save.
+  const std::string by_hand = "step-2\n";
+  fusor::io::write_file_atomically(root / "latest", std::as_bytes(std::span(by_hand.data(), by_hand.size())));
+  CHECK(parallel::latest_distributed_save(root) == root / "step-2");
+  bf16_trainer resumed;
+  CHECK(parallel::load_distributed(root / "step-2", resumed.train, world, parallel::single_process, host_executor{})
+            .at("epoch") == "1");
+  CHECK(resumed.train.steps_taken() == 2);
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include <fusor/data/fashion_mnist.hpp>
 #include <fusor/data/loader.hpp>
+#include <fusor/nn/dropout.hpp>
 #include <fusor/nn/linear.hpp>
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/sgd.hpp>
@@ -204,6 +206,58 @@ FUSOR_TEST_CASE("trainer: a training state holding tensors the trainer does not 
     REQUIRE(saved.find(t.name) != nullptr);
     CHECK(t.bytes == saved.find(t.name)->bytes);
   }
+  std::filesystem::remove_all(dir);
+}
+
+FUSOR_TEST_CASE("training state: fusor's metadata is reserved and not returned; a dropout network of another seed, "
+                "a larger network and a parameters file are refused with the cause named") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_state_errors_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  executor ex{};
+  network_t net(16, {.seed = 3});
+  trainer_t trainer(net, schedule(8), optim::adamw_options{});
+  trainer.initialize(ex);
+  expect_error<error>([&] { optim::save_training_state(dir / "a.safetensors", trainer, {{"fusor.steps_taken", "0"}}); },
+                      {"'fusor.steps_taken'", "reserved"});
+  expect_error<error>([&] { optim::save_parameters(dir / "a.safetensors", net, {{"fusor.x", "1"}}); }, {"reserved"});
+  CHECK(!std::filesystem::exists(dir / "a.safetensors"));
+  // The metadata a load returns is the caller's alone, so it can be passed to the next save.
+  optim::save_training_state(dir / "a.safetensors", trainer, {{"epoch", "2"}});
+  const auto metadata = optim::load_training_state(dir / "a.safetensors", trainer);
+  CHECK(metadata == std::map<std::string, std::string>{{"epoch", "2"}});
+  optim::save_training_state(dir / "b.safetensors", trainer, metadata);
+  optim::load_training_state(dir / "b.safetensors", trainer);
+
+  // A parameters file is not a training state: the message says which loader reads it.
+  optim::save_parameters(dir / "p.safetensors", net);
+  expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "p.safetensors", trainer); },
+                                     {"not a training state", "load_parameters"});
+
+  // A larger network's optimizer state is larger: the message names the layer the trainer does not read.
+  using larger = nn::network<nn::sequential<nn::features<784>, nn::linear<784, 64, nn::relu>, nn::linear<64, 10, nn::relu>,
+                                            nn::linear<10, 10>>, fp32, space>;
+  larger big(16, {.seed = 3});
+  optim::trainer<larger, optim::adamw> big_trainer(big, schedule(8), optim::adamw_options{});
+  big_trainer.initialize(ex);
+  optim::save_training_state(dir / "larger.safetensors", big_trainer);
+  optim::save_training_state(dir / "before.safetensors", trainer);
+  expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "larger.safetensors", trainer); },
+                                     {"'optimizer.0.exp_avg'", "2 tensor(s) this trainer does not read, first '2.",
+                                      "load_parameters"});
+  optim::save_training_state(dir / "after.safetensors", trainer);
+  CHECK(file_bytes(dir / "after.safetensors") == file_bytes(dir / "before.safetensors"));
+
+  // Dropout draws its masks from the network's seed: another seed would not repeat the losses.
+  using dropping = nn::network<nn::sequential<nn::features<784>, nn::linear<784, 64, nn::relu>, nn::dropout<10>,
+                                              nn::linear<64, 10>>, fp32, space>;
+  dropping first(16, {.seed = 3}), second(16, {.seed = 4});
+  optim::trainer<dropping, optim::adamw> a(first, schedule(8), optim::adamw_options{}), b(second, schedule(8),
+                                                                                          optim::adamw_options{});
+  a.initialize(ex);
+  b.initialize(ex);
+  optim::save_training_state(dir / "dropout.safetensors", a);
+  expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "dropout.safetensors", b); },
+                                     {"network of seed 3", "this one has seed 4", "{.seed = 3}"});
   std::filesystem::remove_all(dir);
 }
 

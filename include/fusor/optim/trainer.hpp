@@ -193,6 +193,8 @@ class trainer {
 
   /// Magnitude pruning of every weight matrix (not biases): the `fraction` of
   /// smallest-magnitude weights become zero and stay zero after every later step.
+  /// The mask is not part of the training state (yet): a run resumed from
+  /// save_training_state does not keep pruning.
   template <class Executor>
   void prune(double fraction, const Executor& ex) {
     streams_.use_on(executor_stream(ex));

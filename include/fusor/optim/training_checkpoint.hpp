@@ -72,6 +72,23 @@ void read_parameters(const io::checkpoint_reader& reader, Network& network) {
   });
 }
 
+inline constexpr const char* steps_key = "fusor.steps_taken";
+inline constexpr const char* seed_key = "fusor.seed";
+
+// Refuses the caller's metadata keys that fusor reserves ("fusor.": the metadata a load returns has none).
+inline void check_caller_metadata(const std::map<std::string, std::string>& metadata, const char* who) {
+  for (const auto& [key, value] : metadata)
+    if (key.starts_with("fusor."))
+      throw error(std::string(who) + ": metadata keys starting 'fusor.' are reserved ('" + key + "')");
+}
+// The caller's metadata of `reader`: without fusor's own keys.
+inline std::map<std::string, std::string> caller_metadata(const io::checkpoint_reader& reader) {
+  std::map<std::string, std::string> mine;
+  for (const auto& [key, value] : reader.contents().metadata)
+    if (!key.starts_with("fusor.")) mine.emplace(key, value);
+  return mine;
+}
+
 // The tensors of `reader` outside `read`, but for names starting with one of `passed_over` (in the file's order).
 inline std::vector<std::string> unread_names(const io::checkpoint_reader& reader, const std::set<std::string>& read,
                                              std::initializer_list<std::string_view> passed_over = {}) {
@@ -98,18 +115,41 @@ void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer,
                           unread_tensors unread) {
   const auto check = [&](const std::string& name, const io::tensor_record& record, state_domain domain) {
     const std::string source = "fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'";
-    check_values(record, domain, steps_taken, source, "fusor.steps_taken");
+    check_values(record, domain, steps_taken, source, steps_key);
   };
-  check_parameters(reader, trainer.network(), [&](const std::string& name, const io::tensor_record& record) {
-    check(name, record, state_domain::finite);
-  });
   std::set<std::string> read = parameter_names(trainer.network());
-  trainer.for_each_state([&](const std::string& name, const auto& v, state_domain domain) {
-    check(name, reader.check(name, v), domain);
-    read.insert(name);
-  });
-  refuse_unread(unread_names(reader, read), unread, "fusor: checkpoint '" + reader.file().string() + "'",
-                "this trainer does not read");
+  trainer.for_each_state([&](const std::string& name, const auto&) { read.insert(name); });
+  const std::vector<std::string> extra = unread_names(reader, read);
+  try {
+    check_parameters(reader, trainer.network(), [&](const std::string& name, const io::tensor_record& record) {
+      check(name, record, state_domain::finite);
+    });
+    trainer.for_each_state([&](const std::string& name, const auto& v, state_domain domain) {
+      check(name, reader.check(name, v), domain);
+    });
+  } catch (const io::checkpoint_error& e) {
+    // A larger network's optimizer state is larger too (one flat tensor per group): name the layers behind it.
+    if (extra.empty()) throw;
+    throw io::checkpoint_error(std::string(e.what()) + "; the file also holds " + std::to_string(extra.size()) +
+                               " tensor(s) this trainer does not read, first '" + extra.front() +
+                               "' (saved by another network? its parameters alone load with load_parameters and "
+                               "unread_tensors::ignore)");
+  }
+  refuse_unread(extra, unread, "fusor: checkpoint '" + reader.file().string() + "'", "this trainer does not read");
+}
+// The seed of the network that saved `reader`, where the network draws random numbers (dropout): another
+// seed would draw other masks, so resumed training would not repeat the losses. (Older files have none.)
+template <class Network>
+void check_seed(const io::checkpoint_reader& reader, const Network& network) {
+  if constexpr (Network::draws_random_numbers) {
+    if (reader.contents().metadata.count(seed_key) == 0) return;
+    const auto seed = reader.metadata_number<std::uint64_t>(seed_key);
+    if (seed != network.seed())
+      throw io::checkpoint_error("fusor: checkpoint '" + reader.file().string() + "' was saved by a network of seed " +
+                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
+                                 ": its dropout would draw other masks; construct the network with {.seed = " +
+                                 std::to_string(seed) + "}");
+  }
 }
 }  // namespace detail
 
@@ -117,6 +157,7 @@ void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer,
 template <class Network>
 void save_parameters(const std::filesystem::path& file, const Network& network,
                      const std::map<std::string, std::string>& metadata = {}) {
+  detail::check_caller_metadata(metadata, "fusor::optim::save_parameters");
   io::checkpoint_writer writer;
   detail::add_parameters(writer, network);
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
@@ -129,7 +170,10 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
 template <class Network>
 void load_parameters(const std::filesystem::path& file, Network& network, unread_tensors unread = unread_tensors::refuse) {
   const io::checkpoint_reader reader(file);
-  detail::check_parameters(reader, network, [](const std::string&, const io::tensor_record&) {});
+  detail::check_parameters(reader, network, [&](const std::string& name, const io::tensor_record& record) {
+    detail::check_values(record, state_domain::finite, 0,
+                         "fusor: checkpoint '" + file.string() + "': tensor '" + name + "'", detail::steps_key);
+  });
   detail::refuse_unread(detail::unread_names(reader, detail::parameter_names(network), {"optimizer.", "controller."}),
                         unread, "fusor: checkpoint '" + file.string() + "'", "this network does not read");
   detail::read_parameters(reader, network);
@@ -139,10 +183,12 @@ void load_parameters(const std::filesystem::path& file, Network& network, unread
 template <class Trainer>
 void save_training_state(const std::filesystem::path& file, Trainer& trainer,
                          const std::map<std::string, std::string>& metadata = {}) {
+  detail::check_caller_metadata(metadata, "fusor::optim::save_training_state");
   io::checkpoint_writer writer;
   detail::add_parameters(writer, trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v) { writer.add(name, v); });
-  writer.add_metadata("fusor.steps_taken", std::to_string(trainer.steps_taken()));
+  writer.add_metadata(detail::steps_key, std::to_string(trainer.steps_taken()));
+  writer.add_metadata(detail::seed_key, std::to_string(trainer.network().seed()));
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
@@ -174,12 +220,17 @@ template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer,
                                                        unread_tensors unread = unread_tensors::refuse) {
   const io::checkpoint_reader reader(file);
-  const auto steps_taken = reader.metadata_number<std::uint64_t>("fusor.steps_taken");
+  if (reader.contents().metadata.count(detail::steps_key) == 0)
+    throw io::checkpoint_error("fusor: checkpoint '" + file.string() + "' has no metadata '" + detail::steps_key +
+                               "': it is not a training state (a file of save_parameters? load it with "
+                               "load_parameters)");
+  const auto steps_taken = reader.metadata_number<std::uint64_t>(detail::steps_key);
+  detail::check_seed(reader, trainer.network());
   detail::check_training_state(reader, trainer, steps_taken, unread);
   detail::read_parameters(reader, trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v) { reader.read(name, v); });
   trainer.set_steps_taken(steps_taken);
-  return reader.contents().metadata;
+  return detail::caller_metadata(reader);
 }
 
 }  // namespace fusor::optim

@@ -83,6 +83,13 @@ namespace detail {
 inline constexpr const char* steps_key = "training.steps_taken";
 inline constexpr const char* seed_key = "training.seed";
 inline constexpr const char* mesh_key = "training.mesh";
+// Marks the saves of save_distributed_latest, the only complete saves it removes.
+inline constexpr const char* rolling_key = "training.rolling";
+
+// Whether `id` names a folder right under the root: not empty, not . or .., no separators or spaces.
+inline bool is_folder_name(const std::string& id) {
+  return !id.empty() && id != "." && id != ".." && id.find_first_of("/\\ \t\r\n") == std::string::npos;
+}
 
 inline std::string mesh_text(const mesh_shape& s) {
   return std::to_string(s.data) + "x" + std::to_string(s.tensor) + "x" + std::to_string(s.pipeline);
@@ -336,34 +343,29 @@ std::map<std::string, std::string> load_checked(const io::sharded_checkpoint_rea
   return reader.all_metadata();
 }
 
-}  // namespace detail
-
-/// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
-/// and (world rank 0, once every rank's shard is written) the manifest. A
-/// collective over `world` (every rank of the mesh calls it, with the same
-/// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
-/// caller's own strings (the epoch, the data position); keys starting
-/// "training." or "fusor." are reserved.
-template <class Trainer, class Communicator, class Executor>
-void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world, const checkpoint_rank& where,
-                      const std::string& save_id, const std::map<std::string, std::string>& metadata,
-                      const Executor& ex) {
-  using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
-  detail::rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
-  detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
+// Refuses the caller's metadata keys that fusor reserves.
+inline void check_caller_metadata(const std::map<std::string, std::string>& metadata, const char* who) {
   for (const auto& [key, value] : metadata)
     if (key.rfind("training.", 0) == 0 || key.rfind("fusor.", 0) == 0)
-      throw error("fusor::parallel::save_distributed: metadata keys starting 'training.' or 'fusor.' are reserved ('" +
-                  key + "')");
-  detail::finish_work(ex);
+      throw error(std::string(who) + ": metadata keys starting 'training.' or 'fusor.' are reserved ('" + key + "')");
+}
+
+// save_distributed's work, once its arguments are checked; `metadata` may hold fusor's own keys.
+template <class Trainer, class Communicator, class Executor>
+void save_shards_and_manifest(const std::filesystem::path& dir, Trainer& trainer, Communicator& world,
+                              const checkpoint_rank& where, const std::string& save_id,
+                              const std::map<std::string, std::string>& metadata, const Executor& ex) {
+  using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
+  rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
+  finish_work(ex);
   std::string failure;
   try {
     io::shard_writer shard(dir, where.world_rank(), where.world_size(), save_id);
-    detail::for_each_trainer_piece(trainer, where, [&](const std::string& name, const io::tensor_piece& piece,
-                                                       const auto& values, bool saved_here, optim::state_domain) {
+    for_each_trainer_piece(trainer, where, [&](const std::string& name, const io::tensor_piece& piece,
+                                               const auto& values, bool saved_here, optim::state_domain) {
       if (saved_here) shard.add(name, piece, values);
     });
-    detail::save_compression_state(shard, trainer, where);
+    save_compression_state(shard, trainer, where);
     if (where.world_rank() == 0)
       trainer.controller().for_each_state([&](const auto& name, const auto& v) {
         shard.add("controller." + std::string(name), io::tensor_piece::whole({}), v);
@@ -380,9 +382,9 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
   if (where.world_rank() == 0) {
     try {
       std::map<std::string, std::string> all = metadata;
-      all[detail::steps_key] = std::to_string(trainer.steps_taken());
-      all[detail::seed_key] = std::to_string(trainer.network().seed());
-      all[detail::mesh_key] = detail::mesh_text(where.shape);
+      all[steps_key] = std::to_string(trainer.steps_taken());
+      all[seed_key] = std::to_string(trainer.network().seed());
+      all[mesh_key] = mesh_text(where.shape);
       io::write_manifest(dir, where.world_size(), save_id, all);
     } catch (const std::exception& e) {
       failure = e.what();
@@ -392,6 +394,22 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
   if (ranks.count(world, !failure.empty()) != 0)
     throw io::checkpoint_error("fusor::parallel::save_distributed: writing the manifest of '" + dir.string() +
                                "' failed" + (failure.empty() ? std::string() : ": " + failure));
+}
+}  // namespace detail
+
+/// Saves the trainer's whole state as this rank's shard of checkpoint `dir`,
+/// and (world rank 0, once every rank's shard is written) the manifest. A
+/// collective over `world` (every rank of the mesh calls it, with the same
+/// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
+/// caller's own strings (the epoch, the data position); keys starting
+/// "training." or "fusor." are reserved.
+template <class Trainer, class Communicator, class Executor>
+void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world, const checkpoint_rank& where,
+                      const std::string& save_id, const std::map<std::string, std::string>& metadata,
+                      const Executor& ex) {
+  detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
+  detail::check_caller_metadata(metadata, "fusor::parallel::save_distributed");
+  detail::save_shards_and_manifest(dir, trainer, world, where, save_id, metadata, ex);
 }
 
 /// Loads checkpoint `dir` (saved by save_distributed on any mesh) into this
@@ -460,7 +478,8 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
 
 // A folder of saves, for a run that saves again and again: each save goes to
 // its own subfolder <root>/<save_id>; once it is complete, <root>/latest
-// (written atomically) names it, and older saves are removed. A crash at any
+// (written atomically) names it, and the older saves of the series are removed
+// (other saves under `root`, such as a best model's, are kept). A crash at any
 // moment leaves `latest` naming a complete save (or no `latest` before the
 // first save finished): never a half-written one, and never none where there was one.
 //
@@ -476,8 +495,9 @@ inline std::optional<std::filesystem::path> latest_distributed_save(const std::f
   const std::filesystem::path pointer = root / latest_name;
   if (!std::filesystem::exists(pointer)) return std::nullopt;
   const std::vector<std::byte> bytes = io::read_file(pointer);
-  const std::string id(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (id.empty() || id.find_first_of("/\n ") != std::string::npos || id == "." || id == "..")
+  std::string id(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();  // written by `echo id > latest`
+  if (!detail::is_folder_name(id) || id == latest_name)
     throw io::checkpoint_error("fusor: '" + pointer.string() + "' should name a save folder, but holds '" + id + "'");
   const std::filesystem::path dir = root / id;
   if (!std::filesystem::exists(dir / io::detail::manifest_name))
@@ -493,9 +513,11 @@ template <class Trainer, class Communicator, class Executor>
 void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer, Communicator& world,
                              const checkpoint_rank& where, const std::string& save_id,
                              const std::map<std::string, std::string>& metadata, const Executor& ex) {
-  if (save_id.empty() || save_id == latest_name || save_id.find_first_of("/\\ ") != std::string::npos)
+  if (!detail::is_folder_name(save_id) || save_id == latest_name)
     throw io::checkpoint_error("fusor::parallel::save_distributed_latest: the save id '" + save_id +
-                               "' must be a folder name (not 'latest', no slashes or spaces)");
+                               "' must be a folder name (not '.', '..' or 'latest', no slashes or spaces)");
+  detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed_latest");
+  detail::check_caller_metadata(metadata, "fusor::parallel::save_distributed_latest");
   // Every rank reads the same `latest` (the last save's final agreement below orders it).
   const auto previous = latest_distributed_save(root);
   if (previous && previous->filename() == save_id)
@@ -504,24 +526,34 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
                                "'; give each save its own id (the step or epoch) so that it is never overwritten");
   using space = typename std::remove_cvref_t<decltype(trainer.network())>::space;
   detail::rank_numbers<space, Communicator> ranks(world);  // how many ranks failed, agreed by all
-  save_distributed(root / save_id, trainer, world, where, save_id, metadata, ex);
+  std::map<std::string, std::string> marked = metadata;
+  marked[detail::rolling_key] = "1";
+  detail::save_shards_and_manifest(root / save_id, trainer, world, where, save_id, marked, ex);
   std::string failure;
   if (where.world_rank() == 0) {
     try {
       const std::span<const std::byte> id(reinterpret_cast<const std::byte*>(save_id.data()), save_id.size());
       io::write_file_atomically(root / latest_name, id);
-      // Older saves (folders holding a manifest or a shard, unfinished ones too,
-      // even where a crash left only a temporary file in them) go. (Each file's
-      // own stale temporaries go when it is written again: io/file.hpp.)
+      // Older saves of this series (complete folders whose manifest is marked rolling) go, and so do unfinished
+      // saves (shards but no manifest, even where a crash left only a temporary file). Complete saves made
+      // otherwise (save_distributed into root/best, say) stay. (Each file's own stale temporaries go when it is
+      // written again: io/file.hpp.)
       for (const auto& entry : std::filesystem::directory_iterator(root)) {
         if (!entry.is_directory() || entry.path().filename() == save_id) continue;
-        bool is_save = std::filesystem::exists(entry.path() / io::detail::manifest_name);
-        for (const auto& file : std::filesystem::directory_iterator(entry.path())) {
-          const std::string name = file.path().filename().string();
-          is_save = is_save || name.rfind("shard-", 0) == 0 || name.rfind(".shard-", 0) == 0 ||
-                    name.rfind(std::string(".") + io::detail::manifest_name, 0) == 0;
+        bool remove = false;
+        if (std::filesystem::exists(entry.path() / io::detail::manifest_name)) {
+          try {  // a manifest that cannot be read is not this series'
+            remove = io::sharded_checkpoint_reader(entry.path()).all_metadata().count(detail::rolling_key) != 0;
+          } catch (const io::checkpoint_error&) {
+          }
+        } else {
+          for (const auto& file : std::filesystem::directory_iterator(entry.path())) {
+            const std::string name = file.path().filename().string();
+            remove = remove || name.rfind("shard-", 0) == 0 || name.rfind(".shard-", 0) == 0 ||
+                     name.rfind(std::string(".") + io::detail::manifest_name, 0) == 0;
+          }
         }
-        if (is_save) std::filesystem::remove_all(entry.path());
+        if (remove) std::filesystem::remove_all(entry.path());
       }
     } catch (const std::exception& e) {
       failure = e.what();
