@@ -178,7 +178,9 @@ TEST_CASE("a GPT resumed from a step-5 checkpoint repeats the losses bit for bit
       if (s == 4) optim::save_training_state(file, trainer, {{"step", "5"}});
     });
   }
-  network_t net(batch, {.seed = 77});  // other initial values: all must come from the file
+  // The same seed (a GPT's layers draw by it; load_training_state refuses another), its own initial values, not
+  // PyTorch's: all must come from the file.
+  network_t net(batch, {.seed = 9});
   trainer_t trainer(net, trainer_settings(), optim::adamw_options{.weight_decay = weight_decay});
   trainer.initialize(ex);
   const auto metadata = optim::load_training_state(file, trainer);
