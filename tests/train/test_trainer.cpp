@@ -234,8 +234,9 @@ FUSOR_TEST_CASE("training state: fusor's metadata is reserved and not returned; 
                                      {"not a training state", "load_parameters"});
 
   // A larger network's optimizer state is larger: the message names the layer the trainer does not read.
-  using larger = nn::network<nn::sequential<nn::features<784>, nn::linear<784, 64, nn::relu>, nn::linear<64, 10, nn::relu>,
-                                            nn::linear<10, 10>>, fp32, space>;
+  using larger_mlp = nn::sequential<nn::features<784>, nn::linear<784, 64, nn::relu>, nn::linear<64, 10, nn::relu>,
+                                    nn::linear<10, 10>>;
+  using larger = nn::network<larger_mlp, fp32, space>;
   larger big(16, {.seed = 3});
   optim::trainer<larger, optim::adamw> big_trainer(big, schedule(8), optim::adamw_options{});
   big_trainer.initialize(ex);

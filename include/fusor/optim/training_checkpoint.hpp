@@ -103,7 +103,8 @@ inline std::vector<std::string> unread_names(const io::checkpoint_reader& reader
 template <class Network>
 std::set<std::string> parameter_names(const Network& network) {
   std::set<std::string> names;
-  network.for_each_parameter([&](const nn::parameter_slot& slot, const auto&, const auto&) { names.insert(slot.name); });
+  network.for_each_parameter(
+      [&](const nn::parameter_slot& slot, const auto&, const auto&) { names.insert(slot.name); });
   return names;
 }
 
@@ -153,7 +154,8 @@ void check_seed(const io::checkpoint_reader& reader, const Network& network) {
 }
 }  // namespace detail
 
-/// The parameters alone (for inference, or PyTorch).
+/// The parameters alone (for inference, or PyTorch); `metadata`: the caller's strings (keys starting "fusor."
+/// are reserved).
 template <class Network>
 void save_parameters(const std::filesystem::path& file, const Network& network,
                      const std::map<std::string, std::string>& metadata = {}) {
@@ -166,9 +168,12 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
 /// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them
 /// (save_training_state's files too: their optimizer and step state, "optimizer.*" and "controller.*", is passed
 /// over). Throws io::checkpoint_error, the network unchanged, for a missing tensor, a different element type or
-/// shape, or (unless `unread` is ignore) a tensor the network does not read.
+/// shape, a value that is Inf or NaN, or (unless `unread` is ignore) a tensor the network does not read. A trainer
+/// of 16-bit parameters keeps fp32 master weights: load before trainer.initialize(), which copies the parameters
+/// into them (or call it again after), else the next step starts from the master weights of before.
 template <class Network>
-void load_parameters(const std::filesystem::path& file, Network& network, unread_tensors unread = unread_tensors::refuse) {
+void load_parameters(const std::filesystem::path& file, Network& network,
+                     unread_tensors unread = unread_tensors::refuse) {
   const io::checkpoint_reader reader(file);
   detail::check_parameters(reader, network, [&](const std::string& name, const io::tensor_record& record) {
     detail::check_values(record, state_domain::finite, 0,
@@ -179,7 +184,8 @@ void load_parameters(const std::filesystem::path& file, Network& network, unread
   detail::read_parameters(reader, network);
 }
 
-/// Parameters, optimizer state, step scalars and the host step count.
+/// Parameters, optimizer state, step scalars, the host step count and the network's seed; `metadata`: the
+/// caller's own strings (keys starting "fusor." are reserved).
 template <class Trainer>
 void save_training_state(const std::filesystem::path& file, Trainer& trainer,
                          const std::map<std::string, std::string>& metadata = {}) {
@@ -213,9 +219,12 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
 /// io::checkpoint_error, with the trainer unchanged, for a file that lacks a
 /// tensor, holds one of another dtype or shape, or holds values a trainer never
 /// saves (outside each state's state_domain: Inf or NaN, a negative step count,
-/// a loss scale not above 0, a negative second moment), or (unless `unread` is
-/// ignore) a tensor the trainer does not read: another network's layers,
-/// another optimizer's state.
+/// a loss scale not above 0, a negative second moment), was saved by a network
+/// of another seed whose layers draw random numbers (dropout), or (unless
+/// `unread` is ignore) holds a tensor the trainer does not read: another
+/// optimizer's state. (Another network's optimizer state has another size: it
+/// never loads; load_parameters with ignore takes the parameters.) The
+/// returned metadata holds the caller's keys only (fusor's start "fusor.").
 template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer,
                                                        unread_tensors unread = unread_tensors::refuse) {

@@ -404,9 +404,9 @@ void save_shards_and_manifest(const std::filesystem::path& dir, Trainer& trainer
 /// caller's own strings (the epoch, the data position); keys starting
 /// "training." or "fusor." are reserved.
 template <class Trainer, class Communicator, class Executor>
-void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world, const checkpoint_rank& where,
-                      const std::string& save_id, const std::map<std::string, std::string>& metadata,
-                      const Executor& ex) {
+void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world,
+                      const checkpoint_rank& where, const std::string& save_id,
+                      const std::map<std::string, std::string>& metadata, const Executor& ex) {
   detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
   detail::check_caller_metadata(metadata, "fusor::parallel::save_distributed");
   detail::save_shards_and_manifest(dir, trainer, world, where, save_id, metadata, ex);

@@ -361,7 +361,7 @@ FUSOR_DECL const tensor_record& sharded_checkpoint_reader::shard_tensor(int r, c
     if (index_t(std::filesystem::file_size(file)) != shard_bytes_[std::size_t(r)])
       throw checkpoint_error("fusor: shard '" + file.string() + "' is " + std::to_string(std::filesystem::file_size(file)) +
                              " bytes, but the manifest recorded " + std::to_string(shard_bytes_[std::size_t(r)]) +
-                             ": it was written by another save");
+                             ": it was cut short, damaged or written by another save");
     reader = std::make_unique<checkpoint_reader>(file);
     if (reader->metadata("fusor.save") != save_id_)
       throw checkpoint_error("fusor: shard '" + file.string() + "' belongs to save '" + reader->metadata("fusor.save") +
