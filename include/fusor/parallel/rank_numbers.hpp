@@ -43,8 +43,13 @@ class rank_numbers {
   static constexpr index_t capacity = 3;
   using buffer_space = std::conditional_t<stream_ordered<Communicator>, Space, host_space>;
 
-  /// The buffer allocated in the order of `stream` (a trainer's).
-  explicit rank_numbers(stream_t stream) : buffer_(dextents<index_t, 1>(capacity), stream) {}
+  /// The buffer allocated in the order of `stream` (a trainer's), and that allocation waited for: the buffer is
+  /// used on the communicator's stream, which does not follow `stream` (a pipeline checks its stages at once).
+  explicit rank_numbers(stream_t stream) : buffer_(dextents<index_t, 1>(capacity), stream) {
+#if FUSOR_HAS_CUDA
+    if constexpr (buffer_space::device_accessible) FUSOR_CUDA_CHECK(cudaStreamSynchronize(stream));
+#endif
+  }
   /// The buffer allocated in the order of `world`'s stream, where it has one (a checkpoint's checks).
   explicit rank_numbers(const Communicator& world) : rank_numbers(stream_of(world)) {}
 
