@@ -29,8 +29,8 @@ namespace fusor::parallel {
 
 /// The least and the most of one number over the ranks.
 struct rank_range {
-  double least = 0;
-  double most = 0;
+  double least = 0;  ///< The smallest over the ranks.
+  double most = 0;   ///< The largest over the ranks.
   /// Every rank passed the same number.
   bool same() const { return least == most; }
 };
