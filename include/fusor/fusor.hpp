@@ -127,6 +127,7 @@
 #include "fusor/nn/sequential.hpp"
 #include "fusor/nn/sharding.hpp"
 #include "fusor/optim/adamw.hpp"
+#include "fusor/optim/checkpoint_refusals.hpp"
 #include "fusor/optim/checkpoint_values.hpp"
 #include "fusor/optim/flat_state.hpp"
 #include "fusor/optim/gradient_norm.hpp"

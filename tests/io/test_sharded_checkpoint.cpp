@@ -99,6 +99,10 @@ FUSOR_TEST_CASE("a checkpoint saved as two tensor-parallel ranks reads back in a
   CHECK(ckpt.metadata("step") == "5");
   CHECK(ckpt.metadata("mesh") == "1x2x1");
   CHECK(ckpt.global_shape("0.weight") == w_shape);
+  // Every tensor once, sorted, whichever ranks saved its pieces.
+  CHECK(ckpt.names() == std::vector<std::string>{"0.bias", "0.weight", "1.weight", "steps"});
+  CHECK(ckpt.contains("1.weight"));
+  CHECK(!ckpt.contains("1.bias"));
   expect_piece(ckpt, "0.weight", w, fio::tensor_piece::whole(w_shape));
   for (index_t r = 0; r < 5; ++r) expect_piece(ckpt, "0.weight", w, fio::tensor_piece::slice(w_shape, 1, r, 5));
   for (index_t r = 0; r < 3; ++r) expect_piece(ckpt, "0.weight", w, fio::tensor_piece::slice(w_shape, 0, r, 3));

@@ -31,6 +31,7 @@
 
 #include "comm/mpi_world.hpp"
 #include "parallel/tensor_parallel_checks.hpp"
+#include "support/checkpoint_edits.hpp"
 
 using namespace tensor_parallel_test;
 namespace fs = std::filesystem;
@@ -350,13 +351,10 @@ TEST_CASE("distributed checkpoint: a rank that refuses its pieces makes every ra
     fs::copy(dir, damaged);
     const fs::path shard = damaged / ("shard-00000-of-0000" + std::to_string(world.size()) + ".safetensors");
     const fusor::io::safetensors_file good = fusor::io::checkpoint_reader(shard).contents();
-    fusor::io::checkpoint_writer writer;
-    for (fusor::io::tensor_record t : good.tensors) {
-      if (t.name == "controller.loss_scale") std::fill(t.bytes.begin(), t.bytes.end(), std::byte{0});
-      writer.add_record(std::move(t));
-    }
-    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
-    writer.save(shard);
+    fusor_test::write_edited(good, shard, [](fusor::io::tensor_record& t) {
+      if (t.name == "controller.loss_scale") fusor_test::set_element(t, 0, 0);
+      return true;
+    });
   }
   barrier(world);
   const std::string one_refused = "1 of " + std::to_string(world.size()) + " ranks refused";

@@ -5,7 +5,8 @@
 // their placement names; a bf16 network with fp32 master weights saved after
 // 2 steps resumes bit for bit; the errors (reserved metadata, a communicator
 // that is not the mesh's world, a dropout network of another seed, damaged
-// values refused before anything is loaded).
+// values refused before anything is loaded, a pruned trainer, whose masks a
+// distributed save does not hold).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 
 #include "io/io_support.hpp"
 #include "parallel/tensor_parallel_checks.hpp"
+#include "support/checkpoint_edits.hpp"
 
 using namespace tensor_parallel_test;
 
@@ -120,7 +122,8 @@ TEST_CASE("distributed checkpoint on one process: bf16 parameters and fp32 maste
   CHECK(steps(resumed, 2, 5) == want);
 }
 
-TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dropout network of another seed") {
+TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dropout network of another seed, "
+          "a pruned trainer") {
   const io_test::scratch_directory scratch("dcp_errors");
   fusor::comm::single world;
   bf16_trainer train_state;
@@ -148,6 +151,26 @@ TEST_CASE("distributed checkpoint errors: reserved metadata, another world, a dr
       [&] { parallel::load_distributed(scratch / "d", b, parallel::single_process, host_executor{}); },
       {"network of seed 3", "this one has seed 4", "{.seed = 3}"});
   static_assert(dropout_net::draws_random_numbers && !bf16_net::draws_random_numbers);
+
+  // A distributed save holds no pruning masks: a pruned trainer is refused rather than lose them, and a pruned
+  // trainer that loads one stops pruning, as the saving trainer did not prune.
+  parallel::save_distributed(scratch / "unpruned", train, world, parallel::single_process, "u", {}, host_executor{});
+  train.prune(0.5, host_executor{});
+  fusor_test::expect_error<fusor::error>(
+      [&] {
+        parallel::save_distributed(scratch / "p", train, world, parallel::single_process, "p", {}, host_executor{});
+      },
+      {"save_distributed", "the trainer prunes", "save_training_state"});
+  fusor_test::expect_error<fusor::error>(
+      [&] {
+        parallel::save_distributed_latest(scratch / "rolling", train, world, parallel::single_process, "p", {},
+                                          host_executor{});
+      },
+      {"save_distributed_latest", "the trainer prunes"});
+  CHECK(!std::filesystem::exists(scratch / "p"));
+  CHECK(!std::filesystem::exists(scratch / "rolling" / "p"));
+  parallel::load_distributed(scratch / "unpruned", train, parallel::single_process, host_executor{});
+  CHECK(!train.pruned());
 }
 
 TEST_CASE("distributed checkpoint: damaged values are refused before anything is loaded, naming tensor and value") {
@@ -182,28 +205,14 @@ TEST_CASE("distributed checkpoint: damaged values are refused before anything is
     const auto dir = scratch / "damaged";
     std::filesystem::remove_all(dir);
     std::filesystem::copy(scratch / "good", dir);
-    fusor::io::checkpoint_writer writer;
     bool changed = false;
-    for (fusor::io::tensor_record t : good.tensors) {
-      if (t.name == d.tensor) {
-        changed = true;
-        if (t.type == fusor::io::dtype::i64) {
-          const auto v = std::int64_t(d.value);
-          std::memcpy(t.bytes.data() + d.element * 8, &v, 8);
-        } else if (t.type == fusor::io::dtype::bf16) {
-          const auto v = fusor::bfloat16(float(d.value));
-          std::memcpy(t.bytes.data() + d.element * 2, &v, 2);
-        } else {
-          REQUIRE(t.type == fusor::io::dtype::f32);
-          const auto v = float(d.value);
-          std::memcpy(t.bytes.data() + d.element * 4, &v, 4);
-        }
-      }
-      writer.add_record(std::move(t));
-    }
+    fusor_test::write_edited(good, dir / shard, [&](fusor::io::tensor_record& t) {
+      if (t.name != d.tensor) return true;
+      fusor_test::set_element(t, d.element, d.value);
+      changed = true;
+      return true;
+    });
     REQUIRE(changed);
-    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
-    writer.save(dir / shard);
 
     bf16_trainer resumed_state;
     auto& resumed = resumed_state.train;

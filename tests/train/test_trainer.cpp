@@ -1,7 +1,8 @@
 // optim::trainer end to end: training resumed from a checkpoint repeats the
 // losses of uninterrupted training exactly; a short run on a slice of
 // Fashion-MNIST learns (its loss falls below a stated bound); pruned weights
-// stay zero; fp16 with dynamic loss scaling skips a step with an overflow.
+// stay zero, and a resumed run keeps pruning; fp16 with dynamic loss scaling
+// skips a step with an overflow.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/checkpoint_edits.hpp"
 #include "support/fusor_test.hpp"
 
 #include <fusor/data/fashion_mnist.hpp>
@@ -120,23 +122,12 @@ FUSOR_TEST_CASE("trainer: a damaged training state is refused with the tensor an
   };
   for (const damage& d : cases) {
     INFO(d.what);
-    io::checkpoint_writer writer;
-    for (io::tensor_record t : good.tensors) {
-      if (t.name == d.tensor) {
-        if (d.what == std::string("a tensor missing")) continue;
-        if (t.type == io::dtype::i64) {
-          const auto v = std::int64_t(d.value);
-          std::memcpy(t.bytes.data() + d.element * 8, &v, 8);
-        } else {
-          REQUIRE(t.type == io::dtype::f32);
-          const auto v = float(d.value);
-          std::memcpy(t.bytes.data() + d.element * 4, &v, 4);
-        }
-      }
-      writer.add_record(std::move(t));
-    }
-    for (const auto& [k, v] : good.metadata) writer.add_metadata(k, v);
-    writer.save(dir / "damaged.safetensors");
+    write_edited(good, dir / "damaged.safetensors", [&](io::tensor_record& t) {
+      if (t.name != d.tensor) return true;
+      if (d.what == std::string("a tensor missing")) return false;
+      set_element(t, d.element, d.value);
+      return true;
+    });
 
     executor ex{};
     network_t net(128, {.seed = 9});
@@ -419,6 +410,102 @@ FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which
   CHECK(std::fabs(double(zeros) / double(weights) - 0.5) < 0.001);
   CHECK(largest_pruned <= smallest_kept);  // the smallest magnitudes went
   CHECK(kept_moved > kept / 2);            // and training went on for the rest
+}
+
+namespace {
+// `steps` steps of `trainer` on the loader's next batches.
+template <class Trainer>
+void take_steps(Trainer& trainer, data::loader<space>& loader, int steps, const executor& ex) {
+  for (int i = 0; i < steps; ++i) {
+    const auto* b = loader.next();
+    REQUIRE(b != nullptr);
+    trainer.step(b->images, b->labels, ex);
+  }
+}
+}  // namespace
+
+FUSOR_TEST_CASE("trainer: pruning masks are part of the training state: resumed, training goes on pruning") {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_pruned_state_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  executor ex{};
+  const data::loader_options lo{.batch_size = 64, .seed = 1, .drop_last = true};
+  // Uninterrupted: 2 steps, prune half, 2 steps, save, 3 steps.
+  network_t net(64, {.seed = 9});
+  trainer_t trainer(net, schedule(10), optim::adamw_options{.weight_decay = 0.01f});
+  trainer.initialize(ex);
+  data::loader<space> loader(slice(), lo);
+  loader.start_epoch(0);
+  take_steps(trainer, loader, 2, ex);
+  trainer.prune(0.5, ex);
+  take_steps(trainer, loader, 2, ex);
+  optim::save_training_state(dir / "pruned.safetensors", trainer);
+  take_steps(trainer, loader, 3, ex);
+  const auto want = to_host(net.group<float>().values());
+
+  const io::checkpoint_reader saved(dir / "pruned.safetensors");
+  const io::tensor_record* mask = saved.contents().find("pruning.0.mask");
+  REQUIRE(mask != nullptr);
+  CHECK(mask->type == io::dtype::u8);
+  CHECK(mask->element_count() == net.group<float>().size());
+  index_t pruned = 0;
+  for (index_t i = 0; i < mask->element_count(); ++i) pruned += mask->value(i) == 0;
+  CHECK(pruned == (784 * 64 + 64 * 10) / 2);  // half the weights, no bias
+
+  // Resumed into a trainer that never pruned: it prunes as the saving one did, bit for bit.
+  network_t other(64, {.seed = 10});
+  trainer_t resumed(other, schedule(10), optim::adamw_options{.weight_decay = 0.01f});
+  resumed.initialize(ex);
+  CHECK(!resumed.pruned());
+  optim::load_training_state(dir / "pruned.safetensors", resumed);
+  CHECK(resumed.pruned());
+  data::loader<space> resumed_loader(slice(), lo);
+  resumed_loader.start_epoch(0);
+  for (int i = 0; i < 4; ++i) resumed_loader.next();  // the batches the first run took before its save
+  take_steps(resumed, resumed_loader, 3, ex);
+  const auto got = to_host(other.group<float>().values());
+  REQUIRE(got.size() == want.size());
+  index_t differ = 0, zeros = 0;
+  for (index_t i = 0; i < got.size(); ++i) {
+    differ += std::memcmp(&got.data()[i], &want.data()[i], sizeof(float)) != 0;
+    zeros += mask->value(i) == 0 && got.data()[i] == 0.0f;
+  }
+  CHECK(differ == 0);
+  CHECK(zeros == pruned);  // weight decay and the gradients moved none of the pruned weights
+
+  // A pruned trainer loading a state saved unpruned stops pruning: it steps as the unpruned trainer does.
+  network_t plain_net(64, {.seed = 9});
+  trainer_t plain(plain_net, schedule(10), optim::adamw_options{.weight_decay = 0.01f});
+  plain.initialize(ex);
+  optim::save_training_state(dir / "unpruned.safetensors", plain);
+  CHECK(io::checkpoint_reader(dir / "unpruned.safetensors").contents().find("pruning.0.mask") == nullptr);
+  optim::load_training_state(dir / "unpruned.safetensors", resumed);
+  CHECK(!resumed.pruned());
+  data::loader<space> a(slice(), lo), b(slice(), lo);
+  a.start_epoch(0);
+  b.start_epoch(0);
+  take_steps(plain, a, 2, ex);
+  take_steps(resumed, b, 2, ex);
+  const auto plain_values = to_host(plain_net.group<float>().values());
+  const auto resumed_values = to_host(other.group<float>().values());
+  CHECK(std::memcmp(plain_values.data(), resumed_values.data(), sizeof(float) * std::size_t(plain_values.size())) ==
+        0);
+
+  // load_parameters passes over the masks, as over the optimizer state.
+  network_t inference(64, {.seed = 11});
+  optim::load_parameters(dir / "pruned.safetensors", inference);
+
+  // A mask holding other than 0 and 1 is refused, naming it, and the trainer stays as it was.
+  write_edited(saved.contents(), dir / "damaged.safetensors", [](io::tensor_record& t) {
+    if (t.name == "pruning.0.mask") set_element(t, 3, 2);
+    return true;
+  });
+  optim::save_training_state(dir / "before.safetensors", resumed);
+  expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "damaged.safetensors", resumed); },
+                                     {"'pruning.0.mask' element 3 is 2", "0 or 1", "nothing was loaded"});
+  CHECK(!resumed.pruned());
+  optim::save_training_state(dir / "after.safetensors", resumed);
+  CHECK(file_bytes(dir / "after.safetensors") == file_bytes(dir / "before.safetensors"));
+  std::filesystem::remove_all(dir);
 }
 
 #if defined(FUSOR_TEST_CUDA)

@@ -30,6 +30,7 @@ inline bool within(state_domain domain, double v, std::uint64_t steps_taken) {
     case state_domain::non_negative: return std::isfinite(v) && v >= 0;
     case state_domain::positive: return std::isfinite(v) && v > 0;
     case state_domain::step_count: return v >= 0 && v <= double(steps_taken);
+    case state_domain::zero_or_one: return v == 0 || v == 1;
   }
   return false;
 }

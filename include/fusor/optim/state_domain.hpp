@@ -17,6 +17,7 @@ enum class state_domain {
   non_negative,  ///< finite and 0 or more (AdamW's mean of squared gradients)
   positive,      ///< finite and above 0 (the loss scale)
   step_count,    ///< a count of steps: 0 to the steps taken (the step, the clean steps)
+  zero_or_one,   ///< exactly 0 or 1 (a pruning mask)
 };
 
 /// The domain in words, for an error ("... is 0, where its values are finite and above 0").
@@ -26,6 +27,7 @@ constexpr const char* describe(state_domain d) {
     case state_domain::non_negative: return "finite and 0 or more";
     case state_domain::positive: return "finite and above 0";
     case state_domain::step_count: return "a step count, 0 to the steps taken";
+    case state_domain::zero_or_one: return "0 or 1";
   }
   return "?";
 }

@@ -193,8 +193,8 @@ class trainer {
 
   /// Magnitude pruning of every weight matrix (not biases): the `fraction` of
   /// smallest-magnitude weights become zero and stay zero after every later step.
-  /// The mask is not part of the training state (yet): a run resumed from
-  /// save_training_state does not keep pruning.
+  /// The masks are part of the training state (save_training_state), so a
+  /// resumed run keeps pruning; a distributed save refuses a pruned trainer.
   template <class Executor>
   void prune(double fraction, const Executor& ex) {
     streams_.use_on(executor_stream(ex));
@@ -208,6 +208,46 @@ class trainer {
     });
     pruning_applies_ = true;
     initialize(ex);  // master weights follow the pruned values
+  }
+
+  /// Whether prune() was called (or a pruned training state loaded): every step keeps the pruned weights zero.
+  bool pruned() const { return pruning_applies_; }
+  /// The checkpoint name of parameter group `group`'s pruning mask.
+  static std::string pruning_mask_name(std::size_t group) {
+    return "pruning." + std::to_string(group) + ".mask";
+  }
+  /// fn(name, mask) for each parameter group's pruning mask (pruning_mask_name; a byte per parameter, 1 kept,
+  /// 0 pruned), once pruned(); nothing before.
+  template <class Fn>
+  void for_each_pruning_mask(Fn&& fn) const {
+    if (!pruning_applies_) return;
+    for (std::size_t k = 0; k < pruning_.size(); ++k) fn(pruning_mask_name(k), pruning_[k].mask());
+  }
+  /// A mask of ones (nothing pruned) for each parameter group, in the network's memory: for a checkpoint loader
+  /// to fill before replace_pruning takes them, so a refused file leaves the trainer as it was.
+  std::vector<magnitude_pruning<space>> unpruned_masks() {
+    std::vector<magnitude_pruning<space>> masks;
+    for_each_group_and_optimizer([&](auto& group, auto&) { masks.emplace_back(group.size(), options_.stream); });
+    return masks;
+  }
+  /// From the next step, `masks` (one per parameter group, as unpruned_masks makes them) prune the parameters;
+  /// none: nothing is pruned. Throws fusor::error for another count of masks or of their parameters.
+  void replace_pruning(std::vector<magnitude_pruning<space>> masks) {
+    if (!masks.empty()) {
+      std::size_t k = 0;
+      for_each_group_and_optimizer([&](auto& group, auto&) {
+        if (k < masks.size() && masks[k].parameter_count() != group.size())
+          throw error("fusor::optim::trainer::replace_pruning: mask " + std::to_string(k) + " covers " +
+                      std::to_string(masks[k].parameter_count()) + " parameters, its group has " +
+                      std::to_string(group.size()));
+        ++k;
+      });
+      if (k != masks.size())
+        throw error("fusor::optim::trainer::replace_pruning: " + std::to_string(masks.size()) +
+                    " masks for " + std::to_string(k) + " parameter groups");
+    }
+    pruning_applies_ = !masks.empty();
+    pruning_ = std::move(masks);
   }
 
   /// The loss, whose totals() (mean loss, accuracy, samples) cover step() and evaluate() since its reset().

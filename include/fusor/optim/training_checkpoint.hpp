@@ -12,9 +12,10 @@
 // tensors it does not read unless told to ignore them (unread_tensors.hpp).
 // Parameters are stored under their network names ("0.weight") in their
 // logical shapes; optimizer state as "optimizer.<group>.<name>" (flat), the
-// step scalars as "controller.<name>", and the trainer's host step count in the
-// metadata, so training resumed from a checkpoint repeats exactly the losses
-// of training that never stopped (same data order, same dropout masks).
+// step scalars as "controller.<name>", a pruned trainer's masks as
+// "pruning.<group>.mask", and the trainer's host step count in the metadata,
+// so training resumed from a checkpoint repeats exactly the losses of training
+// that never stopped (same data order, same dropout masks, same pruning).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -29,6 +31,7 @@
 
 #include "fusor/io/checkpoint.hpp"
 #include "fusor/nn/network.hpp"
+#include "fusor/optim/checkpoint_refusals.hpp"
 #include "fusor/optim/checkpoint_values.hpp"
 #include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/unread_tensors.hpp"
@@ -74,13 +77,13 @@ void read_parameters(const io::checkpoint_reader& reader, Network& network) {
 
 inline constexpr const char* steps_key = "fusor.steps_taken";
 inline constexpr const char* seed_key = "fusor.seed";
+// The families of tensors a trainer saves besides the parameters: load_parameters passes over them.
+inline constexpr std::string_view training_state_families[] = {"optimizer.", "controller.", "pruning."};
 
-// Refuses the caller's metadata keys that fusor reserves ("fusor.": the metadata a load returns has none).
-inline void check_caller_metadata(const std::map<std::string, std::string>& metadata, const char* who) {
-  for (const auto& [key, value] : metadata)
-    if (key.starts_with("fusor."))
-      throw error(std::string(who) + ": metadata keys starting 'fusor.' are reserved ('" + key + "')");
-}
+// Whether `Trainer` prunes (optim::trainer): its masks are part of its training state.
+template <class Trainer>
+inline constexpr bool keeps_pruning = requires(Trainer& t) { t.unpruned_masks(); };
+
 // The caller's metadata of `reader`: without fusor's own keys.
 inline std::map<std::string, std::string> caller_metadata(const io::checkpoint_reader& reader) {
   std::map<std::string, std::string> mine;
@@ -91,7 +94,7 @@ inline std::map<std::string, std::string> caller_metadata(const io::checkpoint_r
 
 // The tensors of `reader` outside `read`, but for names starting with one of `passed_over` (in the file's order).
 inline std::vector<std::string> unread_names(const io::checkpoint_reader& reader, const std::set<std::string>& read,
-                                             std::initializer_list<std::string_view> passed_over = {}) {
+                                             std::span<const std::string_view> passed_over = {}) {
   std::vector<std::string> unread;
   for (const io::tensor_record& t : reader.contents().tensors) {
     bool passed = read.count(t.name) != 0;
@@ -120,6 +123,10 @@ void check_training_state(const io::checkpoint_reader& reader, Trainer& trainer,
   };
   std::set<std::string> read = parameter_names(trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto&) { read.insert(name); });
+  if constexpr (keeps_pruning<Trainer>) {  // the masks a pruned trainer saves, pruned or not now
+    std::size_t group = 0;
+    trainer.for_each_optimizer([&](const auto&...) { read.insert(Trainer::pruning_mask_name(group++)); });
+  }
   const std::vector<std::string> extra = unread_names(reader, read);
   try {
     check_parameters(reader, trainer.network(), [&](const std::string& name, const io::tensor_record& record) {
@@ -146,11 +153,26 @@ void check_seed(const io::checkpoint_reader& reader, const Network& network) {
     if (reader.contents().metadata.count(seed_key) == 0) return;
     const auto seed = reader.metadata_number<std::uint64_t>(seed_key);
     if (seed != network.seed())
-      throw io::checkpoint_error("fusor: checkpoint '" + reader.file().string() + "' was saved by a network of seed " +
-                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
-                                 ": its dropout would draw other masks; construct the network with {.seed = " +
-                                 std::to_string(seed) + "}");
+      throw seed_mismatch("fusor: checkpoint '" + reader.file().string() + "'", seed, network.seed());
   }
+}
+// The pruning masks `reader` holds, checked (one per group, each element 0 or 1) and copied into masks of
+// `trainer`'s groups, which it does not change yet; none where the file holds none (saved unpruned).
+template <class Trainer>
+auto read_pruning_masks(const io::checkpoint_reader& reader, Trainer& trainer) {
+  decltype(trainer.unpruned_masks()) masks;
+  for (const io::tensor_record& t : reader.contents().tensors)
+    if (t.name.starts_with("pruning.")) {
+      masks = trainer.unpruned_masks();
+      break;
+    }
+  for (std::size_t k = 0; k < masks.size(); ++k) {
+    const std::string name = Trainer::pruning_mask_name(k);
+    check_values(reader.check(name, masks[k].mask()), state_domain::zero_or_one, 0,
+                 "fusor: checkpoint '" + reader.file().string() + "': tensor '" + name + "'", steps_key);
+  }
+  for (std::size_t k = 0; k < masks.size(); ++k) reader.read(Trainer::pruning_mask_name(k), masks[k].mask());
+  return masks;
 }
 }  // namespace detail
 
@@ -166,11 +188,12 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
   writer.save(file);
 }
 /// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them
-/// (save_training_state's files too: their optimizer and step state, "optimizer.*" and "controller.*", is passed
-/// over). Throws io::checkpoint_error, the network unchanged, for a missing tensor, a different element type or
-/// shape, a value that is Inf or NaN, or (unless `unread` is ignore) a tensor the network does not read. A trainer
-/// of 16-bit parameters keeps fp32 master weights: load before trainer.initialize(), which copies the parameters
-/// into them (or call it again after), else the next step starts from the master weights of before.
+/// (save_training_state's files too: their optimizer state, step scalars and pruning masks, "optimizer.*",
+/// "controller.*" and "pruning.*", are passed over). Throws io::checkpoint_error, the network unchanged, for a
+/// missing tensor, a different element type or shape, a value that is Inf or NaN, or (unless `unread` is ignore) a
+/// tensor the network does not read. A trainer of 16-bit parameters keeps fp32 master weights: load before
+/// trainer.initialize(), which copies the parameters into them (or call it again after), else the next step starts
+/// from the master weights of before.
 template <class Network>
 void load_parameters(const std::filesystem::path& file, Network& network,
                      unread_tensors unread = unread_tensors::refuse) {
@@ -179,13 +202,14 @@ void load_parameters(const std::filesystem::path& file, Network& network,
     detail::check_values(record, state_domain::finite, 0,
                          "fusor: checkpoint '" + file.string() + "': tensor '" + name + "'", detail::steps_key);
   });
-  detail::refuse_unread(detail::unread_names(reader, detail::parameter_names(network), {"optimizer.", "controller."}),
+  detail::refuse_unread(detail::unread_names(reader, detail::parameter_names(network),
+                                            detail::training_state_families),
                         unread, "fusor: checkpoint '" + file.string() + "'", "this network does not read");
   detail::read_parameters(reader, network);
 }
 
-/// Parameters, optimizer state, step scalars, the host step count and the network's seed; `metadata`: the
-/// caller's own strings (keys starting "fusor." are reserved).
+/// Parameters, optimizer state, step scalars, pruning masks (once pruned), the host step count and the network's
+/// seed; `metadata`: the caller's own strings (keys starting "fusor." are reserved).
 template <class Trainer>
 void save_training_state(const std::filesystem::path& file, Trainer& trainer,
                          const std::map<std::string, std::string>& metadata = {}) {
@@ -193,14 +217,16 @@ void save_training_state(const std::filesystem::path& file, Trainer& trainer,
   io::checkpoint_writer writer;
   detail::add_parameters(writer, trainer.network());
   trainer.for_each_state([&](const std::string& name, const auto& v) { writer.add(name, v); });
+  if constexpr (detail::keeps_pruning<Trainer>)
+    trainer.for_each_pruning_mask([&](const std::string& name, const auto& mask) { writer.add(name, mask); });
   writer.add_metadata(detail::steps_key, std::to_string(trainer.steps_taken()));
   writer.add_metadata(detail::seed_key, std::to_string(trainer.network().seed()));
   for (const auto& [k, v] : metadata) writer.add_metadata(k, v);
   writer.save(file);
 }
 /// Bytes that save_training_state(file, trainer) writes, about: every
-/// parameter and every optimizer and controller state tensor at its element
-/// size, plus 64 KiB for the header (names, shapes, metadata). What
+/// parameter, every optimizer and controller state tensor and every pruning
+/// mask at its element size, plus 64 KiB for the header (names, shapes, metadata). What
 /// io::check_destination needs to prove a save will fit before training starts.
 template <class Trainer>
 std::uint64_t training_state_bytes(Trainer& trainer) {
@@ -211,6 +237,8 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
   trainer.for_each_state([&](const std::string&, const auto& v) {
     bytes += std::uint64_t(v.size()) * sizeof(typename std::remove_cvref_t<decltype(v)>::element_type);
   });
+  if constexpr (detail::keeps_pruning<Trainer>)
+    trainer.for_each_pruning_mask([&](const std::string&, const auto& mask) { bytes += std::uint64_t(mask.size()); });
   return bytes;
 }
 
@@ -225,6 +253,8 @@ std::uint64_t training_state_bytes(Trainer& trainer) {
 /// optimizer's state. (Another network's optimizer state has another size: it
 /// never loads; load_parameters with ignore takes the parameters.) The
 /// returned metadata holds the caller's keys only (fusor's start "fusor.").
+/// From then on the trainer prunes as the saving one did: with the file's
+/// masks, or, where the file holds none, not at all.
 template <class Trainer>
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& file, Trainer& trainer,
                                                        unread_tensors unread = unread_tensors::refuse) {
@@ -236,7 +266,13 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
   const auto steps_taken = reader.metadata_number<std::uint64_t>(detail::steps_key);
   detail::check_seed(reader, trainer.network());
   detail::check_training_state(reader, trainer, steps_taken, unread);
-  detail::read_parameters(reader, trainer.network());
+  if constexpr (detail::keeps_pruning<Trainer>) {
+    auto masks = detail::read_pruning_masks(reader, trainer);  // checked before the trainer changes
+    detail::read_parameters(reader, trainer.network());
+    trainer.replace_pruning(std::move(masks));  // none: the saving trainer did not prune, nor does this one now
+  } else {
+    detail::read_parameters(reader, trainer.network());
+  }
   trainer.for_each_state([&](const std::string& name, const auto& v) { reader.read(name, v); });
   trainer.set_steps_taken(steps_taken);
   return detail::caller_metadata(reader);

@@ -52,6 +52,7 @@
 #include "fusor/io/file.hpp"
 #include "fusor/io/sharded_checkpoint.hpp"
 #include "fusor/nn/parameters.hpp"
+#include "fusor/optim/checkpoint_refusals.hpp"
 #include "fusor/optim/checkpoint_values.hpp"
 #include "fusor/optim/state_domain.hpp"
 #include "fusor/optim/state_layout.hpp"
@@ -290,10 +291,8 @@ std::uint64_t check_loadable(const io::sharded_checkpoint_reader& reader, Traine
   const std::uint64_t seed = parse_unsigned(reader.metadata(seed_key), dir, seed_key);
   if constexpr (std::remove_cvref_t<decltype(network)>::draws_random_numbers)
     if (seed != network.seed())
-      throw io::checkpoint_error("fusor::parallel::load_distributed: '" + dir.string() + "' was saved by a network of seed " +
-                                 std::to_string(seed) + ", this one has seed " + std::to_string(network.seed()) +
-                                 ": its dropout would draw other masks; construct the network with {.seed = " +
-                                 std::to_string(seed) + "}");
+      throw optim::detail::seed_mismatch("fusor::parallel::load_distributed: '" + dir.string() + "'", seed,
+                                         network.seed());
   const std::uint64_t steps_taken = parse_unsigned(reader.metadata(steps_key), dir, steps_key);
   check_pieces(reader, trainer, where, steps_taken, dir);
   return steps_taken;
@@ -338,16 +337,21 @@ std::map<std::string, std::string> load_checked(const io::sharded_checkpoint_rea
     reader.read("controller." + std::string(name), io::tensor_piece::whole({}), v);
   });
   if constexpr (requires { trainer.parameters_loaded(ex); }) trainer.parameters_loaded(ex);
+  if constexpr (requires { trainer.replace_pruning({}); }) trainer.replace_pruning({});  // the save held no masks
   trainer.set_steps_taken(steps_taken);
   finish_work(ex);
   return reader.all_metadata();
 }
 
-// Refuses the caller's metadata keys that fusor reserves.
-inline void check_caller_metadata(const std::map<std::string, std::string>& metadata, const char* who) {
-  for (const auto& [key, value] : metadata)
-    if (key.rfind("training.", 0) == 0 || key.rfind("fusor.", 0) == 0)
-      throw error(std::string(who) + ": metadata keys starting 'training.' or 'fusor.' are reserved ('" + key + "')");
+// What every save refuses before it writes: the caller's metadata keys that fusor reserves, and a pruned
+// trainer, whose masks a distributed save does not hold (save_training_state does).
+template <class Trainer>
+void check_savable(const std::map<std::string, std::string>& metadata, const Trainer& trainer, const char* who) {
+  optim::detail::check_caller_metadata(metadata, who, {"training.", "fusor."});
+  if constexpr (requires { trainer.pruned(); })
+    if (trainer.pruned())
+      throw error(std::string(who) + ": the trainer prunes, and a distributed checkpoint does not hold pruning "
+                  "masks (resumed, it would stop pruning): save with fusor::optim::save_training_state");
 }
 
 // save_distributed's work, once its arguments are checked; `metadata` may hold fusor's own keys.
@@ -402,13 +406,14 @@ void save_shards_and_manifest(const std::filesystem::path& dir, Trainer& trainer
 /// collective over `world` (every rank of the mesh calls it, with the same
 /// `save_id`: a word naming this save, such as "step-1200"). `metadata`: the
 /// caller's own strings (the epoch, the data position); keys starting
-/// "training." or "fusor." are reserved.
+/// "training." or "fusor." are reserved. A pruned optim::trainer is refused:
+/// its masks would be lost (save_training_state keeps them).
 template <class Trainer, class Communicator, class Executor>
 void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Communicator& world,
                       const checkpoint_rank& where, const std::string& save_id,
                       const std::map<std::string, std::string>& metadata, const Executor& ex) {
   detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed");
-  detail::check_caller_metadata(metadata, "fusor::parallel::save_distributed");
+  detail::check_savable(metadata, trainer, "fusor::parallel::save_distributed");
   detail::save_shards_and_manifest(dir, trainer, world, where, save_id, metadata, ex);
 }
 
@@ -422,7 +427,8 @@ void save_distributed(const std::filesystem::path& dir, Trainer& trainer, Commun
 /// in its world (where.world_size() == 1) it also refuses, unless `unread` is
 /// ignore, a checkpoint holding tensors the trainer does not read (another
 /// network's layers, another optimizer's state). Returns the save's metadata
-/// (the caller's keys, and training.mesh, the mesh it was saved on). On several
+/// (the caller's keys, and training.mesh, the mesh it was saved on). A pruned
+/// optim::trainer stops pruning: the save holds no masks. On several
 /// ranks prefer the overload with the world: a rank that refuses alone would
 /// leave the others training into a collective it never joins, and only the
 /// ranks together know which tensors none of them reads.
@@ -517,7 +523,7 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
     throw io::checkpoint_error("fusor::parallel::save_distributed_latest: the save id '" + save_id +
                                "' must be a folder name (not '.', '..' or 'latest', no slashes or spaces)");
   detail::check_world_matches(world.rank(), world.size(), where, "fusor::parallel::save_distributed_latest");
-  detail::check_caller_metadata(metadata, "fusor::parallel::save_distributed_latest");
+  detail::check_savable(metadata, trainer, "fusor::parallel::save_distributed_latest");
   // Every rank reads the same `latest` (the last save's final agreement below orders it).
   const auto previous = latest_distributed_save(root);
   if (previous && previous->filename() == save_id)
