@@ -164,6 +164,11 @@ FUSOR_TEST_CASE("an operand that overlaps the destination other than element for
   refused([&] { assign(sq, transpose(sq.view()), ex); }, "[4, 4] (strides [1, 4])");
   refused([&] { assign(sq, sq + transpose(sq.view()), ex); }, "(strides [1, 4])");
   refused([&] { assign(sq, sq - slice<0>(sq.view(), 1, 2), ex); }, "[1, 4] (strides [4, 1])");  // row 1, broadcast
+  // A rank-0 view of its first element, broadcast: every element after the first would read the new one.
+  const view<float, extents<index_t>, row_major, space> first(sq.data());
+  refused([&] { assign(sq, sq / first, ex); }, "[] (strides [])");
+  const view<float, extents<index_t>, row_major, space> last(sq.data() + 15);
+  refused([&] { assign(sq, sq / last, ex); }, "[] (strides [])");
   // Shifted by a row: row i of the destination would read row i + 1.
   const auto rows_0_3 = slice<0>(sq.view(), 0, 3), rows_1_4 = slice<0>(sq.view(), 1, 4);
   expect_error<error>([&] { assign(rows_0_3, rows_1_4 * 2, ex); }, {"destination [3, 4]", "overlaps"});

@@ -129,6 +129,12 @@ TEST_CASE("derivative: + - * / and unary minus match central differences") {
   check_gradient("1.5 / a", 1.5 / arg<0>, sample1(205, -2.0, 2.0, away_from_zero(0.3)));
   check_gradient("a * a - a / (a + 4)", arg<0> * arg<0> - arg<0> / (arg<0> + 4.0), sample1(206, -3.0, 3.0));
   check_gradient("-(a * b) + b", -(arg<0> * arg<1>) + arg<1>, box);
+  // Divided by an integer literal: the reciprocal must not divide in integers (1 / 2 == 0).
+  check_gradient("a / 2", arg<0> / 2, sample1(207, -3.0, 3.0));
+  check_gradient("a - a / 3", arg<0> - arg<0> / 3, sample1(208, -3.0, 3.0));
+  check_gradient("a * a * a / 3", arg<0> * arg<0> * arg<0> / 3, sample1(209, -3.0, 3.0));
+  check_gradient("exp(-a * a / 2)", fusor::exp(-arg<0> * arg<0> / 2), sample1(210, -3.0, 3.0));
+  CHECK(eval_at(fusor::derivative(arg<0> / 4, arg<0>), point<1>{0.75}) == 0.25);
 
   // Exact values where the rule is exact.
   CHECK(eval_at(fusor::derivative(arg<0> * arg<1>, arg<0>), point<2>{0.75, -1.25}) == -1.25);

@@ -3,6 +3,7 @@
 // same call twice gives the same bits, the input is read once per element
 // (no temporary), launches are counted, zero elements and integer inputs
 // behave as documented, and wrong destinations are shape errors naming both shapes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -230,13 +231,43 @@ FUSOR_TEST_CASE("zero elements, one-element destinations of any rank, integer an
   finish(ex);
   CHECK(scalar_of(one) == 91.0);
 
-  // Integers accumulate as integers; mean and norm of integers are double.
+  // Integers add in int64 (as PyTorch's sums do); amax keeps the type; mean and norm of integers are double.
   const auto i = tensor_of<std::int32_t>(vector_extents(4), {3, -1, 4, 2});
   CHECK(fusor::sum(i, ex) == 8);
   CHECK(fusor::amax(i, ex) == 4);
   CHECK(fusor::mean(i, ex) == 2.0);
   static_assert(std::is_same_v<decltype(fusor::mean(i, ex)), double>);
-  static_assert(std::is_same_v<decltype(fusor::sum(i, ex)), std::int32_t>);
+  static_assert(std::is_same_v<decltype(fusor::sum(i, ex)), std::int64_t>);
+  static_assert(std::is_same_v<decltype(fusor::amax(i, ex)), std::int32_t>);
+  {
+    // Totals past the element type: 300 x 255 in uint8, 3 x 2e9 in int32 (wrapped, 76500 would be 212 and
+    // 6e9 would be 1705032704).
+    host_tensor<std::uint8_t, vector_extents> bytes(300);
+    host_tensor<std::int32_t, vector_extents> large(3);
+    host_tensor<std::uint8_t, matrix_extents> image(2, 300);
+    for (index_t k = 0; k < 300; ++k) bytes(k) = 255, image(0, k) = 255, image(1, k) = std::uint8_t(k % 2 * 200);
+    for (index_t k = 0; k < 3; ++k) large(k) = 2000000000;
+    const auto b = to_space(bytes);
+    const auto l = to_space(large);
+    const auto im = to_space(image);
+    CHECK(fusor::sum(b, ex) == 76500);
+    CHECK(fusor::mean(b, ex) == 255.0);
+    CHECK(fusor::norm(b, ex) == doctest::Approx(std::sqrt(300.0) * 255.0).epsilon(1e-12));
+    CHECK(fusor::sum(l, ex) == 6000000000);
+    CHECK(fusor::mean(l, ex) == 2e9);
+    CHECK(fusor::sum(b * 2, ex) == 153000);  // an integer expression adds in int64 too
+    space_tensor<double, vector_extents> row_means(2);
+    fusor::mean(row_means, im, 1, ex);
+    finish(ex);
+    CHECK(to_host(row_means)(0) == 255.0);
+    CHECK(to_host(row_means)(1) == 100.0);
+    // A comparison of floats counts in index_t, past float's 2^24 consecutive integers.
+    host_tensor<float, vector_extents> host_ones(index_t(1) << 24 | 1);
+    std::fill_n(host_ones.data(), host_ones.size(), 1.0f);
+    const auto ones = to_space(host_ones);
+    static_assert(std::is_same_v<decltype(fusor::sum(ones > 0, ex)), index_t>);
+    CHECK(fusor::sum(ones > 0, ex) == (index_t(1) << 24) + 1);
+  }
   // Halves of integers: a floating-point literal makes the expression float, not 0 + 0 + 2 + 1.
   CHECK(fusor::sum(i * 0.5, ex) == 4.0f);
   static_assert(std::is_same_v<decltype(fusor::sum(i * 0.5, ex)), float>);

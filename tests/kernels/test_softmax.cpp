@@ -649,3 +649,25 @@ FUSOR_TEST_CASE("softmax: shape errors name both shapes") {
   expect_error<shape_error>([&] { softmax_backward(dx, x, dy, ex); }, {"softmax_backward", "[4, 4]", "[3, 4]"});
   expect_error<shape_error>([&] { log_softmax_backward(y, x, x, ex); }, {"log_softmax_backward", "[3, 5]", "[3, 4]"});
 }
+
+FUSOR_TEST_CASE("softmax: an operand reading other elements of the output (its transpose) is refused") {
+  host_tensor<float, matrix_extents> hy(4, 4);
+  fill_random(hy, 91);
+  auto y = to_space(hy);
+  space_tensor<float, matrix_extents> dy(4, 4);
+  poison(dy);
+  executor ex{};
+  expect_error<error>([&] { softmax(y, transpose(y.view()) * 1.0f, ex); },
+                      {"the output of softmax [4, 4] (strides [4, 1])", "(strides [1, 4])", "overlaps"});
+  expect_error<error>([&] { log_softmax(y, transpose(y.view()), ex); }, {"the output of log_softmax", "overlaps"});
+  expect_error<error>([&] { softmax_backward(y, transpose(y.view()), dy, ex); }, {"dx of softmax_backward", "overlaps"});
+  // In place, element for element, is allowed; the refused calls changed nothing.
+  softmax(y, y * 2.0f, ex);
+  finish(ex);
+  const auto got = to_host(y);
+  for (index_t i = 0; i < 4; ++i) {
+    double total = 0;
+    for (index_t j = 0; j < 4; ++j) total += std::exp(2.0 * hy(i, j));
+    for (index_t j = 0; j < 4; ++j) CHECK(close(got(i, j), std::exp(2.0 * hy(i, j)) / total, 1e-6));
+  }
+}

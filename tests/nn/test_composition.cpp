@@ -242,6 +242,18 @@ FUSOR_TEST_CASE("composites: parameters named as PyTorch's nested nn.Sequential,
   CHECK(begin == slots[6].offset);
   CHECK(end >= slots[11].offset + slots[11].size);
   CHECK(end <= slots[12].offset);
+
+  // recomputed adds no level, inside a branch too: a recomputed chain names its parameters as the chain.
+  using branch_chain = nn::chain<nn::linear<6, 3>, nn::layernorm<3>>;
+  using plain = nn::sequential<nn::features<6>, nn::branches<nn::join_concat, nn::linear<6, 2>, branch_chain>>;
+  using recomputed = nn::sequential<nn::features<6>, nn::branches<nn::join_concat, nn::recomputed<nn::linear<6, 2>>,
+                                                                  nn::recomputed<branch_chain>>>;
+  tested<plain> plain_net(batch, {.seed = 27});
+  tested<recomputed> recomputed_net(batch, {.seed = 27});
+  CHECK(parameter_names(recomputed_net) == parameter_names(plain_net));
+  CHECK(parameter_names(plain_net) ==
+        std::vector<std::string>{"0.0.0.weight", "0.0.0.bias", "0.1.0.weight", "0.1.0.bias", "0.1.1.weight",
+                                 "0.1.1.bias"});
 }
 
 FUSOR_TEST_CASE("chain: an embedding first takes int32 ids, as the same layers unchained") {

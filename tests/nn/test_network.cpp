@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "support/checkpoint_edits.hpp"
 #include "support/fusor_test.hpp"
 
 #include <fusor/nn/linear.hpp>
@@ -179,15 +180,10 @@ FUSOR_TEST_CASE("load_parameters: a NaN or infinite parameter is refused, naming
   const auto file = std::filesystem::temp_directory_path() / ("fusor_nan_" FUSOR_TEST_EXECUTOR_NAME ".safetensors");
   optim::save_parameters(file, saved);
   io::safetensors_file contents = io::checkpoint_reader(file).contents();
-  io::checkpoint_writer writer;
-  for (io::tensor_record t : contents.tensors) {
-    if (t.name == "1.bias") {
-      const float inf = INFINITY;
-      std::memcpy(t.bytes.data() + 3 * sizeof(float), &inf, sizeof(float));
-    }
-    writer.add_record(std::move(t));
-  }
-  writer.save(file);
+  write_edited(contents, file, [](io::tensor_record& t) {
+    if (t.name == "1.bias") set_element(t, 3, INFINITY);
+    return true;
+  });
   nn::network<mlp, fp32, space> net(4, {.seed = 2});
   const std::vector<double> before = host_values(net.group<float>().values());
   expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); }, {"'1.bias' element 3 is inf"});
@@ -228,8 +224,9 @@ FUSOR_TEST_CASE("load_parameters: a deeper network's file is refused for its ext
 FUSOR_TEST_CASE("network: batch and input shape errors name both sides") {
   executor ex{};
   nn::network<mlp, fp32, space> net(16, {.seed = 1});
-  space_tensor<float, matrix> too_many(17, 20), wrong_width(4, 21);
-  expect_error<shape_error>([&] { net.forward(too_many, ex); }, {"17 samples", "[17, 20]", "at most 16"});
+  space_tensor<float, matrix> too_many(17, 20), none(0, 20), wrong_width(4, 21);
+  expect_error<shape_error>([&] { net.forward(too_many, ex); }, {"17 samples", "[17, 20]", "takes 1 to 16"});
+  expect_error<shape_error>([&] { net.forward(none, ex); }, {"0 samples", "[0, 20]", "takes 1 to 16"});
   expect_error<shape_error>([&] { net.forward(wrong_width, ex); }, {"[4, 21]", "4 samples of [20] each"});
   expect_error<error>([&] { net.backward(ex); }, {"call forward first"});
 }

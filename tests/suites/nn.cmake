@@ -38,6 +38,10 @@ fusor_compile_test(nn_conv_kernel_too_large nn/compile_fail/conv_kernel_too_larg
   "the kernel is larger than the padded image; make the kernel smaller"
   "conv_kernel_must_fit_the_padded_image<Kernel, Padding, Height, Width, Fits>::check.. .with long unsigned int Kernel = 5; long unsigned int Padding = 0; long unsigned int Height = 4; long unsigned int Width = 4"
   COMPILERS cxx)
+# A layout the layer does not have: refused, not ignored.
+fusor_compile_test(nn_linear_other_layout nn/compile_fail/linear_other_layout.cpp fail MAX_LINES 8
+  "every layer has one layout yet, its default"
+  COMPILERS cxx)
 # A pooling window larger than the image it gets: the window and the image named.
 fusor_compile_test(nn_pool_window_too_large nn/compile_fail/pool_window_too_large.cpp fail
   "the pooling window is larger than the image; make the window smaller or the image larger"

@@ -315,15 +315,16 @@ bool bytes_overlap(const V& v, const W& w) {
 // A destination may be an operand of its own assignment only element for element (x = x * 2): each element
 // read where it is stored. An operand that overlaps it otherwise (its transpose, a shifted slice, a row of it
 // broadcast) would read elements already overwritten on the host and race with the stores on the GPU: refused.
+// `what` names the destination in the error ("softmax's output").
 template <class D, class E>
-void check_alias(const D& destination, const E& e) {
+void check_alias(const D& destination, const E& e, const char* what = "an assignment's destination") {
   if constexpr (!is_view_v<D>) {
     return;  // a destination of its own kind (optim's master_and_parameters) keeps its own rules
   } else if constexpr (is_node_v<E>) {
     [&]<std::size_t... I>(::cuda::std::index_sequence<I...>) {
-      (check_alias(destination, e.template child<I>()), ...);
+      (check_alias(destination, e.template child<I>(), what), ...);
     }(::cuda::std::make_index_sequence<E::arity>{});
-  } else if constexpr (is_view_v<E> && E::rank >= 1 && E::rank <= D::rank) {
+  } else if constexpr (is_view_v<E> && E::rank <= D::rank) {  // rank 0 too: one element broadcast
     if (!bytes_overlap(destination, e)) return;
     constexpr std::size_t lead = D::rank - E::rank;  // the operand's missing leading axes broadcast
     bool same = sizeof(typename E::element_type) == sizeof(typename D::element_type) &&
@@ -334,7 +335,7 @@ void check_alias(const D& destination, const E& e) {
       same = destination.extent(r) == 1 || read == destination.stride(r);
     }
     if (!same)
-      throw error("fusor: an assignment's destination " + layout_text(destination) + " overlaps an operand " +
+      throw error("fusor: " + std::string(what) + " " + layout_text(destination) + " overlaps an operand " +
                   layout_text(e) + " that reads other elements of the same memory (a transpose, a shifted slice or "
                   "a broadcast part of it): elements would be read after they were overwritten. Assign into "
                   "another tensor first");

@@ -79,16 +79,18 @@ struct derivative_rule;
     }                                                                      \
   };
 
+// A reciprocal is 1.0f / x, never 1 / x: over an integer literal (x / 2) or an integer tensor, 1 / x would
+// divide in integers and give 0. (A float literal is weak: over a double x it computes in double.)
 // Doxygen does not expand these macros: the cond section keeps their invocations out of the API reference.
 /// \cond
 FUSOR_DERIVATIVE_2(plus, one{}, one{})
 FUSOR_DERIVATIVE_2(minus, one{}, constant<-1>{})
 FUSOR_DERIVATIVE_2(multiplies, b, a)
-FUSOR_DERIVATIVE_2(divides, 1 / b, -a / (b * b))
+FUSOR_DERIVATIVE_2(divides, 1.0f / b, -a / (b * b))
 FUSOR_DERIVATIVE_1(negate, constant<-1>{})
 FUSOR_DERIVATIVE_1(exp, exp(a))
-FUSOR_DERIVATIVE_1(log, 1 / a)
-FUSOR_DERIVATIVE_1(log1p, 1 / (1 + a))
+FUSOR_DERIVATIVE_1(log, 1.0f / a)
+FUSOR_DERIVATIVE_1(log1p, 1.0f / (1 + a))
 FUSOR_DERIVATIVE_1(tanh, detail::slope<ops::tanh_slope>(a))  // 1 - tanh^2
 FUSOR_DERIVATIVE_1(erf, 1.12837916709551257390 * exp(-(a * a)))  // 2 / sqrt(pi)
 FUSOR_DERIVATIVE_1(sqrt, 0.5 / sqrt(a))

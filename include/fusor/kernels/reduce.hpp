@@ -75,7 +75,7 @@ template <class T>
 concept reduction_destination = is_tensor_v<std::remove_cvref_t<T>> || assignable<std::remove_cvref_t<T>>;
 
 template <reduction_kind Kind, class E>
-using reduction_for = reduction<Kind, accumulate_of_t<E>>;
+using reduction_for = reduction<Kind, widened_accumulate_t<Kind, accumulate_of_t<E>>>;
 
 // D: the destination's type, or void for a value returned to the host.
 template <reduction_kind Kind, class Executor, class D, class E>

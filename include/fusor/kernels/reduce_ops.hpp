@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <cuda/std/array>
@@ -34,8 +35,9 @@ namespace detail {
 
 // ---- accumulate type of an expression ------------------------------------------
 // A view accumulates in its precision's accumulate type (fp32 for bf16/fp16);
-// a node in the widest of its value type and its strong leaves' accumulate types;
-// bools (a comparison's result) count in index_t, as more than 2^31 may be true.
+// a node in the widest of its value type and its strong leaves' accumulate types,
+// but a node of bools (a comparison's result, whatever it compares) as bools;
+// bools count in index_t, as more than 2^31 may be true.
 template <class E>
 struct accumulate_of {
   using type = typename E::value_type;
@@ -46,9 +48,11 @@ struct accumulate_of<view<P, Ex, L, S>> {
 };
 template <class Op, class... A>
 struct accumulate_of<node<Op, A...>> {
+  using value_type = typename node<Op, A...>::value_type;
   template <class Child>
   using strong = ::cuda::std::conditional_t<Child::weak, bool, typename accumulate_of<Child>::type>;
-  using type = ::cuda::std::common_type_t<typename node<Op, A...>::value_type, strong<A>...>;
+  using type = ::cuda::std::conditional_t<std::is_same_v<value_type, bool>, bool,
+                                          ::cuda::std::common_type_t<value_type, strong<A>...>>;
 };
 template <class E>
 using accumulate_of_t = ::cuda::std::conditional_t<std::is_same_v<typename accumulate_of<E>::type, bool>, index_t,
@@ -87,6 +91,12 @@ constexpr bool is_additive(reduction_kind k) {
 }
 // Kinds with no identity a user would accept for zero elements.
 constexpr bool needs_elements(reduction_kind k) { return !is_additive(k); }
+// What reduction `Kind` of elements accumulating in `Acc` adds in: sums of integers narrower than 64 bits in
+// int64, as PyTorch's do (255 + 1 in uint8 would wrap to 0); all else in `Acc`.
+template <reduction_kind Kind, class Acc>
+using widened_accumulate_t =
+    ::cuda::std::conditional_t<is_additive(Kind) && ::cuda::std::is_integral_v<Acc> && (sizeof(Acc) < 8),
+                               std::int64_t, Acc>;
 
 constexpr const char* kind_name(reduction_kind k) {
   switch (k) {

@@ -27,6 +27,7 @@
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
 #include "fusor/nn/chain.hpp"
+#include "fusor/nn/recompute.hpp"
 
 namespace fusor::nn {
 
@@ -48,8 +49,14 @@ struct branch_outputs_must_match {
 };
 
 namespace detail {
+// A branch names its parameters as a chain does ("<i>.<name>"): a chain, or a recomputed chain (recomputed adds
+// no level), is taken as it is; any other layer, a composite included, becomes a chain of one.
 template <class Layer>
-using as_chain = std::conditional_t<is_chain_v<Layer>, Layer, chain<Layer>>;
+inline constexpr bool names_as_chain = is_chain_v<Layer>;
+template <class... Layers>
+inline constexpr bool names_as_chain<recomputed<Layers...>> = is_chain_v<typename recomputed<Layers...>::block>;
+template <class Layer>
+using as_chain = std::conditional_t<names_as_chain<Layer>, Layer, chain<Layer>>;
 
 template <class F>
 inline constexpr std::size_t last_extent = feature_extent<F::rank - 1>(F{});

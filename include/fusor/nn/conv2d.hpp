@@ -64,8 +64,6 @@ struct conv2d {
                 "fusor::nn::conv2d needs positive channel counts, kernel size and stride");
   /// The layer's policies, resolved (nn/policies.hpp): the layout must be nchw and there is no parallel strategy.
   using policies = layer_policies<nchw, Policies...>;
-  static_assert(std::is_same_v<typename policies::layout, nchw>,
-                "fusor::nn::conv2d: images are NCHW (nn::layout<nchw>, the default)");
   static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
                 "fusor::nn::conv2d: no parallel strategy splits a convolution yet");
 

@@ -180,8 +180,6 @@ struct max_pool2d {
   static_assert(Window > 0 && Stride > 0, "fusor::nn::max_pool2d needs a positive window and stride");
   /// The layer's policies, defaults filled in; the layout must be nchw.
   using policies = layer_policies<nchw, Policies...>;
-  static_assert(std::is_same_v<typename policies::layout, nchw>,
-                "fusor::nn::max_pool2d: images are NCHW (nn::layout<nchw>, the default)");
 
   /// Whether features F can come in: any image, features<C, H, W>.
   template <class F>

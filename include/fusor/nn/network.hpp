@@ -237,7 +237,7 @@ class network {
   void with_stage_input(index_t batch, Fn&& fn) {
     if (batch < 1 || batch > max_batch_)
       throw shape_error("fusor::nn::network::with_stage_input: a batch of " + std::to_string(batch) +
-                        " for a network built for at most " + std::to_string(max_batch_));
+                        ", where the network takes 1 to " + std::to_string(max_batch_) + " (the batch it was built for)");
     batch_ = batch;
     if (first_ == 0) {
       input_ = input_view(input_buffer_.data(), batch);
@@ -520,8 +520,8 @@ class network {
     const index_t batch = x.extent(0);
     if (batch < 1 || batch > max_batch_)
       throw shape_error("fusor::nn::network::forward: a batch of " + std::to_string(batch) +
-                        " samples (input shape " + shape_string(x.extents()) + ") for a network built for at most " +
-                        std::to_string(max_batch_));
+                        " samples (input shape " + shape_string(x.extents()) + "), where the network takes 1 to " +
+                        std::to_string(max_batch_) + " (the batch it was built for)");
     if (x.size() != batch * input_features::size)
       throw shape_error("fusor::nn::network::forward: input shape " + shape_string(x.extents()) + " is not " +
                         std::to_string(batch) + " samples of " + shape_string(typename input_features::sample_extents{}) +

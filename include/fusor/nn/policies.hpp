@@ -23,8 +23,9 @@ struct precision {
   using type = P;
 };
 
-/// The layout of a layer's activations or weights, where it has a choice
-/// (row_major/col_major weights, nchw/nhwc images).
+/// The layout of a layer's activations or weights. Each layer has one yet,
+/// its default (row_major weights, PyTorch's; nchw images); naming another
+/// does not compile.
 template <class L>
 struct layout {
   /// The layout L
@@ -93,6 +94,10 @@ struct layer_policies {
   using precision = typename detail::find_policy<nn::precision, nn::precision<inherit>, Policies...>::type::type;
   /// The layout policy's L, or DefaultLayout when none is given.
   using layout = typename detail::find_policy<nn::layout, nn::layout<DefaultLayout>, Policies...>::type::type;
+  static_assert(std::is_same_v<layout, DefaultLayout>,
+                "fusor: every layer has one layout yet, its default, and nn::layout<L> may name only that: "
+                "row_major for linear, layernorm and the other feature layers (PyTorch's [out, in] weights), nchw "
+                "for conv2d and max_pool2d");
   /// The parallel policy's strategy, or no_parallel when none is given.
   using parallel = typename detail::find_policy<nn::parallel, nn::parallel<no_parallel>, Policies...>::type::type;
   /// The init_std policy's value, or 1 when none is given.
