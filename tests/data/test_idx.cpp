@@ -183,6 +183,18 @@ TEST_CASE("read_idx: a gzip stream cut off or corrupted is reported, never read 
   write_raw(dir / "bad_crc.gz", bad_crc);
   expect_error<fusor::data_error>([&] { read_idx(dir / "bad_crc.gz"); },
                                   {(dir / "bad_crc.gz").c_str(), "corrupt", "incorrect data check"});
+
+  // Junk appended after the whole stream, which zlib passes over: refused, 1 byte or many.
+  for (const std::size_t junk : {std::size_t(1), std::size_t(5), std::size_t(300)}) {
+    INFO(junk, " junk bytes");
+    bytes appended = compressed;
+    const bytes extra = random_bytes(junk, 13);
+    appended.insert(appended.end(), extra.begin(), extra.end());
+    write_raw(dir / "junk.gz", appended);
+    expect_error<fusor::data_error>([&] { read_idx(dir / "junk.gz"); },
+                                    {(dir / "junk.gz").c_str(), "bytes after its gzip stream", "held 2012 bytes"});
+  }
+  CHECK(read_idx(dir / "whole.gz").bytes.size() == 2000);  // the whole stream alone reads
 }
 
 TEST_CASE("read_idx: a header describing more than 2^40 bytes is refused before reading") {

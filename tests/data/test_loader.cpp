@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <thread>
 #include <vector>
@@ -248,7 +249,15 @@ TEST_CASE("loader: options and data are checked when it is made; next() needs st
   expect_error<fusor::error>([&] { loader<> l(data, o); }, {"prefetch is 0"});
   o.prefetch = 2, o.std = 0.0f;
   expect_error<fusor::error>([&] { loader<> l(data, o); }, {"std is 0"});
+  o.std = 1e-45f;  // a denormal: 1 / std is inf
+  expect_error<fusor::error>([&] { loader<> l(data, o); }, {"finite and non-zero"});
   o.std = 1.0f;
+  // A batch larger than any count: one partial batch ((count + size - 1) / size would overflow).
+  o.batch_size = std::numeric_limits<index_t>::max();
+  CHECK(loader<>(data, o).batches_per_epoch() == 1);
+  o.drop_last = true;
+  CHECK(loader<>(data, o).batches_per_epoch() == 0);
+  o.drop_last = false, o.batch_size = 4;
   labelled_images bad = data;
   bad.labels.pop_back();
   expect_error<fusor::data_error>([&] { loader<> l(bad, o); }, {"labels holds 19", "count is 20"});

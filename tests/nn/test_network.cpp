@@ -138,6 +138,30 @@ FUSOR_TEST_CASE("softmax_cross_entropy: running loss and accuracy against a doub
   CHECK(t.samples == 2 * (rows - 1));
   CHECK(std::fabs(t.mean_loss - sum / (rows - 1)) <= 1e-5);
   CHECK(std::fabs(t.accuracy - correct / (rows - 1)) <= 1e-12);
+
+  // A batch of ignored rows only (padding) counts nowhere: its mean loss is 0 / 0, the totals stay.
+  host_tensor<std::int32_t, dextents<index_t, 1>> hi(rows);
+  for (index_t r = 0; r < rows; ++r) hi(r) = -100;
+  const auto ignored = to_space(hi);
+  const auto batch_loss = [&](const nn::softmax_cross_entropy<space>& l) {
+    finish(ex);
+    return to_host(l.loss()).data()[0];
+  };
+  loss.evaluate(logits, ignored, ex);
+  const nn::loss_totals after = loss.totals();
+  CHECK(std::isnan(batch_loss(loss)));
+  CHECK(after.samples == t.samples);
+  CHECK(after.mean_loss == t.mean_loss);
+  CHECK(after.accuracy == t.accuracy);
+
+  // Summed batch losses: the totals are still a mean per sample.
+  nn::softmax_cross_entropy<space> summed(64, {.reduction = loss_reduction::sum});
+  summed.reset(ex);
+  summed.evaluate(logits, labels, ex);
+  summed.evaluate(logits, labels, ex);
+  CHECK(std::fabs(batch_loss(summed) - sum) <= 1e-4);
+  CHECK(summed.totals().samples == 2 * (rows - 1));
+  CHECK(std::fabs(summed.totals().mean_loss - sum / (rows - 1)) <= 1e-5);
 }
 
 FUSOR_TEST_CASE("softmax_cross_entropy: labels that miss a sequence's positions name the shape they need") {

@@ -111,6 +111,17 @@ FUSOR_TEST_CASE("clipping: the norm of a large buffer and of an unaligned one") 
 FUSOR_TEST_CASE("clipping: option errors") {
   expect_error<fusor::error>(
       [] { optim::update_controller<space>(optim::learning_rate_schedule::constant(0.1f), {-1.0f}); }, {"max_norm"});
+  // NaN would mean no clipping without a word; so would a negative or NaN learning rate mean nonsense.
+  expect_error<fusor::error>(
+      [] { optim::update_controller<space>(optim::learning_rate_schedule::constant(0.1f), {NAN}); },
+      {"max_norm", "nan"});
+  expect_error<fusor::error>([] { optim::update_controller<space>(optim::learning_rate_schedule::constant(-1.0f)); },
+                             {"learning-rate schedule's rates must be finite and >= 0", "-1"});
+  expect_error<fusor::error>(
+      [] { optim::update_controller<space>(optim::learning_rate_schedule::warmup_cosine(NAN, 1, 2)); }, {"nan"});
+  expect_error<fusor::error>(
+      [] { optim::update_controller<space>(optim::learning_rate_schedule::warmup_cosine(1e-3f, 1, 2, -1e-4f)); },
+      {"final -0.000100"});
   optim::loss_scaling bad;
   bad.dynamic = true;
   bad.backoff_factor = 1.5f;

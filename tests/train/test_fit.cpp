@@ -77,8 +77,9 @@ struct fit_stream {
 };
 
 // A fresh network, trainer and loaders (seed 7) fitted with `o` (4 epochs' schedule, whatever o.epochs).
+// `batch_size` below 128 with drop_last false leaves a last batch smaller than the others.
 app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, float learning_rate = 3e-3f,
-                        bool default_stream = false) {
+                        bool default_stream = false, index_t batch_size = 128) {
   const fit_stream on(default_stream);  // first: outlives everything that queues work on it
   const executor& ex = on.ex;
   const stream_t stream = executor_stream(ex);
@@ -87,7 +88,8 @@ app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, fl
                     {.schedule = optim::learning_rate_schedule::warmup_cosine(learning_rate, 2, 8 * 4), .stream = stream},
                     optim::adamw_options{.weight_decay = 0.01f});
   trainer.initialize(ex);
-  const data::loader_options train_options{.batch_size = 128, .seed = 5, .drop_last = true, .mean = 0.286f, .std = 0.353f};
+  const data::loader_options train_options{.batch_size = batch_size, .seed = 5, .drop_last = batch_size == 128,
+                                           .mean = 0.286f, .std = 0.353f};
   data::loader_options test_options = train_options;
   test_options.shuffle = false;
   test_options.drop_last = false;
@@ -141,6 +143,17 @@ TEST_CASE("[cuda] fit: on the default stream the steps run one by one, with the 
   }
 }
 #endif
+
+FUSOR_TEST_CASE("fit: a last batch smaller than the others is trained (on the GPU eagerly, beside the graph)") {
+  const app::fit_result r = run_fit({.epochs = 2}, {}, 3e-3f, false, 100);  // 10 batches of 100, then 24
+  REQUIRE(r.epochs.size() == 2);
+  for (const app::epoch_result& e : r.epochs) CHECK(e.train.samples == 1024);
+#if defined(FUSOR_TEST_CUDA)
+  const app::fit_result eager = run_fit({.epochs = 2}, {}, 3e-3f, true, 100);
+  for (std::size_t e = 0; e < 2; ++e)
+    CHECK(eager.epochs[e].train.mean_loss == doctest::Approx(r.epochs[e].train.mean_loss).epsilon(1e-6));
+#endif
+}
 
 FUSOR_TEST_CASE("fit: stopped after a checkpoint and resumed, a run ends exactly like one that never stopped") {
   const auto dir = scratch("resume");

@@ -201,7 +201,10 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
       bool done = false;
 #if FUSOR_HAS_CUDA
       if constexpr (on_device) {
-        if (o.graph && ex.stream != nullptr) {  // the legacy default stream cannot be captured
+        // The legacy default stream cannot be captured; a last batch smaller than the captured one (drop_last
+        // false) runs eagerly.
+        const bool fits_graph = graph_images.size() == 0 || batch->images.extent(0) == graph_images.extent(0);
+        if (o.graph && ex.stream != nullptr && fits_graph) {
           if (graph_images.size() == 0) {
             graph_images = decltype(graph_images)(batch->images.extents(), ex.stream);
             graph_labels = decltype(graph_labels)(batch->labels.extents(), ex.stream);

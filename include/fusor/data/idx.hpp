@@ -82,6 +82,9 @@ class idx_source {
   bool ended_early() const;
   // What a truncation message adds when the cause is a gzip stream cut off.
   std::string early_end_note() const;
+  // Once every byte is read: refuses bytes after a gzip stream, which zlib ignores. The stream's last 4 bytes
+  // (ISIZE) hold its length mod 2^32; junk appended to the file ends it with other bytes.
+  void check_nothing_after_stream() const;
 
   [[noreturn]] void fail(const std::string& what) const;
 
@@ -92,6 +95,7 @@ class idx_source {
 
   std::filesystem::path path_;
   gzFile file_ = nullptr;
+  std::uint64_t bytes_read_ = 0;  // decompressed
 };
 
 inline std::uint32_t big_endian_u32(const unsigned char* p) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -105,7 +106,8 @@ class loader {
     if (o.batch_size < 1) fail("batch_size is " + std::to_string(o.batch_size) + ", must be at least 1");
     if (o.prefetch < 1) fail("prefetch is " + std::to_string(o.prefetch) + ", must be at least 1");
     if (!std::isfinite(o.mean)) fail("mean is " + std::to_string(o.mean) + ", must be finite");
-    if (!std::isfinite(o.std) || o.std == 0.0f) fail("std is " + std::to_string(o.std) + ", must be finite and non-zero");
+    if (!std::isfinite(o.std) || std::fabs(o.std) < std::numeric_limits<float>::min())  // 1 / a denormal is inf
+      fail("std is " + std::to_string(o.std) + ", must be finite and non-zero (at least 1.2e-38 in magnitude)");
   }
 
   // Hands the consumer's slot back to the worker (mutex held). On the device
@@ -162,7 +164,7 @@ loader<Space>::loader(const labelled_images& data, loader_options options, strea
   count_ = data.count;
   pixels_per_sample_ = data.rows * data.cols;
   const index_t size = options_.batch_size;
-  batches_ = options_.drop_last ? count_ / size : (count_ + size - 1) / size;
+  batches_ = count_ / size + (!options_.drop_last && count_ % size != 0);  // (count + size - 1) could overflow
   for (int p = 0; p < 256; ++p)
     table_[std::size_t(p)] = float((p / 255.0 - double(options_.mean)) / double(options_.std));
 

@@ -202,8 +202,16 @@ class softmax_cross_entropy {
     sum(batch_value_.view(), counted * cast<double>(predicted == lv), ex);
     assign(correct_sum_.view(), correct_sum_.view() + batch_value_.view(), ex);
     sum(batch_value_.view(), counted, ex);
-    assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + batch_value_.view()),
-                out(loss_sum_.view(), loss_sum_.view() + batch_loss_.view() * batch_value_.view()));
+    // The batch's total loss: its mean times the rows counted, or its sum; nothing for a batch of ignored rows
+    // only, whose mean (0 / 0) is NaN and would make every later total NaN.
+    const auto counted_rows = batch_value_.view();
+    if (options_.reduction == loss_reduction::mean)
+      assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + counted_rows),
+                  out(loss_sum_.view(),
+                      loss_sum_.view() + where(counted_rows > 0, batch_loss_.view() * counted_rows, 0.0)));
+    else
+      assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + counted_rows),
+                  out(loss_sum_.view(), loss_sum_.view() + batch_loss_.view()));
   }
 
   cross_entropy_options options_;

@@ -35,6 +35,7 @@
 // controller's calls go to one stream, in order: its norm scratch is shared.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -127,11 +128,19 @@ template <class Space = host_space>
 class update_controller {
  public:
   /// Writes the first step's values (loss scale, learning rate schedule(0)) on `stream` and waits. Throws
-  /// fusor::error for max_norm < 0 or, with dynamic scaling, a loss_scaling out of range.
+  /// fusor::error for max_norm < 0 or NaN, a learning rate that is negative or not finite, or, with dynamic
+  /// scaling, a loss_scaling out of range.
   explicit update_controller(learning_rate_schedule schedule, clip_options clip = {}, loss_scaling scaling = {},
                              stream_t stream = {})
       : schedule_(schedule), clip_(clip), scaling_(scaling), scalars_(stream), workspace_(stream) {
-    if (clip.max_norm < 0.0f) throw error("fusor: clip_options::max_norm must be >= 0 (0: no clipping)");
+    if (!(clip.max_norm >= 0.0f))  // NaN too: it would mean no clipping without a word
+      throw error("fusor: clip_options::max_norm must be >= 0 (0: no clipping), got " +
+                  std::to_string(clip.max_norm));
+    for (const float rate : {schedule.peak_learning_rate, schedule.final_learning_rate})
+      if (!std::isfinite(rate) || rate < 0.0f)
+        throw error("fusor: the learning-rate schedule's rates must be finite and >= 0, got " + std::to_string(rate) +
+                    " (peak " + std::to_string(schedule.peak_learning_rate) + ", final " +
+                    std::to_string(schedule.final_learning_rate) + ")");
     if (scaling.dynamic && (!(scaling.initial_scale > 0.0f) || scaling.growth_interval < 1 ||
                             !(scaling.growth_factor >= 1.0f) || !(scaling.backoff_factor > 0.0f) ||
                             !(scaling.backoff_factor < 1.0f)))

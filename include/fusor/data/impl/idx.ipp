@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,21 @@ FUSOR_DECL std::size_t idx_source::read(void* destination, std::size_t n) {
     if (static_cast<unsigned>(got) < piece) break;
   }
   check_stream();
+  bytes_read_ += total;
   return total;
+}
+
+FUSOR_DECL void idx_source::check_nothing_after_stream() const {
+  if (gzdirect(file_)) return;  // a raw file: read() saw every byte
+  std::ifstream raw(path_, std::ios::binary | std::ios::ate);
+  unsigned char isize[4] = {};
+  if (!raw || raw.tellg() < 4 || !raw.seekg(-4, std::ios::end) || !raw.read(reinterpret_cast<char*>(isize), 4))
+    fail("cannot be read again to check its end");
+  const std::uint32_t saved = std::uint32_t(isize[0]) | (std::uint32_t(isize[1]) << 8) |
+                              (std::uint32_t(isize[2]) << 16) | (std::uint32_t(isize[3]) << 24);
+  if (saved != std::uint32_t(bytes_read_))
+    fail("has bytes after its gzip stream, or a damaged one: the file's last 4 bytes give a length of " +
+         std::to_string(saved) + " (mod 2^32), the stream held " + std::to_string(bytes_read_) + " bytes");
 }
 
 FUSOR_DECL bool idx_source::ended_early() const {
@@ -154,6 +169,7 @@ FUSOR_DECL idx_array read_idx(const std::filesystem::path& file) {
   if (source.ended_early())
     source.fail("is truncated: the gzip stream ends early, after all " + std::to_string(want) +
                 " bytes of data (its checksum is missing)");
+  source.check_nothing_after_stream();
 
   detail::to_host_order(result.bytes, element_size);
   return result;
