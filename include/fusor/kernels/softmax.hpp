@@ -123,17 +123,18 @@ void softmax_backward_host(const row_matrix<DX>& dx, const row_matrix<const Y>& 
 template <bool Log, class Executor, class Y, class X>
 void run_softmax(const char* op, const Y& y_operand, const X& x_operand, const Executor& ex) {
   const auto& y = as_view(y_operand);
-  const std::string output = std::string("the output of ") + op;
+  // A literal, not built from op: nothing is allocated on the path every call takes.
+  const char* output = Log ? "the output of log_softmax" : "the output of softmax";
   if constexpr (row_operand<X>) {
     const auto& x = as_view(x_operand);
     require_same_shape(op, "the output", y, "the input", x);
-    check_alias(y, x, output.c_str());  // y may be x, element for element; not its transpose
+    check_alias(y, x, output);  // y may be x, element for element; not its transpose
     if constexpr (std::is_same_v<Executor, host_executor>) softmax_host<Log>(rows_of(y), as_input(rows_of(x)), ex);
 #if FUSOR_HAS_CUDA
     else softmax_cuda<Log>(rows_of(y), as_input(rows_of(x)), ex);
 #endif
   } else {
-    check_alias(y, as_expression(x_operand), output.c_str());
+    check_alias(y, as_expression(x_operand), output);
     const auto x = expression_rows_of(op, as_expression(x_operand), y);
     if constexpr (std::is_same_v<Executor, host_executor>) softmax_expression_host<Log>(rows_of(y), x, ex);
 #if FUSOR_HAS_CUDA
@@ -150,9 +151,9 @@ void run_softmax_backward(const char* op, const DX& dx_operand, const Y& y_opera
   const auto& dy = as_view(dy_operand);
   require_same_shape(op, "dx", dx, "y", y);
   require_same_shape(op, "dy", dy, "y", y);
-  const std::string dx_of = std::string("dx of ") + op;
-  check_alias(dx, y, dx_of.c_str());  // dx may be y or dy, element for element
-  check_alias(dx, dy, dx_of.c_str());
+  const char* dx_of = Log ? "dx of log_softmax_backward" : "dx of softmax_backward";
+  check_alias(dx, y, dx_of);  // dx may be y or dy, element for element
+  check_alias(dx, dy, dx_of);
   if constexpr (std::is_same_v<Executor, host_executor>)
     softmax_backward_host<Log>(rows_of(dx), as_input(rows_of(y)), as_input(rows_of(dy)), ex);
 #if FUSOR_HAS_CUDA
