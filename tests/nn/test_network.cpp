@@ -162,6 +162,29 @@ FUSOR_TEST_CASE("softmax_cross_entropy: running loss and accuracy against a doub
   CHECK(std::fabs(batch_loss(summed) - sum) <= 1e-4);
   CHECK(summed.totals().samples == 2 * (rows - 1));
   CHECK(std::fabs(summed.totals().mean_loss - sum / (rows - 1)) <= 1e-5);
+
+  // Labels outside the classes (not ignore_index) are counted, by a step and an evaluation alike: their loss is
+  // NaN, and check_labels_inside says why.
+  CHECK(t.labels_outside == 0);
+  nn::check_labels_inside(t, "the test set");
+  host_tensor<std::int32_t, dextents<index_t, 1>> hb(rows);
+  for (index_t r = 0; r < rows; ++r) hb(r) = ht(r);
+  hb(0) = std::int32_t(classes);
+  hb(1) = -1;
+  hb(2) = 1000;
+  const auto bad = to_space(hb);
+  nn::softmax_cross_entropy<space> outside(64);
+  outside.reset(ex);
+  outside.evaluate(logits, bad, ex);
+  outside.forward_backward(logits, bad, dlogits, ex);
+  const nn::loss_totals o = outside.totals();
+  CHECK(o.labels_outside == 6);
+  CHECK(o.samples == 2 * (rows - 1));
+  CHECK(std::isnan(o.mean_loss));
+  expect_error<error>([&] { nn::check_labels_inside(o, "the test set"); },
+                      {"the test set: 6 of 98 labels lie outside the classes", "ignore index"});
+  outside.reset(ex);
+  CHECK(outside.totals().labels_outside == 0);
 }
 
 FUSOR_TEST_CASE("softmax_cross_entropy: labels that miss a sequence's positions name the shape they need") {

@@ -232,4 +232,21 @@ FUSOR_TEST_CASE("fit: a checkpoint beyond the epochs asked for, a foreign metric
   CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .patience = -1}), doctest::Contains("patience is -1"), app::usage_error);
 }
 
+FUSOR_TEST_CASE("fit: labels outside the network's classes are refused by name, not reported as a NaN loss") {
+  // A network of 8 outputs for Fashion-MNIST's 10 classes: labels 8 and 9 lie outside.
+  using narrow_mlp = nn::sequential<nn::features<784>, nn::linear<784, 8>>;
+  using narrow_network = nn::network<narrow_mlp, fp32, space>;
+  const executor ex{};
+  const stream_t stream = executor_stream(ex);
+  narrow_network net(128, {.seed = 7, .stream = stream});
+  optim::trainer<narrow_network, optim::adamw> trainer(net, {.stream = stream}, optim::adamw_options{});
+  trainer.initialize(ex);
+  data::loader<space> test(test_slice(), {.batch_size = 128, .shuffle = false}, stream);
+  index_t outside = 0;
+  for (const std::int32_t label : test_slice().labels) outside += label >= 8;
+  REQUIRE(outside > 0);
+  expect_error<error>([&] { app::evaluate(trainer, test, ex); },
+                      {("fusor::app::evaluate: " + std::to_string(outside) + " of 512 labels lie outside").c_str()});
+}
+
 }  // namespace test_fit

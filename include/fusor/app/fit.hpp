@@ -141,12 +141,15 @@ FUSOR_DECL int saved_epoch(const std::map<std::string, std::string>& metadata, c
                            int epochs);
 
 /// The loss and accuracy of `trainer`'s network over every batch of `data` (a pass in order, no update).
+/// Throws fusor::error if a label lies outside the network's classes (nn::check_labels_inside).
 template <class Trainer, class Loader, class Executor>
 nn::loss_totals evaluate(Trainer& trainer, Loader& data, const Executor& ex) {
   trainer.loss().reset(ex);
   data.start_epoch(0);
   while (const auto* batch = data.next()) trainer.evaluate(batch->images, batch->labels, ex);
-  return trainer.loss().totals();
+  const nn::loss_totals totals = trainer.loss().totals();
+  nn::check_labels_inside(totals, "fusor::app::evaluate");
+  return totals;
 }
 
 /// Trains `trainer` for fit_options::epochs over `train` (a data::loader, or
@@ -154,8 +157,9 @@ nn::loss_totals evaluate(Trainer& trainer, Loader& data, const Executor& ex) {
 /// batches_per_epoch()), evaluating on `validation` after each epoch; see the
 /// top of app/fit.hpp. The trainer must be initialize()d. Throws what a step
 /// throws (Inf/NaN gradients: optim::nonfinite_error), io errors naming the
-/// file, and usage_error for a checkpoint saved beyond `epochs`; all of these
-/// before the first step. `hooks` run at the start and after each epoch.
+/// file, and usage_error for a checkpoint saved beyond `epochs`, all of these
+/// before the first step; fusor::error after an epoch that met a label outside
+/// the classes (before its checkpoint). `hooks` run at the start and after each epoch.
 template <class Trainer, class Loader, class Executor>
 fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Executor& ex, const fit_options& o,
                const fit_hooks& hooks = {}) {
@@ -235,6 +239,7 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
     e.epoch = epoch + 1;
     e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     e.train = trainer.loss().totals();
+    nn::check_labels_inside(e.train, "fusor::app::fit: the training batches of epoch " + std::to_string(e.epoch));
     e.samples_per_second = double(e.train.samples) / std::max(e.seconds, 1e-9);
     if (o.progress) print_progress(e.epoch, o.epochs, 1.0, e.train);
     e.validation = evaluate(trainer, validation, ex);

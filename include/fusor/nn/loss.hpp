@@ -8,7 +8,9 @@
 //   loss.evaluate(logits, labels, ex);              // loss and correct predictions only
 //   loss.totals() -> {mean loss, accuracy, samples} since reset()       // one wait
 //
-// Labels are int32 class indices; ignore_index (-100) rows count nowhere.
+// Labels are int32 class indices; ignore_index (-100) rows count nowhere; a
+// label outside the classes makes its row's loss NaN and is counted in
+// totals().labels_outside (check_labels_inside() throws for it).
 // A language model's logits [batch, time, vocabulary] (any leading axes) are
 // rows of the last axis, with labels [batch, time]: max_rows counts rows
 // (batch x time), the mean is over every row not ignored, and "accuracy" is
@@ -16,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "fusor/core/copy.hpp"
+#include "fusor/core/error.hpp"
 #include "fusor/core/tensor.hpp"
 #include "fusor/exec/assign.hpp"
 #include "fusor/expr/operators.hpp"
@@ -46,7 +50,19 @@ struct loss_totals {
   double accuracy = 0;   ///< fraction of them whose largest logit is the label
   /// Rows counted since reset() (rows whose label is ignore_index excluded)
   index_t samples = 0;
+  /// Of them, rows whose label lies outside the classes [0, V): their loss is NaN, and so is mean_loss.
+  /// check_labels_inside() turns them into an error; app::fit and app::evaluate call it.
+  index_t labels_outside = 0;
 };
+
+/// Throws fusor::error if `totals` counted a label outside the classes, naming `what` (the data, e.g.
+/// "the validation set") and how many: a mean loss of NaN then says nothing about the network.
+inline void check_labels_inside(const loss_totals& totals, const std::string& what) {
+  if (totals.labels_outside == 0) return;
+  throw error(what + ": " + std::to_string(totals.labels_outside) + " of " + std::to_string(totals.samples) +
+              " labels lie outside the classes [0, V) of the logits and are not the ignore index, which makes "
+              "their loss NaN: check the labels' values and the network's number of outputs");
+}
 
 /// Softmax cross-entropy loss of a classifier over logit rows, with the logits' gradient in the same pass and
 /// running loss/accuracy totals kept in Space (nothing waits for the device until totals()).
@@ -66,7 +82,10 @@ class softmax_cross_entropy {
         loss_sum_(extents<index_t>{}, stream),
         correct_sum_(extents<index_t>{}, stream),
         sample_sum_(extents<index_t>{}, stream),
-        batch_value_(extents<index_t>{}, stream) {
+        outside_sum_(extents<index_t>{}, stream),
+        batch_correct_(extents<index_t>{}, stream),
+        batch_rows_(extents<index_t>{}, stream),
+        batch_outside_(extents<index_t>{}, stream) {
     reset_host_side();
   }
 
@@ -103,12 +122,13 @@ class softmax_cross_entropy {
   void reset(const Executor& ex);
   /// Copies the totals to the host (waits for them).
   loss_totals totals() const {
-    double host[3];
+    double host[4];
     copy(view<double, extents<index_t>>(host + 0), loss_sum_.view());
     copy(view<double, extents<index_t>>(host + 1), correct_sum_.view());
     copy(view<double, extents<index_t>>(host + 2), sample_sum_.view());
+    copy(view<double, extents<index_t>>(host + 3), outside_sum_.view());
     const index_t n = static_cast<index_t>(host[2]);
-    return {n ? host[0] / host[2] : 0.0, n ? host[1] / host[2] : 0.0, n};
+    return {n ? host[0] / host[2] : 0.0, n ? host[1] / host[2] : 0.0, n, static_cast<index_t>(host[3])};
   }
   /// The options (ignore_index, reduction, grad_scale) the loss was built with.
   const cross_entropy_options& options() const { return options_; }
@@ -123,7 +143,7 @@ class softmax_cross_entropy {
 
   void reset_host_side() {
     const double zero = 0;
-    for (auto* t : {&loss_sum_, &correct_sum_, &sample_sum_, &batch_loss_})
+    for (auto* t : {&loss_sum_, &correct_sum_, &sample_sum_, &outside_sum_, &batch_loss_})
       copy(t->view(), view<double, extents<index_t>>(const_cast<double*>(&zero)));
   }
   // [rows, classes]: a 2-D view as it is; more axes (a sequence) are flattened
@@ -192,38 +212,43 @@ class softmax_cross_entropy {
     const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), logits.extent(0));
     argmax(predicted, logits, 1, ex);
   }
+  // Adds the batch to the running totals: four small kernels, the same for the mean and the sum reduction.
   template <class Targets, class Executor>
-  void accumulate(const Targets& lv,
-                  const view<double, dextents<index_t, 1>, row_major, Space>& l, const Executor& ex) {
+  void accumulate(const Targets& lv, const view<double, dextents<index_t, 1>, row_major, Space>& l, index_t classes,
+                  const Executor& ex) {
     const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), l.extent(0));
     cross_entropy_reduce(batch_loss_.view(), l, lv, options_, ex);
-    // Rows with ignore_index count nowhere.
-    const auto counted = cast<double>(lv != options_.ignore_index);
-    sum(batch_value_.view(), counted * cast<double>(predicted == lv), ex);
-    assign(correct_sum_.view(), correct_sum_.view() + batch_value_.view(), ex);
-    sum(batch_value_.view(), counted, ex);
+    // Rows with ignore_index count nowhere; a row whose label is outside the classes counts (its loss is NaN)
+    // and is noted, so that totals() can say why the mean is NaN.
+    const auto counted = lv != options_.ignore_index;
+    sum(batch_correct_.view(), cast<double>(counted && predicted == lv), ex);
+    sum(batch_rows_.view(), cast<double>(counted), ex);
+    sum(batch_outside_.view(), cast<double>(counted && (lv < 0 || lv >= classes)), ex);
+    const auto rows = batch_rows_.view();
+    const auto add = [&](const auto& batch_total_loss) {
+      assign_many(ex, out(loss_sum_.view(), loss_sum_.view() + batch_total_loss),
+                  out(correct_sum_.view(), correct_sum_.view() + batch_correct_.view()),
+                  out(sample_sum_.view(), sample_sum_.view() + rows),
+                  out(outside_sum_.view(), outside_sum_.view() + batch_outside_.view()));
+    };
     // The batch's total loss: its mean times the rows counted, or its sum; nothing for a batch of ignored rows
     // only, whose mean (0 / 0) is NaN and would make every later total NaN.
-    const auto counted_rows = batch_value_.view();
-    if (options_.reduction == loss_reduction::mean)
-      assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + counted_rows),
-                  out(loss_sum_.view(),
-                      loss_sum_.view() + where(counted_rows > 0, batch_loss_.view() * counted_rows, 0.0)));
-    else
-      assign_many(ex, out(sample_sum_.view(), sample_sum_.view() + counted_rows),
-                  out(loss_sum_.view(), loss_sum_.view() + batch_loss_.view()));
+    if (options_.reduction == loss_reduction::mean) add(where(rows > 0, batch_loss_.view() * rows, 0.0));
+    else add(batch_loss_.view());
   }
 
   cross_entropy_options options_;
   per_sample_loss losses_;
   per_sample_int predictions_;
-  scalar batch_loss_, loss_sum_, correct_sum_, sample_sum_, batch_value_;
+  scalar batch_loss_, loss_sum_, correct_sum_, sample_sum_, outside_sum_;
+  scalar batch_correct_, batch_rows_, batch_outside_;  // this batch's sums, added to the totals
 };
 
 template <class Space>
 template <class Executor>
 void softmax_cross_entropy<Space>::reset(const Executor& ex) {
-  assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0));
+  assign_many(ex, out(loss_sum_.view(), 0.0), out(correct_sum_.view(), 0.0), out(sample_sum_.view(), 0.0),
+              out(outside_sum_.view(), 0.0));
 }
 template <class Space>
 template <bool WithGradient, class Logits, class Targets, class Gradient, class Executor>
@@ -233,7 +258,7 @@ void softmax_cross_entropy<Space>::rows_pass(const Logits& logits, const Targets
   predict(logits, ex);  // first: an in-place gradient overwrites the logits
   if constexpr (WithGradient) cross_entropy(l, dlogits, logits, targets, options_, ex);
   else cross_entropy_loss(l, logits, targets, options_, ex);
-  accumulate(targets, l, ex);
+  accumulate(targets, l, logits.extent(1), ex);
 }
 
 // The instances most programs use -- logits of fp32 or bf16 elements in one

@@ -263,10 +263,11 @@ class data_parallel {
   /// calls it), once the steps' work is done (on the GPU: after ex.synchronize()).
   nn::loss_totals totals() {
     const nn::loss_totals mine = loss_.totals();
-    double sums[3] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples)};
+    double sums[4] = {mine.mean_loss * double(mine.samples), mine.accuracy * double(mine.samples), double(mine.samples),
+                      double(mine.labels_outside)};
     rank_numbers_.all_reduce(communicator_, sums, comm::reduction_op::sum);
     const index_t n = static_cast<index_t>(sums[2] + 0.5);
-    return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n};
+    return {n ? sums[0] / sums[2] : 0.0, n ? sums[1] / sums[2] : 0.0, n, static_cast<index_t>(sums[3] + 0.5)};
   }
 
   /// Every parameter into `whole` (a network of the same layers: for

@@ -324,15 +324,16 @@ class pipeline {
   /// group they are this replica's rows only: sum over the replicas (grid.data())
   /// for the global batch's.
   nn::loss_totals totals() {
-    double values[3] = {0, 0, 0};
+    double values[4] = {0, 0, 0, 0};
     if (last_stage()) {
       const nn::loss_totals t = loss_->totals();
       values[0] = t.mean_loss;
       values[1] = t.accuracy;
       values[2] = double(t.samples);
+      values[3] = double(t.labels_outside);
     }
     if (stages_ > 1) rank_numbers_.broadcast(comm_, values, stages_ - 1);
-    return {values[0], values[1], index_t(values[2])};
+    return {values[0], values[1], index_t(values[2]), index_t(values[3])};
   }
   /// Zeroes the loss totals (the last stage holds them; elsewhere it does nothing).
   template <class Executor>

@@ -40,7 +40,7 @@ namespace detail {
 template <class Space, class Communicator>
 class rank_numbers {
  public:
-  static constexpr index_t capacity = 3;
+  static constexpr index_t capacity = 4;  // the loss totals: loss, correct, rows, labels outside
   using buffer_space = std::conditional_t<stream_ordered<Communicator>, Space, host_space>;
 
   /// The buffer allocated in the order of `stream` (a trainer's), and that allocation waited for: the buffer is
