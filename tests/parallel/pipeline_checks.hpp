@@ -283,6 +283,17 @@ void check_startup_errors(Communicator& comm, const executor& ex) {
                                {"built with global batches from 12 to 24", "every stage must be built alike"});
     expect_error<fusor::error>([&] { make(12, {.micro_batches = last ? 4 : 2}); },
                                {"micro-batch counts from 2 to 4"});
+    // The last stage given another map (its own first layer moved by one): refused, not a network missing a layer.
+    const std::vector<std::size_t> balanced = parallel::balanced_stage_starts(depth, p);
+    std::vector<std::size_t> moved = balanced;
+    const bool later = moved.back() + 1 < depth;
+    moved.back() = later ? moved.back() + 1 : moved.back() - 1;
+    REQUIRE(moved.back() > moved[moved.size() - 2]);
+    const std::string lower = std::to_string(std::min(balanced.back(), moved.back()));
+    const std::string higher = std::to_string(std::max(balanced.back(), moved.back()));
+    expect_error<fusor::error>([&] { make(12, {.stage_starts = last ? moved : balanced}); },
+                               {("different stage_starts: stage " + std::to_string(p - 1) + " starts at layer " +
+                                 lower + " on some and " + higher + " on others").c_str()});
   }
 }
 

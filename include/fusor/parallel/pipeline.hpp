@@ -407,6 +407,16 @@ class pipeline {
     };
     agree(global_batch_, "global batches");
     agree(options_.micro_batches, "micro-batch counts");
+    // Stage maps that differ would leave layers on no stage (or on two) and train another network, silently.
+    for (std::size_t k = 0; k < options_.stage_starts.size(); ++k) {
+      const index_t mine = index_t(options_.stage_starts[k]);
+      const rank_range r = rank_numbers_.range(comm_, double(mine));
+      if (!r.same())
+        throw error("fusor::parallel::pipeline: the stages were built with different stage_starts: stage " +
+                    std::to_string(k) + " starts at layer " + std::to_string(index_t(r.least)) + " on some and " +
+                    std::to_string(index_t(r.most)) + " on others (stage " + std::to_string(stage_) + ": " +
+                    std::to_string(mine) + "); pass every stage the same map");
+    }
   }
 
   static pipeline_options validated(pipeline_options o, int ranks, index_t global_batch) {
