@@ -11,7 +11,8 @@
 //   size      rank 1 all-reduces 512 elements where the others reduce 1024:
 //             the collective check (FUSOR_MPI_CHECK_COLLECTIVES=1) names both;
 //             without it rank 1's all_reduce fails (MPI_ERR_TRUNCATE), naming
-//             the call and the likely cause
+//             the call and the likely cause (rank 1's vector holds 1024 floats:
+//             Open MPI writes all of the longer message before it reports that)
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

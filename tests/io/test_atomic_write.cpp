@@ -155,7 +155,7 @@ TEST_CASE("a write into a directory the writer may not write to fails clearly an
   REQUIRE_MESSAGE(WEXITSTATUS(status) == 0, "the child could not drop to uid/gid 65534 (exit 4) or report (exit 5)");
 
   INFO("message: ", message);
-  CHECK(message.find("cannot write checkpoint file '" + file.string() + "'") != std::string::npos);
+  CHECK(message.find("cannot write file '" + file.string() + "'") != std::string::npos);
   CHECK(message.find("cannot create a temporary file") != std::string::npos);
   CHECK(message.find("Permission denied") != std::string::npos);
   CHECK(fio::read_file(file) == before);
@@ -169,7 +169,7 @@ TEST_CASE("errors of read_file and write_file_atomically name the file and the r
   expect_error<fio::checkpoint_error>([&] { (void)fio::read_file(dir.path); }, {"Is a directory"});
   expect_error<fio::checkpoint_error>(
       [&] { fio::write_file_atomically(dir / "missing" / "model.safetensors", bytes_of("x")); },
-      {"cannot write checkpoint file", "missing/model.safetensors", "No such file or directory"});
+      {"cannot write file", "missing/model.safetensors", "No such file or directory"});
   std::filesystem::create_directory(dir / "taken");
   const std::string taken = "'" + (dir / "taken").string() + "'";
   expect_error<fio::checkpoint_error>([&] { fio::write_file_atomically(dir / "taken", bytes_of("x")); },

@@ -3,6 +3,7 @@
 // the metrics CSV, early stopping's count); early stopping stops when the
 // validation loss stops falling and stays stopped on resume; the CSV keeps
 // only whole lines of epochs the checkpoint has; bad input is refused by name.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/checkpoint_edits.hpp"
 #include "support/fusor_test.hpp"
 
 #include <fusor/app/fit.hpp>
@@ -230,6 +232,38 @@ FUSOR_TEST_CASE("fit: a checkpoint beyond the epochs asked for, a foreign metric
   CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .resume = true}), doctest::Contains("resume needs a checkpoint"),
                        app::usage_error);
   CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .patience = -1}), doctest::Contains("patience is -1"), app::usage_error);
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .min_improvement = std::nan("")}),
+                       doctest::Contains("min_improvement is nan"), app::usage_error);
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .min_improvement = -0.5}), doctest::Contains("min_improvement is -0.5"),
+                       app::usage_error);
+  // Two saves into one file, however spelled: refused before training.
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .checkpoint = dir / "same", .metrics = dir / "." / "same"}),
+                       doctest::Contains("checkpoint and metrics are the same file"), app::usage_error);
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .checkpoint = dir / "c2", .best_checkpoint = dir / "c2"}),
+                       doctest::Contains("checkpoint and best_checkpoint are the same file"), app::usage_error);
+  CHECK(!std::filesystem::exists(dir / "same"));
+  // A best checkpoint that cannot be written is refused before the first epoch, as the checkpoint is: otherwise
+  // the checkpoint would name an epoch as the best whose network was never saved.
+  std::vector<int> epochs_run;
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 2, .checkpoint = dir / "c3", .best_checkpoint = dir / "missing" / "best"},
+                               {.on_epoch = [&](const app::epoch_result& e) { epochs_run.push_back(e.epoch); }}),
+                       doctest::Contains("missing' does not exist"), io::checkpoint_error);
+  CHECK(epochs_run.empty());
+  CHECK(!std::filesystem::exists(dir / "c3"));
+  // Early stopping's state, damaged in a checkpoint's metadata: named by its key.
+  io::checkpoint_reader saved(dir / "c.safetensors");
+  for (const char* bad : {"abc", "0.5garbage"}) {
+    io::safetensors_file edited = saved.contents();
+    edited.metadata["fit.best_validation_loss"] = bad;
+    fusor_test::write_edited(edited, dir / "bad.safetensors", [](io::tensor_record&) { return true; });
+    CHECK_THROWS_WITH_AS(run_fit({.epochs = 3, .checkpoint = dir / "bad.safetensors", .resume = true}),
+                         doctest::Contains("metadata 'fit.best_validation_loss'"), io::checkpoint_error);
+  }
+  io::safetensors_file missing = saved.contents();
+  missing.metadata.erase("fit.best_validation_loss");
+  fusor_test::write_edited(missing, dir / "bad.safetensors", [](io::tensor_record&) { return true; });
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 3, .checkpoint = dir / "bad.safetensors", .resume = true}),
+                       doctest::Contains("fit.best_validation_loss"), io::checkpoint_error);
 }
 
 FUSOR_TEST_CASE("fit: labels outside the network's classes are refused by name, not reported as a NaN loss") {

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -133,6 +134,10 @@ struct stopping_state {
   void restore(const std::map<std::string, std::string>& m, const std::filesystem::path& file);
 };
 
+// Throws usage_error if two of the files fit writes (checkpoint, best_checkpoint, metrics) are one: each save
+// would overwrite the other's file.
+FUSOR_DECL void check_distinct_files(const fit_options& o);
+
 }  // namespace detail
 
 /// The epoch a checkpoint was saved after (its "epoch" metadata), checked against the `epochs` of the run that
@@ -165,9 +170,16 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
                const fit_hooks& hooks = {}) {
   if (o.epochs < 0) throw usage_error("fusor::app::fit: epochs is " + std::to_string(o.epochs) + ", not a count");
   if (o.patience < 0) throw usage_error("fusor::app::fit: patience is " + std::to_string(o.patience) + ", not a count");
+  if (!(o.min_improvement >= 0) || !std::isfinite(o.min_improvement))
+    throw usage_error("fusor::app::fit: min_improvement is " + std::to_string(o.min_improvement) +
+                      ", not a finite amount of at least 0");
   if (o.resume && o.checkpoint.empty()) throw usage_error("fusor::app::fit: resume needs a checkpoint file");
-  if (!o.checkpoint.empty())  // a save that cannot work fails now, not after the first epoch
+  detail::check_distinct_files(o);
+  // A save that cannot work fails now, not after the first epoch.
+  if (!o.checkpoint.empty())
     io::check_destination(o.checkpoint, io::destination_kind::file, optim::training_state_bytes(trainer));
+  if (!o.best_checkpoint.empty())
+    io::check_destination(o.best_checkpoint, io::destination_kind::file, optim::training_state_bytes(trainer));
 
   fit_result result;
   detail::stopping_state stopping;
@@ -255,9 +267,10 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
     }
     if (o.report) print_epoch_summary(e, o.epochs, o.validation_name, o.progress);
     if (!o.metrics.empty()) append_metrics_csv(o.metrics, e);
-    if (!o.checkpoint.empty()) optim::save_training_state(o.checkpoint, trainer, stopping.metadata(e.epoch));
+    // The best first: the checkpoint names its epoch as the best, and a resumed run trusts that it was saved.
     if (improved && !o.best_checkpoint.empty())
       optim::save_training_state(o.best_checkpoint, trainer, stopping.metadata(e.epoch));
+    if (!o.checkpoint.empty()) optim::save_training_state(o.checkpoint, trainer, stopping.metadata(e.epoch));
     result.epochs.push_back(e);
     if (hooks.on_epoch) hooks.on_epoch(e);
     if (o.patience > 0 && stopping.epochs_without_improvement >= o.patience) {

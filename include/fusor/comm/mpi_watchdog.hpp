@@ -14,14 +14,15 @@
 // else 10 minutes.
 //
 // Diverging ranks. With the collective check on (mpi_options::check_collectives,
-// else FUSOR_MPI_CHECK_COLLECTIVES=0/1, else on in builds without NDEBUG),
-// every rank gathers what every other is about to call (call, element count
-// and type, operation, root, sequence number: 48 bytes a rank) before each
-// collective; a difference throws mpi_mismatch_error on every rank, naming
-// the first rank that differs from rank 0 and both calls. Without the check,
-// ranks out of step show as a failure of the collective on the rank that
-// receives a longer message than it expects (MPI_ERR_TRUNCATE): mpi_error names
-// that call and suggests the check (test_request).
+// else FUSOR_MPI_CHECK_COLLECTIVES=0/1, else on), every rank gathers what
+// every other is about to call (call, element count and type, operation, root,
+// sequence number: 48 bytes a rank) before each collective; a difference
+// throws mpi_mismatch_error on every rank, naming the first rank that differs
+// from rank 0 and both calls. It is on by default in every build: without it,
+// a rank that receives a longer message than its buffer gets MPI_ERR_TRUNCATE
+// (mpi_error names the call and suggests the check, test_request), but Open
+// MPI has by then written the rest of the message past the buffer's end, so
+// memory may be corrupt first. Turn it off only for a job known to be in step.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +51,7 @@ struct mpi_mismatch_error : mpi_error {
 struct mpi_options {
   /// How long a wait may take; else FUSOR_MPI_TIMEOUT_S, else default_mpi_timeout.
   std::optional<seconds_d> timeout{};
-  /// Whether to check each collective against the other ranks'; else FUSOR_MPI_CHECK_COLLECTIVES, else on
-  /// without NDEBUG.
+  /// Whether to check each collective against the other ranks'; else FUSOR_MPI_CHECK_COLLECTIVES, else on.
   std::optional<bool> check_collectives{};
 };
 
@@ -67,7 +67,7 @@ inline seconds_d resolve_mpi_timeout(std::optional<seconds_d> option, const char
   return resolve_timeout(option, environment, default_mpi_timeout, mpi_timeout_variable, "fusor::comm::mpi");
 }
 /// Whether to check collectives: `option`, else `environment` (FUSOR_MPI_CHECK_COLLECTIVES's value or
-/// null), else on without NDEBUG. Throws fusor::error for a value that is not 0/1, off/on or false/true.
+/// null), else on. Throws fusor::error for a value that is not 0/1, off/on or false/true.
 inline bool resolve_mpi_check(std::optional<bool> option, const char* environment) {
   if (option) return *option;
   if (environment != nullptr && *environment != '\0') {
@@ -76,11 +76,7 @@ inline bool resolve_mpi_check(std::optional<bool> option, const char* environmen
     if (v == "0" || v == "off" || v == "false") return false;
     throw error(std::string("fusor::comm::mpi: ") + mpi_check_variable + "=\"" + v + "\" is not 0 or 1");
   }
-#ifdef NDEBUG
-  return false;
-#else
   return true;
-#endif
 }
 
 /// One collective as the check compares it and the messages name it.

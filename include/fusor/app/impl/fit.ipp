@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <span>
 #include <sstream>
@@ -82,11 +83,32 @@ FUSOR_DECL std::map<std::string, std::string> stopping_state::metadata(int epoch
           {"fit.epochs_without_improvement", std::to_string(epochs_without_improvement)}};
 }
 
+FUSOR_DECL void check_distinct_files(const fit_options& o) {
+  const std::pair<const char*, const std::filesystem::path*> files[] = {
+      {"checkpoint", &o.checkpoint}, {"best_checkpoint", &o.best_checkpoint}, {"metrics", &o.metrics}};
+  const auto resolved = [](const std::filesystem::path& p) {
+    std::error_code ec;
+    const std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
+    return ec ? std::filesystem::absolute(p, ec).lexically_normal() : c;
+  };
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = i + 1; j < 3; ++j) {
+      const std::filesystem::path &a = *files[i].second, &b = *files[j].second;
+      if (a.empty() || b.empty()) continue;
+      if (resolved(a) == resolved(b))
+        throw usage_error("fusor::app::fit: " + std::string(files[i].first) + " and " + files[j].first +
+                          " are the same file '" + a.string() + "': each save would overwrite the other");
+    }
+}
+
 FUSOR_DECL void stopping_state::restore(const std::map<std::string, std::string>& m,
                                         const std::filesystem::path& file) {
   if (!m.contains("fit.best_epoch")) return;
   best_epoch = io::metadata_number<int>(m, "fit.best_epoch", file);
-  best_loss = std::stod(m.at("fit.best_validation_loss"));
+  // "inf": no epoch has lowered the loss yet (every validation loss NaN); otherwise a finite number.
+  const std::string& best = io::metadata_text(m, "fit.best_validation_loss", file);
+  best_loss = best == "inf" ? std::numeric_limits<double>::infinity()
+                            : io::metadata_number<double>(m, "fit.best_validation_loss", file);
   epochs_without_improvement = io::metadata_number<int>(m, "fit.epochs_without_improvement", file);
 }
 

@@ -32,7 +32,7 @@ struct temporary_file {
 namespace fusor::io::detail {
 
 [[noreturn]] FUSOR_DECL void file_failure(const std::filesystem::path& file, const std::string& step, int error_number) {
-  throw checkpoint_error("fusor: cannot write checkpoint file '" + file.string() + "': " + step + ": " +
+  throw checkpoint_error("fusor: cannot write file '" + file.string() + "': " + step + ": " +
                          std::generic_category().message(error_number));
 }
 
