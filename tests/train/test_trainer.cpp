@@ -18,8 +18,11 @@
 
 #include <fusor/data/fashion_mnist.hpp>
 #include <fusor/data/loader.hpp>
+#include <fusor/nn/branches.hpp>
 #include <fusor/nn/dropout.hpp>
 #include <fusor/nn/linear.hpp>
+#include <fusor/nn/recompute.hpp>
+#include <fusor/nn/residual.hpp>
 #include <fusor/optim/adamw.hpp>
 #include <fusor/optim/sgd.hpp>
 #include <fusor/optim/trainer.hpp>
@@ -250,6 +253,34 @@ FUSOR_TEST_CASE("training state: fusor's metadata is reserved and not returned; 
   optim::save_training_state(dir / "dropout.safetensors", a);
   expect_error<io::checkpoint_error>([&] { optim::load_training_state(dir / "dropout.safetensors", b); },
                                      {"network of seed 3", "this one has seed 4", "{.seed = 3}"});
+
+  // A composite draws random numbers only where a layer inside it does: a residual network without dropout (a GPT)
+  // resumes under another seed, to sample from a checkpoint, say; one with dropout inside does not.
+  using plain = nn::network<nn::sequential<nn::features<784>, nn::linear<784, 64>,
+                                           nn::residual<nn::linear<64, 64, nn::relu>>, nn::linear<64, 10>>,
+                            fp32, space>;
+  using dropout_inside =
+      nn::network<nn::sequential<nn::features<784>, nn::linear<784, 64>,
+                                 nn::residual<nn::linear<64, 64, nn::relu>, nn::dropout<10>>, nn::linear<64, 10>>,
+                  fp32, space>;
+  using branch_dropout =
+      nn::network<nn::sequential<nn::features<784>,
+                                 nn::branches<nn::join_add, nn::linear<784, 10>,
+                                              nn::chain<nn::dropout<10>, nn::linear<784, 10>>>>,
+                  fp32, space>;
+  using recomputed_plain =
+      nn::network<nn::sequential<nn::features<784>, nn::recomputed<nn::chain<nn::linear<784, 10>>>>, fp32, space>;
+  static_assert(!plain::draws_random_numbers && dropout_inside::draws_random_numbers);
+  static_assert(branch_dropout::draws_random_numbers && !recomputed_plain::draws_random_numbers);
+  plain three(16, {.seed = 3}), four(16, {.seed = 4});
+  optim::trainer<plain, optim::adamw> t3(three, schedule(8), optim::adamw_options{}),
+      t4(four, schedule(8), optim::adamw_options{});
+  t3.initialize(ex);
+  t4.initialize(ex);
+  optim::save_training_state(dir / "plain.safetensors", t3);
+  optim::load_training_state(dir / "plain.safetensors", t4);
+  const auto loaded = to_host(four.group<float>().values()), saved = to_host(three.group<float>().values());
+  CHECK(std::memcmp(loaded.data(), saved.data(), sizeof(float) * std::size_t(saved.size())) == 0);
   std::filesystem::remove_all(dir);
 }
 

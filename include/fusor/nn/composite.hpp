@@ -271,6 +271,11 @@ class composite_shards
                 "tensor-parallel group)");
 
  public:
+  /// Whether an inner layer draws random numbers (dropout): only then must a resumed run have the same seed.
+  static constexpr bool draws_random_numbers = []<class... Inner>(std::type_identity<std::tuple<Inner...>>) {
+    return (layer_draws_random_numbers<Inner>() || ...);
+  }(std::type_identity<Tuple>{});
+
   void connect(shard_group<Space>& group)
     requires split::any
   {

@@ -64,9 +64,14 @@ namespace detail {
 template <class X>
 using space_of_t = typename std::remove_cvref_t<decltype(as_view(std::declval<const X&>()))>::space;
 
-// A layer that draws random numbers by a seed the network gives it (dropout).
+// Whether a layer draws random numbers by the seed the network gives it (dropout). A composite (chain,
+// residual, branches, recomputed) takes a seed to pass on, and says in `draws_random_numbers` whether an inner
+// layer uses it; any other layer does when it takes a seed.
 template <class Layer>
-concept seeded_layer = requires(Layer& l) { l.seed(std::uint64_t{}); };
+consteval bool layer_draws_random_numbers() {
+  if constexpr (requires { Layer::draws_random_numbers; }) return Layer::draws_random_numbers;
+  else return requires(Layer& l) { l.seed(std::uint64_t{}); };
+}
 
 template <class List, class... Seen>
 struct unique_types;
@@ -380,7 +385,9 @@ class network {
   /// Whether some layer draws random numbers as it trains (dropout, by the
   /// network's seed): a resumed run repeats them only with the same seed.
   static constexpr bool draws_random_numbers =
-      []<std::size_t... I>(std::index_sequence<I...>) { return (detail::seeded_layer<layer_type<I>> || ...); }(indices{});
+      []<std::size_t... I>(std::index_sequence<I...>) {
+        return (detail::layer_draws_random_numbers<layer_type<I>>() || ...);
+      }(indices{});
 
   /// The number of parameters (elements) this network holds (its layer range's); a tied weight counts once.
   index_t parameter_count() const { return directory_.parameter_count(); }
