@@ -139,6 +139,21 @@ def main():
     writable_file = os.path.join(root, "a-file")
     open(writable_file, "w").close()
 
+    # A GPT checkpoint of 2 steps, with its step spoiled, and a text too short for a window of 128 + 1.
+    gpt_good = os.path.join(root, "gpt.safetensors")
+    made = subprocess.run([gpt, "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--generate", "0", "--quiet",
+                           "--checkpoint", gpt_good], capture_output=True, text=True, timeout=300)
+    if made.returncode != 0 or not os.path.exists(gpt_good):
+        print("bad_input_test: could not make the GPT checkpoint:\n" + made.stdout + made.stderr)
+        return 1
+    gpt_later = os.path.join(root, "gpt-step-5000.safetensors")
+    rewrite_metadata(gpt_good, gpt_later, lambda m: m.update(step="5000"))
+    gpt_negative = os.path.join(root, "gpt-step-minus-5.safetensors")
+    rewrite_metadata(gpt_good, gpt_negative, lambda m: m.update(step="-5"))
+    short_text = os.path.join(root, "short.txt")
+    with open(short_text, "w") as f:
+        f.write("To be, or not to be.\n" * 48)  # 1008 characters: the last 100 for validation
+
     cases = [
         # program, arguments, status, text, before training, preexec
         (mlp, ["--epoch", "2"], 2, "unknown option --epoch (did you mean --epochs?)"),
@@ -185,6 +200,10 @@ def main():
         (gpt, ["--model", "huge"], 2, "'huge' is not one of small|nanogpt"),
         (gpt, ["--prompt", ""], 2, "--prompt"),
         (gpt, ["--data", os.path.join(root, "no-corpus.txt")], 1, "no-corpus.txt"),
+        (gpt, ["--data", short_text], 1, "short.txt: its validation part holds 100 tokens"),
+        (gpt, ["--checkpoint", gpt_later, "--resume"], 2, "was saved at step 5000, beyond the --steps 2", False),
+        (gpt, ["--checkpoint", gpt_negative, "--resume"], 1, "metadata 'step' is -5", False),
+        (gpt, ["--steps", "0", "--require-below-baseline", "0.1"], 2, "--require-below-baseline needs training steps"),
         (dp, ["--powersgd", "0"], 2, "--powersgd 0: out of range (accepted: 1 to 256)"),
         (dp, ["--powersgd", "2", "--bf16-communication"], 2, "exclude each other"),
         (dp, ["--micro-batches", "3"], 2, "must be a multiple of ranks x micro-batches (3)"),

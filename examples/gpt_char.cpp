@@ -105,6 +105,8 @@ std::optional<options> parse(int argc, char** argv) {
                 "--require-below-baseline; 2 the command line");
   if (!cli.parse(argc, argv)) return std::nullopt;
   if (o.resume && o.checkpoint.empty()) throw app::usage_error("--resume needs --checkpoint");
+  if (o.require_below_baseline > 0 && o.steps == 0)
+    throw app::usage_error("--require-below-baseline needs training steps to measure; --steps is 0");
   if (o.data.empty()) o.data = default_corpus();
   return o;
 }
@@ -152,6 +154,13 @@ class run {
     if (o_.resume && std::filesystem::exists(o_.checkpoint)) {
       const auto metadata = fs::optim::load_training_state(o_.checkpoint, trainer_);
       first = fs::io::metadata_number<long>(metadata, "step", o_.checkpoint);
+      if (first < 0)
+        throw fs::io::checkpoint_error("checkpoint '" + o_.checkpoint.string() + "': metadata 'step' is " +
+                                       std::to_string(first) + ", not a number of steps");
+      if (o_.steps > 0 && first > o_.steps)  // --steps 0 only generates, from any checkpoint
+        throw fs::app::usage_error("checkpoint '" + o_.checkpoint.string() + "' was saved at step " +
+                                   std::to_string(first) + ", beyond the --steps " + std::to_string(o_.steps) +
+                                   " asked for: ask for more, or --steps 0 to only generate");
       std::printf("resumed from %s at step %ld\n", o_.checkpoint.c_str(), first);
     }
     double validation_loss = std::nan("");
@@ -263,6 +272,7 @@ class run {
 template <class Config, class Precision, class Space, class Executor>
 int train_and_write(const options& o, const Executor& ex, fs::stream_t stream, const std::string& device) {
   const auto corpus = fs::data::character_corpus::load(o.data);
+  corpus.require_windows(Config::context);
   run<Config, Precision, Space, Executor> r(o, ex, stream, corpus);
   // A save that cannot work fails now, not at the first validation.
   if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::file, r.checkpoint_bytes());

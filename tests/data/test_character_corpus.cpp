@@ -97,3 +97,23 @@ TEST_CASE("text_windows: targets are the next tokens; a batch is a function of (
   }
   CHECK_THROWS_AS(text_windows(c.training().first(12), 12, 1), fusor::data_error);
 }
+
+TEST_CASE("character_corpus: a text too short for a window names itself and the part that is short") {
+  // 40 characters, the last 4 (10%) for validation: a window of 3 + 1 fits both parts, 4 + 1 not the validation.
+  const character_corpus c(std::string(40, 'a'), "tiny.txt");
+  REQUIRE(c.validation().size() == 4);
+  c.require_windows(3);
+  try {
+    c.require_windows(4);
+    FAIL("a validation part of 4 tokens held a window of 4 + 1");
+  } catch (const fusor::data_error& e) {
+    CHECK(std::string(e.what()).find("tiny.txt: its validation part holds 4 tokens (of 40), fewer than a window of 4 "
+                                     "+ 1") != std::string::npos);
+  }
+  try {
+    c.require_windows(36);
+    FAIL("a training part of 36 tokens held a window of 36 + 1");
+  } catch (const fusor::data_error& e) {
+    CHECK(std::string(e.what()).find("its training part holds 36 tokens") != std::string::npos);
+  }
+}

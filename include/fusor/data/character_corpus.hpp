@@ -64,9 +64,14 @@ class character_corpus {
   /// that ignores context reaches; a language model must get clearly below it.
   double unigram_baseline() const;
 
+  /// Throws data_error, naming the text and the part, unless the training part and the validation part each
+  /// hold a window of `context` + 1 tokens (what text_windows needs): checked before training starts.
+  void require_windows(index_t context) const;
+
  private:
   std::vector<std::int32_t> tokens_;
   std::size_t split_ = 0;
+  std::string source_;  // names the text in errors
 };
 
 /// Random windows of `context` + 1 tokens: inputs are the first `context`,

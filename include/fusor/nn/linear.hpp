@@ -177,6 +177,8 @@ struct linear {
     static constexpr bool keeps_pre_activation = !plain && !is_relu;
     /// How many ways the layer is split (1: not split).
     static constexpr int shard_ways = ways;
+    /// Whether each rank holds only its slice of the output (column_parallel over more than one rank).
+    static constexpr bool splits_output = column && ways > 1;
     /// Its name for errors, as linear::name().
     static std::string name() { return linear::name(); }
 

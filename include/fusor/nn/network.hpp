@@ -59,10 +59,22 @@ struct network_options {
   "network and input on the cuda executor and a host_space one on the host executor (the network's third "        \
   "argument is its memory space)"
 
+/// The message of a network whose last layer is column-parallel, given to a loss (one string literal).
+#define FUSOR_SPLIT_OUTPUT_MESSAGE                                                                                \
+  "fusor: the network's last layer is column-parallel: each rank would hold a slice of the logits, and the loss "  \
+  "needs all of them; make the last layer row_parallel (after a column_parallel one) or leave it unsplit"
+
 namespace detail {
 // The memory space of X, a view or a tensor.
 template <class X>
 using space_of_t = typename std::remove_cvref_t<decltype(as_view(std::declval<const X&>()))>::space;
+
+// Whether a layer leaves each rank a slice of its output (a column-parallel linear).
+template <class Layer>
+consteval bool layer_splits_output() {
+  if constexpr (requires { Layer::splits_output; }) return Layer::splits_output;
+  else return false;
+}
 
 // Whether a layer draws random numbers by the seed the network gives it (dropout). A composite (chain,
 // residual, branches, recomputed) takes a seed to pass on, and says in `draws_random_numbers` whether an inner
@@ -122,6 +134,8 @@ class network {
   using input_features = typename parts::input_features;
   /// What one sample of the output is.
   using output_features = typename parts::output_features;
+  /// Whether the last layer leaves each rank a slice of the output (column-parallel): no loss can take it.
+  static constexpr bool output_split = detail::layer_splits_output<layer_type<depth - 1>>();
   /// The precision of the input x: the first layer's input precision.
   using input_precision = layer_input_precision<layer_type<0>>;  // int32 for an embedding
   /// The precision of the output: the last layer's.

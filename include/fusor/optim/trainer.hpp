@@ -75,6 +75,8 @@ inline bool stops_on_nonfinite(const trainer_options& o) {
 /// nothing read back on the host.
 template <class Network, template <class, class> class Optimizer>
 class trainer {
+  static_assert(!Network::output_split, FUSOR_SPLIT_OUTPUT_MESSAGE);
+
  public:
   /// The network's memory space, where the optimizer state, loss and step scalars live too.
   using space = typename Network::space;

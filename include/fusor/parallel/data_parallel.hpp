@@ -76,6 +76,8 @@ namespace fusor::parallel {
 /// file comment for micro-batches, bf16, PowerSGD and ZeRO-1/2/3).
 template <class Network, template <class, class> class Optimizer, class Communicator>
 class data_parallel {
+  static_assert(!Network::output_split, FUSOR_SPLIT_OUTPUT_MESSAGE);
+
  public:
   /// The memory space of the network and of every buffer the trainer holds.
   using space = typename Network::space;

@@ -110,6 +110,7 @@ class pipeline {
   /// The whole network's type; this stage's networks hold only the stage's layers.
   using network_type = nn::network<Sequential, Precision, Space>;
   using space = Space;  ///< the memory space of parameters and activations
+  static_assert(!network_type::output_split, FUSOR_SPLIT_OUTPUT_MESSAGE);
 
  private:
   using action = pipeline_action;

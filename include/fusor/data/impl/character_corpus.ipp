@@ -17,7 +17,8 @@
 namespace fusor::data {
 
 FUSOR_DECL character_corpus::character_corpus(const std::string& text, const std::string& source,
-                                              double validation_fraction) {
+                                              double validation_fraction)
+    : source_(source) {
   if (!(validation_fraction > 0.0 && validation_fraction < 1.0))
     throw data_error("fusor::data::character_corpus: validation fraction " + std::to_string(validation_fraction) +
                      " is not in (0, 1)");
@@ -52,6 +53,17 @@ FUSOR_DECL double character_corpus::unigram_baseline() const {
   double loss = 0;
   for (const std::int32_t t : validation()) loss -= std::log(counts[std::size_t(t)] / total);
   return validation().empty() ? 0.0 : loss / double(validation().size());
+}
+
+FUSOR_DECL void character_corpus::require_windows(index_t context) const {
+  const auto check = [&](std::span<const std::int32_t> part, const char* name) {
+    if (index_t(part.size()) < context + 1)
+      throw data_error("fusor::data::character_corpus: " + source_ + ": its " + name + " part holds " +
+                       std::to_string(part.size()) + " tokens (of " + std::to_string(tokens_.size()) +
+                       "), fewer than a window of " + std::to_string(context) + " + 1: give a longer text");
+  };
+  check(training(), "training");
+  check(validation(), "validation");
 }
 
 FUSOR_DECL text_windows::text_windows(std::span<const std::int32_t> tokens, index_t context, std::uint64_t seed)
