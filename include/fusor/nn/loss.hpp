@@ -212,7 +212,7 @@ class softmax_cross_entropy {
     const view<std::int32_t, dextents<index_t, 1>, row_major, Space> predicted(predictions_.data(), logits.extent(0));
     argmax(predicted, logits, 1, ex);
   }
-  // Adds the batch to the running totals: four small kernels, the same for the mean and the sum reduction.
+  // Adds the batch to the running totals: three sums and one fused update, for the mean and the sum reduction.
   template <class Targets, class Executor>
   void accumulate(const Targets& lv, const view<double, dextents<index_t, 1>, row_major, Space>& l, index_t classes,
                   const Executor& ex) {
