@@ -60,6 +60,7 @@
 #include "fusor/graph/capture.hpp"
 #include "fusor/graph/host_effects.hpp"
 #include "fusor/io/checkpoint.hpp"
+#include "fusor/io/content_hash.hpp"
 #include "fusor/io/file.hpp"
 #include "fusor/io/json.hpp"
 #include "fusor/io/safetensors.hpp"

@@ -8,12 +8,17 @@
 // save's shard and mismatched dtypes or shapes are refused with errors that
 // name them.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <fusor/io/content_hash.hpp>
+#include <fusor/io/file.hpp>
 #include <fusor/io/sharded_checkpoint.hpp>
 
 #include "io/io_support.hpp"
@@ -235,4 +240,36 @@ FUSOR_TEST_CASE("sharded checkpoints refuse unfinished saves, missing or overlap
   const fio::sharded_checkpoint_reader stale(dir.path);
   expect_error<fio::checkpoint_error>([&] { stale.read("w", fio::tensor_piece::whole(shape), sixteen); },
                                       {"shard-00001-of-00002.safetensors", "belongs to save 'c'", "manifest to 'a'"});
+
+  // Rank 1's shard of save 'a' again, then one bit of its last value flipped: the size is the same, the content
+  // hash is not, and the shard is refused rather than loaded.
+  save_rank(1, "a", bottom);
+  expect_piece(fio::sharded_checkpoint_reader(dir.path), "w", w, fio::tensor_piece::whole(shape));
+  const auto shard = dir.path / "shard-00001-of-00002.safetensors";
+  std::vector<std::byte> bytes = fio::read_file(shard);
+  bytes.back() ^= std::byte{0x10};
+  fio::write_file_atomically(shard, bytes);
+  const fio::sharded_checkpoint_reader damaged(dir.path);
+  expect_error<fio::checkpoint_error>([&] { damaged.read("w", fio::tensor_piece::whole(shape), sixteen); },
+                                      {"shard-00001-of-00002.safetensors' does not hold what was saved",
+                                       "content hash", "damaged on disk or in a copy"});
+}
+
+TEST_CASE("content_hash: any one flipped bit changes it, and so does the length") {
+  std::vector<std::byte> bytes(37);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 7 + 3);
+  const std::uint64_t hash = fio::content_hash(bytes);
+  CHECK(fio::content_hash(bytes) == hash);
+  CHECK(fio::content_hash_text(hash).size() == 16);
+  int unchanged = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    for (int bit = 0; bit < 8; ++bit) {
+      bytes[i] ^= std::byte(1 << bit);
+      unchanged += fio::content_hash(bytes) == hash;
+      bytes[i] ^= std::byte(1 << bit);
+    }
+  CHECK(unchanged == 0);
+  bytes.push_back(std::byte{0});  // a zero byte more: the same words, another length
+  CHECK(fio::content_hash(bytes) != hash);
+  CHECK(fio::content_hash(std::span<const std::byte>()) != fio::content_hash(std::vector<std::byte>(8)));
 }

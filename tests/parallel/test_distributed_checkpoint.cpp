@@ -355,6 +355,7 @@ TEST_CASE("distributed checkpoint: a rank that refuses its pieces makes every ra
       if (t.name == "controller.loss_scale") fusor_test::set_element(t, 0, 0);
       return true;
     });
+    fusor_test::record_shard_hash(damaged, 0, shard);
   }
   barrier(world);
   const std::string one_refused = "1 of " + std::to_string(world.size()) + " ranks refused";

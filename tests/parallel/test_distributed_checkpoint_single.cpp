@@ -201,7 +201,8 @@ TEST_CASE("distributed checkpoint: damaged values are refused before anything is
   };
   for (const damage& d : cases) {
     INFO(d.tensor);
-    // The same save with one value changed: the shard keeps its size, so only the value check can refuse it.
+    // The same save with one value changed (the manifest's hash following it): the shard keeps its size, so only
+    // the value check can refuse it.
     const auto dir = scratch / "damaged";
     std::filesystem::remove_all(dir);
     std::filesystem::copy(scratch / "good", dir);
@@ -213,6 +214,7 @@ TEST_CASE("distributed checkpoint: damaged values are refused before anything is
       return true;
     });
     REQUIRE(changed);
+    fusor_test::record_shard_hash(dir, 0, dir / shard);
 
     bf16_trainer resumed_state;
     auto& resumed = resumed_state.train;

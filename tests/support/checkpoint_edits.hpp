@@ -13,6 +13,9 @@
 
 #include <fusor/core/precision.hpp>
 #include <fusor/io/checkpoint.hpp>
+#include <fusor/io/content_hash.hpp>
+#include <fusor/io/file.hpp>
+#include <fusor/io/sharded_checkpoint.hpp>
 
 namespace fusor_test {
 
@@ -37,6 +40,17 @@ inline void set_element(fusor::io::tensor_record& record, fusor::index_t element
     case fusor::io::dtype::u8: return put(std::uint8_t(value));
     default: throw std::logic_error("set_element: tensor '" + record.name + "' has a dtype this helper does not write");
   }
+}
+
+// After a deliberate edit of shard `rank` (the file `shard`) of the sharded checkpoint in `directory`: the manifest
+// records the shard's new content hash, as a save of those values would have (damage leaves it as it was), so
+// that the loader's checks of the values, not of the hash, are what a test sees.
+inline void record_shard_hash(const std::filesystem::path& directory, int rank, const std::filesystem::path& shard) {
+  const std::filesystem::path manifest = directory / fusor::io::detail::manifest_name;
+  fusor::io::safetensors_file contents = fusor::io::checkpoint_reader(manifest).contents();
+  contents.metadata["fusor.shard_hash/" + std::to_string(rank)] =
+      fusor::io::content_hash_text(fusor::io::content_hash(fusor::io::read_file(shard)));
+  write_edited(contents, manifest, [](fusor::io::tensor_record&) { return true; });
 }
 
 }  // namespace fusor_test

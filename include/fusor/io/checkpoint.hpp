@@ -289,6 +289,9 @@ class checkpoint_reader {
   /// Reads and validates the whole file; errors name it.
   explicit checkpoint_reader(const std::filesystem::path& file)
       : file_(file), contents_(decode_safetensors(read_file(file), file.string())) {}
+  /// The same from the file's bytes, already read (by a caller that checks them first).
+  checkpoint_reader(const std::filesystem::path& file, std::span<const std::byte> bytes)
+      : file_(file), contents_(decode_safetensors(bytes, file.string())) {}
 
   /// Copies tensor `name` into `destination` (a view or tensor of any space and
   /// layout) after checking that the dtypes and the shapes agree.

@@ -31,7 +31,9 @@
 // beside it a small index (safetensors, metadata only) of where each piece
 // lies, which the manifest writer reads instead of the shards. Every file of
 // one save carries the save's id, so a shard of another save (a crashed
-// later save into the same folder) is refused rather than mixed in.
+// later save into the same folder) is refused rather than mixed in; the
+// manifest records each shard's size and content hash (io/content_hash.hpp),
+// so a shard damaged after the save is refused, naming it, not loaded.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +48,7 @@
 #include <vector>
 
 #include "fusor/io/checkpoint.hpp"
+#include "fusor/io/content_hash.hpp"
 
 namespace fusor::io {
 
@@ -248,6 +251,7 @@ class sharded_checkpoint_reader {
   std::map<std::string, std::vector<held>> pieces_;
   std::map<std::string, std::string> metadata_;
   std::vector<index_t> shard_bytes_;
+  std::vector<std::string> shard_hashes_;  // io::content_hash_text of each shard; empty where not recorded
   mutable std::map<int, std::unique_ptr<checkpoint_reader>> shards_;
 };
 

@@ -144,10 +144,11 @@ FUSOR_DECL shard_writer::shard_writer(std::filesystem::path directory, int rank,
 FUSOR_DECL void shard_writer::save() const {
   std::filesystem::create_directories(directory_);
   const std::string stem = detail::shard_stem(rank_, ranks_);
-  data_.save(directory_ / (stem + ".safetensors"));
+  const std::vector<std::byte> bytes = encode_safetensors(data_.contents());
+  write_file_atomically(directory_ / (stem + ".safetensors"), bytes);
   checkpoint_writer index = index_;  // metadata only: cheap to copy
-  index.add_metadata("fusor.shard_bytes",
-                     std::to_string(std::filesystem::file_size(directory_ / (stem + ".safetensors"))));
+  index.add_metadata("fusor.shard_bytes", std::to_string(bytes.size()));
+  index.add_metadata("fusor.shard_hash", content_hash_text(content_hash(bytes)));
   index.save(directory_ / (stem + ".index"));
 }
 
@@ -192,6 +193,7 @@ FUSOR_DECL void write_manifest(const std::filesystem::path& directory, int ranks
       throw checkpoint_error("fusor: write_manifest: '" + index_file.string() + "' belongs to save '" +
                              index.metadata("fusor.save") + "', not '" + save_id + "'");
     manifest.add_metadata("fusor.shard_bytes/" + std::to_string(r), index.metadata("fusor.shard_bytes"));
+    manifest.add_metadata("fusor.shard_hash/" + std::to_string(r), index.metadata("fusor.shard_hash"));
     for (const auto& [key, text] : index.contents().metadata) {
       if (key.rfind("fusor.piece/", 0) != 0) continue;
       const std::string name = key.substr(12, key.rfind('/') - 12);
@@ -266,8 +268,11 @@ FUSOR_DECL sharded_checkpoint_reader::sharded_checkpoint_reader(std::filesystem:
       metadata_[key] = text;
     }
   }
-  for (int r = 0; r < ranks_; ++r)
+  for (int r = 0; r < ranks_; ++r) {
     shard_bytes_.push_back(parse_count(manifest.metadata("fusor.shard_bytes/" + std::to_string(r)), file, "shard bytes"));
+    const auto hash = manifest.contents().metadata.find("fusor.shard_hash/" + std::to_string(r));  // older saves: none
+    shard_hashes_.push_back(hash == manifest.contents().metadata.end() ? std::string() : hash->second);
+  }
 }
 
 FUSOR_DECL const std::string& sharded_checkpoint_reader::metadata(const std::string& key) const {
@@ -362,10 +367,17 @@ FUSOR_DECL const tensor_record& sharded_checkpoint_reader::shard_tensor(int r, c
       throw checkpoint_error("fusor: shard '" + file.string() + "' is " + std::to_string(std::filesystem::file_size(file)) +
                              " bytes, but the manifest recorded " + std::to_string(shard_bytes_[std::size_t(r)]) +
                              ": it was cut short, damaged or written by another save");
-    reader = std::make_unique<checkpoint_reader>(file);
-    if (reader->metadata("fusor.save") != save_id_)
-      throw checkpoint_error("fusor: shard '" + file.string() + "' belongs to save '" + reader->metadata("fusor.save") +
+    const std::vector<std::byte> bytes = read_file(file);
+    auto read = std::make_unique<checkpoint_reader>(file, bytes);
+    if (read->metadata("fusor.save") != save_id_)
+      throw checkpoint_error("fusor: shard '" + file.string() + "' belongs to save '" + read->metadata("fusor.save") +
                              "', the manifest to '" + save_id_ + "'");
+    const std::string& recorded = shard_hashes_[std::size_t(r)];
+    if (!recorded.empty() && content_hash_text(content_hash(bytes)) != recorded)
+      throw checkpoint_error("fusor: shard '" + file.string() + "' does not hold what was saved: its content hash is " +
+                             content_hash_text(content_hash(bytes)) + ", the manifest recorded " + recorded +
+                             " (damaged on disk or in a copy)");
+    reader = std::move(read);
   }
   return reader->contents().at(name);
 }
