@@ -368,7 +368,9 @@ TEST_CASE("distributed checkpoint: a rank that refuses its pieces makes every ra
   INFO("rank ", world.rank(), ": ", message);
   CHECK(message.find(one_refused) != std::string::npos);
   CHECK(message.find("no rank loaded anything") != std::string::npos);
-  CHECK((message.find("'controller.loss_scale' is 0") != std::string::npos) == (world.rank() == 1));
+  // Every rank names the refusing rank and its reason, so that a job that logs one rank reads the cause.
+  CHECK(message.find("; rank 1: ") != std::string::npos);
+  CHECK(message.find("'controller.loss_scale' is 0") != std::string::npos);
   // The good save still loads on every rank, and resumes as it should.
   const std::vector<double> want = data_tensor<2>(world, 0, saving(dir.string() + "_straight"));
   expect_losses(data_tensor<2>(world, 0, resuming(dir)), want, true);
@@ -417,7 +419,8 @@ TEST_CASE("distributed checkpoint: a rank that cannot write its shard fails the 
   barrier(world);
   const std::string one_failed = "1 of " + std::to_string(world.size()) + " ranks could not save";
   fusor_test::expect_error<fusor::io::checkpoint_error>(
-      [&] { (void)data_tensor<1>(world, 0, saving(dir, saved_after)); }, {one_failed.c_str(), "no manifest written"});
+      [&] { (void)data_tensor<1>(world, 0, saving(dir, saved_after)); },
+      {one_failed.c_str(), "; rank 1: ", "shard-00001-of-0000", "no manifest written"});
   barrier(world);
   CHECK(!fs::exists(dir / "manifest.safetensors"));
   fusor_test::expect_error<fusor::io::checkpoint_error>(

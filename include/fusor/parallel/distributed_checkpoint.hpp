@@ -381,7 +381,7 @@ void save_shards_and_manifest(const std::filesystem::path& dir, Trainer& trainer
   if (const int failed = ranks.count(world, !failure.empty()))
     throw io::checkpoint_error("fusor::parallel::save_distributed: " + std::to_string(failed) + " of " +
                                std::to_string(world.size()) + " ranks could not save their shard of '" + dir.string() +
-                               "'" + (failure.empty() ? "" : "; this rank: " + failure) +
+                               "'" + ranks.failure_note(world, failure) +
                                " (no manifest written: the save is incomplete)");
   if (where.world_rank() == 0) {
     try {
@@ -397,7 +397,7 @@ void save_shards_and_manifest(const std::filesystem::path& dir, Trainer& trainer
   // Nobody returns before the manifest is there (or every rank knows it is not).
   if (ranks.count(world, !failure.empty()) != 0)
     throw io::checkpoint_error("fusor::parallel::save_distributed: writing the manifest of '" + dir.string() +
-                               "' failed" + (failure.empty() ? std::string() : ": " + failure));
+                               "' failed" + ranks.failure_note(world, failure));
 }
 }  // namespace detail
 
@@ -446,8 +446,8 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
 
 /// load_distributed as a collective over `world` (every rank of the mesh calls
 /// it): every rank checks its pieces, then all agree; where any rank refuses,
-/// every rank throws io::checkpoint_error naming how many refused (and this
-/// rank's reason), and no rank has loaded anything. Unless `unread` is ignore,
+/// every rank throws io::checkpoint_error naming how many refused, the first of
+/// them and its reason (and this rank's), and no rank has loaded anything. Unless `unread` is ignore,
 /// every rank also refuses a checkpoint holding tensors that no rank reads (a
 /// larger network's layers, another optimizer's state; PowerSGD's state is
 /// passed over where the trainer has none). Every rank passes the same `unread`.
@@ -472,8 +472,7 @@ std::map<std::string, std::string> load_distributed(const std::filesystem::path&
   if (const int failed = ranks.count(world, !failure.empty()))
     throw io::checkpoint_error("fusor::parallel::load_distributed: " + std::to_string(failed) + " of " +
                                std::to_string(world.size()) + " ranks refused '" + dir.string() + "'" +
-                               (failure.empty() ? std::string() : "; this rank: " + failure) +
-                               " (no rank loaded anything)");
+                               ranks.failure_note(world, failure) + " (no rank loaded anything)");
   if (unread == optim::unread_tensors::refuse) {  // tensors that no rank reads: every rank finds the same
     std::vector<double> readers = detail::read_here(*reader, trainer, where);
     ranks.all_reduce(world, readers, comm::reduction_op::sum);
@@ -568,7 +567,7 @@ void save_distributed_latest(const std::filesystem::path& root, Trainer& trainer
   if (ranks.count(world, !failure.empty()) != 0)
     throw io::checkpoint_error("fusor::parallel::save_distributed_latest: '" + (root / save_id).string() +
                                "' is complete, but naming it in '" + (root / latest_name).string() + "' failed" +
-                               (failure.empty() ? std::string() : ": " + failure));
+                               ranks.failure_note(world, failure));
 }
 
 }  // namespace fusor::parallel

@@ -16,7 +16,9 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fusor/comm/communicator.hpp"
 #include "fusor/config.hpp"
@@ -85,6 +87,25 @@ class rank_numbers {
     double n[1] = {failed ? 1.0 : 0.0};
     all_reduce(world, n, comm::reduction_op::sum);
     return static_cast<int>(n[0] + 0.5);
+  }
+  /// "; rank R: <its failure>" for the lowest rank R that passes a non-empty `failure`, on every rank (and
+  /// "; this rank: <failure>" where this rank failed too), so that a job that logs one rank still reads the
+  /// cause; empty where no rank failed. A collective: every rank calls it after count() said some failed.
+  std::string failure_note(Communicator& world, const std::string& failure) {
+    const int rank = world.rank(), size = world.size();
+    const int first = static_cast<int>(range(world, failure.empty() ? double(size) : double(rank)).least);
+    if (first >= size) return {};
+    double length[1] = {rank == first ? double(failure.size()) : 0.0};
+    all_reduce(world, length, comm::reduction_op::sum);
+    std::vector<double> text(static_cast<std::size_t>(length[0] + 0.5), 0.0);  // the characters, summed from one rank
+    if (rank == first)
+      for (std::size_t i = 0; i < text.size(); ++i) text[i] = double(static_cast<unsigned char>(failure[i]));
+    all_reduce(world, std::span<double>(text), comm::reduction_op::sum);
+    std::string reason(text.size(), ' ');
+    for (std::size_t i = 0; i < text.size(); ++i) reason[i] = static_cast<char>(static_cast<int>(text[i] + 0.5));
+    std::string note = "; rank " + std::to_string(first) + ": " + reason;
+    if (!failure.empty() && rank != first) note += "; this rank: " + failure;
+    return note;
   }
 
  private:
