@@ -41,7 +41,8 @@ void readme_matmul() {
   const fusor::host_executor executor{};
   // doc-snippet README.md
   #include <fusor/kernels/matmul.hpp>
-  // y = gelu_tanh(x w^T + b), keeping the pre-activation for backward: one cuBLASLt call.
+  // y = gelu_tanh(x w^T + b), keeping the pre-activation for backward: one cuBLASLt call
+  // (pre's row stride a multiple of 8 elements, cuBLASLt's rule, on the host too).
   fusor::matmul(y, x, fusor::transpose(w.view()), fusor::epilogue::gelu_tanh(b, pre), executor);
   // Its backward: dpre = (dy w2) * gelu_tanh'(pre) and db = column sums of dpre, one call;
   // the weight gradient dw2 = dy^T h with db2 = column sums of dy, one call.

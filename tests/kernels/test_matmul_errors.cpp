@@ -58,3 +58,35 @@ FUSOR_TEST_CASE("matmul errors: strides BLAS cannot read, and a bias gradient of
       [&] { matmul(c3, a3, b3, epilogue::gelu_tanh_backward(slice<2>(pre.view(), 0, 6), db), ex); },
       {"bias gradient", "flatten"});
 }
+
+FUSOR_TEST_CASE("matmul errors: c sharing memory with a or b is refused; disjoint parts of one tensor are not") {
+  // BLAS zeroes c before it reads a and b: a product written over its own input would be all zeros.
+  space_tensor<float, matrix> a(3, 3), b(3, 3);
+  fill_random(a, 5);
+  fill_random(b, 6);
+  executor ex{};
+  expect_error<error>([&] { matmul(a, a, b, ex); }, {"matmul's c [3, 3]", "overlaps its operand a", "its own input"});
+  expect_error<error>([&] { matmul(b, a, transpose(b.view()), ex); }, {"overlaps its operand b", "strides [1, 3]"});
+  space_tensor<float, batch_of_matrices> batches(2, 3, 3);
+  fill_random(batches, 7);
+  expect_error<error>([&] { matmul(batches, batches, b, ex); }, {"matmul's c [2, 3, 3]", "operand a"});
+  using four = dextents<index_t, 4>;
+  space_tensor<float, four> q(1, 2, 3, 3), k(1, 2, 3, 3);
+  fill_random(q, 8);
+  fill_random(k, 9);
+  expect_error<error>([&] { matmul(k, q, k, ex); }, {"matmul's c [1, 2, 3, 3]", "operand b"});
+
+  // Rows 0-2 of one tensor times b into its rows 3-5: no byte shared, so it runs, and right.
+  space_tensor<float, matrix> storage(6, 3);
+  fill_random(storage, 10);
+  matmul(slice<0>(storage.view(), 3, 6), slice<0>(storage.view(), 0, 3), b, ex);
+  finish(ex);
+  const auto s = to_host(storage);
+  const auto hb = to_host(b);
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 3; ++j) {
+      double want = 0;
+      for (index_t t = 0; t < 3; ++t) want += double(s(i, t)) * double(hb(t, j));
+      CHECK(std::fabs(double(s(3 + i, j)) - want) <= 1e-5);
+    }
+}

@@ -18,7 +18,8 @@
 // stride along one of its axes. The precision policies pick how it computes
 // (fp32 exact, tf32 tensor cores, bf16/fp16 with fp32 accumulation). Shapes are
 // checked before anything runs: static ones at compile time, dynamic ones with
-// a shape_error naming all three. Epilogues: kernels/matmul_epilogue.hpp.
+// a shape_error naming all three; c sharing memory with a or b is a fusor::error
+// (no product can be written over its own input). Epilogues: kernels/matmul_epilogue.hpp.
 // Programs that call matmul link the CMake target fusor::blas.
 #pragma once
 
@@ -156,6 +157,15 @@ auto outer_item(const V& v, index_t i) {
 }  // namespace detail
 
 namespace detail {
+// c must not share memory with a or b: each element of c reads a whole row of a and column of b, and BLAS
+// zeroes c before it reads them, so a product over its own input would be all zeros (or garbage on the GPU).
+template <class CV, class OV>
+void check_matmul_alias(const CV& c, const OV& operand, const char* name) {
+  if (bytes_overlap(c, operand))
+    throw error("fusor: matmul's c " + layout_text(c) + " overlaps its operand " + name + " " + layout_text(operand) +
+                ": a product cannot be written over its own input; write it into a tensor of its own");
+}
+
 // c = a b for matrices and 3-D batches of them: views, checked, then run.
 template <class CV, class AV, class BV, class Epilogue, class Executor>
 void matmul_matrices(const CV& cv, const AV& av, const BV& bv, const Epilogue& ep, const Executor& executor) {
@@ -170,6 +180,8 @@ void matmul_matrices(const CV& cv, const AV& av, const BV& bv, const Epilogue& e
   static_assert(check_matmul_types<typename AV::precision, typename BV::precision, typename CV::precision>());
   static_assert(check_epilogue_types<Epilogue, CV>());
   check_matmul_shapes(strides_of(cv), strides_of(av), strides_of(bv), CV::rank == 3, AV::rank == 3, BV::rank == 3);
+  check_matmul_alias(cv, av, "a");
+  check_matmul_alias(cv, bv, "b");
   run_matmul(executor, cv, av, bv, ep);
 }
 
@@ -182,6 +194,8 @@ void matmul_4d(const CV& cv, const AV& av, const BV& bv, const Executor& executo
                     static_batch_axes_agree<typename CV::extents_type, typename BV::extents_type>(),
                 "fusor: a 4-D matmul's batch axes [B, H] differ between c and a or b");
   check_4d_matmul_shapes(cv, av, bv);
+  check_matmul_alias(cv, av, "a");
+  check_matmul_alias(cv, bv, "b");
   if (batch_axes_fold(cv) && batch_axes_fold(av) && batch_axes_fold(bv)) {
     matmul_matrices(fold_batch_axes(cv), fold_batch_axes(av), fold_batch_axes(bv), epilogue::none{}, executor);
     return;

@@ -18,7 +18,11 @@
 // GELU here is the tanh approximation (fusor::gelu_tanh): it is what cuBLASLt's
 // epilogues compute, and the host computes the same. Bias, pre-activation and
 // bias gradients have c's element type (cuBLASLt's rule); the fused forms need
-// c's rows contiguous (unit stride along its last axis).
+// c's rows contiguous (unit stride along its last axis), and a pre-activation
+// (gelu_tanh's `pre`, gelu_tanh_backward's) contiguous rows whose stride is a
+// multiple of 8 elements (cuBLASLt's rule, kept on the host so that a program
+// runs on both): for a width not a multiple of 8, a slice of a wider tensor
+// (slice<1>(pre_storage.view(), 0, n) of an [m, round_up(n, 8)] one).
 #pragma once
 
 #include <cstddef>
