@@ -176,10 +176,8 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
   if (o.resume && o.checkpoint.empty()) throw usage_error("fusor::app::fit: resume needs a checkpoint file");
   detail::check_distinct_files(o);
   // A save that cannot work fails now, not after the first epoch.
-  if (!o.checkpoint.empty())
-    io::check_destination(o.checkpoint, io::destination_kind::file, optim::training_state_bytes(trainer));
-  if (!o.best_checkpoint.empty())
-    io::check_destination(o.best_checkpoint, io::destination_kind::file, optim::training_state_bytes(trainer));
+  for (const std::filesystem::path* save : {&o.checkpoint, &o.best_checkpoint})
+    if (!save->empty()) io::check_destination(*save, io::destination_kind::file, optim::training_state_bytes(trainer));
 
   fit_result result;
   detail::stopping_state stopping;

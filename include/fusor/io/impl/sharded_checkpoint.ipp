@@ -373,10 +373,12 @@ FUSOR_DECL const tensor_record& sharded_checkpoint_reader::shard_tensor(int r, c
       throw checkpoint_error("fusor: shard '" + file.string() + "' belongs to save '" + read->metadata("fusor.save") +
                              "', the manifest to '" + save_id_ + "'");
     const std::string& recorded = shard_hashes_[std::size_t(r)];
-    if (!recorded.empty() && content_hash_text(content_hash(bytes)) != recorded)
-      throw checkpoint_error("fusor: shard '" + file.string() + "' does not hold what was saved: its content hash is " +
-                             content_hash_text(content_hash(bytes)) + ", the manifest recorded " + recorded +
-                             " (damaged on disk or in a copy)");
+    if (!recorded.empty()) {
+      const std::string found = content_hash_text(content_hash(bytes));
+      if (found != recorded)
+        throw checkpoint_error("fusor: shard '" + file.string() + "' does not hold what was saved: its content hash " +
+                               "is " + found + ", the manifest recorded " + recorded + " (damaged on disk or in a copy)");
+    }
     reader = std::move(read);
   }
   return reader->contents().at(name);
