@@ -176,6 +176,7 @@
 #if __has_include(<mpi.h>)
 #include "fusor/comm/mpi.hpp"
 #include "fusor/comm/mpi_error.hpp"
+#include "fusor/comm/mpi_receives.hpp"
 #include "fusor/comm/mpi_types.hpp"
 #include "fusor/comm/mpi_watchdog.hpp"
 #endif

@@ -99,6 +99,87 @@ TEST_CASE("comm::mpi: send and recv round a ring") {
   }
 }
 
+// Pairs of ranks (0 with 1, 2 with 3; an odd last rank sits out): `sender` is the even one.
+struct pair_of_ranks {
+  bool in_pair, sender;
+  int peer;
+};
+pair_of_ranks pair_of(const fusor::comm::mpi& c) {
+  const bool in_pair = c.rank() + 1 < c.size() || c.rank() % 2 == 1;
+  return {in_pair, c.rank() % 2 == 0, c.rank() % 2 == 0 ? c.rank() + 1 : c.rank() - 1};
+}
+
+// With the collective check on (the default), a message is measured before MPI gets its recv's buffer: Open MPI
+// would write a longer message past the buffer's end, and leave a shorter one's rest unwritten, silently.
+TEST_CASE("comm::mpi: a send and its recv of different sizes throw on the receiving rank; its buffer is untouched") {
+  auto& c = world();
+  REQUIRE(c.checks_collectives());
+  const pair_of_ranks p = pair_of(c);
+  INFO("rank ", c.rank());
+  // Eager (small) and rendezvous (megabytes) messages, longer and shorter than the recv.
+  for (const auto& [sent, expected] : {std::pair<index_t, index_t>{1024, 512}, {256, 512}, {1 << 20, 1 << 19}}) {
+    if (!p.in_pair) continue;
+    if (p.sender) {
+      const auto x = input<fp32>(sent, 31, c.rank());
+      c.send(x, p.peer, 7).wait();  // the receiver takes the whole message in
+      continue;
+    }
+    std::vector<float> memory(std::size_t(2 * std::max(sent, expected)), -7.0f);  // the buffer and what follows
+    const fusor::view<float, flat_extents> buffer(memory.data(), flat_extents(expected));
+    const std::string sizes = "sent " + std::to_string(sent * 4) + " bytes, this recv's buffer holds " +
+                              std::to_string(expected * 4);
+    expect_error<fusor::comm::mpi_mismatch_error>(
+        [&] { c.recv(buffer, p.peer, 7).wait(); },
+        {"recv from rank", sizes.c_str(), "different sizes", "not written"});
+    CHECK(std::count(memory.begin(), memory.end(), -7.0f) == std::ptrdiff_t(memory.size()));
+  }
+  // The communicator goes on: messages of the right size arrive.
+  if (p.in_pair) {
+    const auto x = input<fp32>(300, 32, c.rank());
+    auto y = poisoned<fp32>(300);
+    auto received = c.recv(y, p.peer, 8);
+    auto sent = c.send(x, p.peer, 8);
+    sent.wait();
+    received.wait();
+    expect_close<fp32>(y, gathered<fp32>(300, 32, p.peer + 1), 300 * p.peer, 0.0, "after a mismatch");
+  }
+}
+
+// Checked or not, receives from one peer with one tag take its messages in the order they were started, however
+// they are waited for; a rank waiting for its own (megabyte) send still takes in its peer's.
+TEST_CASE("comm::mpi: recvs match in the order they start, and sends and recvs of a pair never wait for each other") {
+  auto& world_c = world();
+  const pair_of_ranks p = pair_of(world_c);
+  for (const bool checked : {true, false}) {
+    fusor::comm::mpi c(world_c.native(), {.check_collectives = checked});
+    INFO("rank ", c.rank(), checked ? " (checked)" : " (unchecked)");
+    if (!p.in_pair) continue;
+    constexpr index_t n = 777;
+    if (p.sender) {
+      std::vector<flat<fp32>> messages;
+      for (std::uint32_t k = 0; k < 3; ++k) messages.push_back(input<fp32>(n, 40 + k, c.rank()));
+      for (auto& m : messages) c.send(m, p.peer, 9).wait();
+    } else {
+      std::vector<flat<fp32>> buffers;
+      for (int k = 0; k < 3; ++k) buffers.push_back(poisoned<fp32>(n));
+      std::vector<fusor::comm::mpi_request> receives;
+      for (auto& b : buffers) receives.push_back(c.recv(b, p.peer, 9));
+      for (int k = 2; k >= 0; --k) receives[std::size_t(k)].wait();
+      for (std::uint32_t k = 0; k < 3; ++k)
+        expect_close<fp32>(buffers[k], gathered<fp32>(n, 40 + k, p.peer + 1), n * p.peer, 0.0, "in order");
+    }
+    // Both ranks send first and wait for their send before their recv.
+    constexpr index_t big = index_t{1} << 20;
+    const auto mine = input<fp32>(big, 50, c.rank());
+    auto theirs = poisoned<fp32>(big);
+    auto sent = c.send(mine, p.peer, 10);
+    auto received = c.recv(theirs, p.peer, 10);
+    sent.wait();
+    received.wait();
+    expect_close<fp32>(theirs, gathered<fp32>(big, 50, p.peer + 1), big * p.peer, 0.0, "exchange");
+  }
+}
+
 TEST_CASE("comm::mpi: a request can be tested until done") {
   auto& c = world();
   auto x = input<fp32>(513, 77, c.rank());

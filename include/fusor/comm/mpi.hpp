@@ -94,16 +94,22 @@ class [[nodiscard]] mpi_request {
               std::function<void()> after = {})
       : request_(r), call_(std::move(call)), watch_(watch), sequence_(sequence), after_(std::move(after)) {}
   /// Moved: the new request waits; the old one is left empty.
+  /// A checked recv (comm/mpi_receives.hpp): its MPI request comes once its message has been measured.
+  mpi_request(std::shared_ptr<detail::checked_receive> receive, const mpi_watch* watch)
+      : request_(MPI_REQUEST_NULL), call_(receive->call), watch_(watch), sequence_(0), receive_(std::move(receive)) {}
+  /// Moved: the new request waits; the old one is left empty.
   mpi_request(mpi_request&& o) noexcept
       : request_(std::exchange(o.request_, MPI_REQUEST_NULL)), call_(std::move(o.call_)), watch_(o.watch_),
-        sequence_(o.sequence_), after_(std::move(o.after_)) {
+        sequence_(o.sequence_), after_(std::move(o.after_)), receive_(std::move(o.receive_)) {
     o.after_ = {};
   }
   mpi_request& operator=(mpi_request&&) = delete;
   ~mpi_request() {
-    if (request_ == MPI_REQUEST_NULL) return;
+    // A checked recv that failed gave MPI no buffer: nothing to wait for.
+    if (receive_ && !receive_->failure.empty()) return;
+    if (request_ == MPI_REQUEST_NULL && !receive_) return;
     try {
-      wait_watched(request_, *watch_, call_, sequence_);
+      wait_polled([&] { return poll(); }, [&] { abandon(); }, *watch_, call_, sequence_);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "fusor: rank %d: %s\n", detail::world_rank(), e.what());
       std::fflush(stderr);
@@ -113,20 +119,43 @@ class [[nodiscard]] mpi_request {
   /// Blocks until the buffers may be read and reused. Throws mpi_timeout_error after the communicator's
   /// timeout, mpi_error when MPI fails.
   void wait() {
-    if (request_ == MPI_REQUEST_NULL && !after_) return;
-    if (request_ != MPI_REQUEST_NULL) wait_watched(request_, *watch_, call_, sequence_);
+    if (request_ == MPI_REQUEST_NULL && !after_ && !receive_) return;
+    wait_polled([&] { return poll(); }, [&] { abandon(); }, *watch_, call_, sequence_);
     finish();
   }
   /// Whether it has completed (then it is finished as wait() would); does not block.
   bool test() {
-    if (request_ == MPI_REQUEST_NULL && !after_) return true;
+    if (request_ == MPI_REQUEST_NULL && !after_ && !receive_) return true;
     const detail::world_errors_return errors_return;
-    const bool done = test_request(request_, *watch_, call_, sequence_);
+    const bool done = poll();
     if (done) finish();
     return done;
   }
 
  private:
+  // One look: whether the request has completed. A checked recv first waits for its message (its failure is
+  // thrown, once), then for MPI's request.
+  bool poll() {
+    if (receive_) {
+      if (receive_->failure.empty()) detail::waiting_receives().match();
+      if (!receive_->failure.empty()) {
+        const auto failed = std::exchange(receive_, nullptr);
+        if (failed->mismatch) throw mpi_mismatch_error(failed->failure);
+        throw mpi_error(failed->failure);
+      }
+      if (!receive_->matched) return false;
+      request_ = std::exchange(receive_->request, MPI_REQUEST_NULL);
+      receive_.reset();
+    }
+    return request_ == MPI_REQUEST_NULL || test_request(request_, *watch_, call_, sequence_);
+  }
+  // After a timeout: MPI keeps a started request until the job ends; a recv still waiting for its message
+  // leaves the list, so MPI never gets its buffer.
+  void abandon() {
+    if (receive_) detail::waiting_receives().abandon(*receive_);
+    receive_.reset();
+    request_ = MPI_REQUEST_NULL;
+  }
   void finish() {
     auto after = std::exchange(after_, {});
     if (after) after();
@@ -136,6 +165,7 @@ class [[nodiscard]] mpi_request {
   const mpi_watch* watch_;
   std::int64_t sequence_;  // 0 for a message
   std::function<void()> after_;
+  std::shared_ptr<detail::checked_receive> receive_;  // a checked recv still waiting for its message
 };
 
 /// A communicator over a duplicate of an MPI communicator (MPI_COMM_WORLD by
@@ -159,6 +189,7 @@ class mpi {
     // communicator (collective in MPI's terms) could wait for the other ranks.
     if (comm_ == MPI_COMM_NULL || finalized || std::uncaught_exceptions() > 0) return;
     watch_->board.close();
+    detail::waiting_receives().drop(comm_);
     ops_.free();
     MPI_Comm_free(&comm_);
   }
@@ -299,14 +330,27 @@ class mpi {
     detail::mpi_check(MPI_Isend(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Isend");
     return {q, message_name("send to", d, peer, tag), watch_.get(), 0};
   }
-  /// Starts receiving into `data` from rank `peer`, matched by a send with the same `tag`.
+  /// Starts receiving into `data` from rank `peer`, matched by a send with the same `tag`. With the collective
+  /// check on, the message is measured before MPI gets `data` (comm/mpi_receives.hpp): one of another size
+  /// throws mpi_mismatch_error, from recv or the request's wait or test, and `data` is not written.
   template <class V>
   mpi_request recv(const V& data, int peer, int tag) const {
     detail::require_rank(peer, size_, "recv", "peer");
     const auto d = checked(data, "recv's buffer");
+    std::string call = message_name("recv from", d, peer, tag);
+    if (watch_->check_collectives) {
+      auto receive = std::make_shared<detail::checked_receive>(detail::checked_receive{
+          .comm = comm_, .data = d.data, .count = count(d.size), .type = type_of(d),
+          .bytes = std::int64_t(d.size) * std::int64_t(sizeof(element_of<decltype(d)>)), .peer = peer, .tag = tag,
+          .call = std::move(call)});
+      detail::waiting_receives().add(receive);
+      mpi_request request(receive, watch_.get());
+      detail::waiting_receives().match();  // a message already here starts at once
+      return request;
+    }
     MPI_Request q;
     detail::mpi_check(MPI_Irecv(d.data, count(d.size), type_of(d), peer, tag, comm_, &q), "MPI_Irecv");
-    return {q, message_name("recv from", d, peer, tag), watch_.get(), 0};
+    return {q, std::move(call), watch_.get(), 0};
   }
 
   /// Non-blocking calls need no grouping: keep each request until it is waited for.

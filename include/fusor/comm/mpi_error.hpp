@@ -13,6 +13,11 @@ namespace fusor::comm {
 struct mpi_error : error {
   using error::error;
 };
+/// The ranks are about to call different collectives, or the same one with different sizes, or a message is not
+/// the size of its recv (comm/mpi_watchdog.hpp's collective check).
+struct mpi_mismatch_error : mpi_error {
+  using mpi_error::mpi_error;
+};
 
 namespace detail {
 inline int world_rank() {

@@ -18,11 +18,15 @@
 // every other is about to call (call, element count and type, operation, root,
 // sequence number: 48 bytes a rank) before each collective; a difference
 // throws mpi_mismatch_error on every rank, naming the first rank that differs
-// from rank 0 and both calls. It is on by default in every build: without it,
-// a rank that receives a longer message than its buffer gets MPI_ERR_TRUNCATE
-// (mpi_error names the call and suggests the check, test_request), but Open
-// MPI has by then written the rest of the message past the buffer's end, so
-// memory may be corrupt first. Turn it off only for a job known to be in step.
+// from rank 0 and both calls. The same check measures each message before its
+// recv's buffer is given to MPI (comm/mpi_receives.hpp): a send and recv of
+// different sizes throw mpi_mismatch_error on the receiving rank. It is on by
+// default in every build: without it, a rank that receives a longer message
+// than its buffer gets MPI_ERR_TRUNCATE (mpi_error names the call and suggests
+// the check, test_request), but Open MPI has by then written the rest of the
+// message past the buffer's end, so memory may be corrupt first; a shorter
+// message leaves the rest of the buffer as it was, without an error. Turn it
+// off only for a job known to be in step.
 #pragma once
 
 #include <cstdint>
@@ -33,16 +37,13 @@
 #include <vector>
 
 #include "fusor/comm/mpi_error.hpp"
+#include "fusor/comm/mpi_receives.hpp"
 #include "fusor/comm/poll.hpp"
 
 namespace fusor::comm {
 
 /// Waiting for a collective timed out (the message names it and the missing ranks).
 struct mpi_timeout_error : mpi_error {
-  using mpi_error::mpi_error;
-};
-/// The ranks are about to call different collectives, or the same one with different sizes.
-struct mpi_mismatch_error : mpi_error {
   using mpi_error::mpi_error;
 };
 
@@ -340,31 +341,37 @@ class world_errors_return {
 /// hint where ranks out of step are the likely cause and the collective check is off.
 inline bool test_request(MPI_Request& request, const mpi_watch& watch, const std::string& call,
                          std::int64_t sequence) {
+  detail::waiting_receives().match();  // checked receives take in their messages while anything waits
   int done = 0;
   const int code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
   if (code == MPI_SUCCESS) return done != 0;
   int error_class = 0;
   MPI_Error_class(code, &error_class);
-  const bool out_of_step = sequence > 0 && error_class == MPI_ERR_TRUNCATE && !watch.check_collectives;
+  const bool out_of_step = error_class == MPI_ERR_TRUNCATE && !watch.check_collectives;
   try {
     detail::mpi_check(code, call.c_str());
   } catch (const mpi_error& e) {
     if (!out_of_step) throw;
-    throw mpi_error(std::string(e.what()) + " (a longer message than this rank expected: the ranks are likely out "
-                    "of step, calling different collectives or the same with different sizes; set " +
-                    mpi_check_variable + "=1 to check each collective against the other ranks')");
+    throw mpi_error(std::string(e.what()) + " (a longer message than this rank expected: " +
+                    (sequence > 0 ? "the ranks are likely out of step, calling different collectives or the same "
+                                    "with different sizes"
+                                  : "a send longer than its recv") +
+                    "; set " + mpi_check_variable + "=1 to check each collective against the other ranks' and each "
+                    "message against its recv)");
   }
   return false;
 }
 
-/// Waits for `request` under the watch's timeout; on timeout the request is
-/// abandoned (set to null) and mpi_timeout_error thrown. `sequence` > 0 for a
-/// collective (the board names the ranks that did not arrive), 0 for a message.
-inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std::string& call, std::int64_t sequence) {
+/// Polls `done` until it returns true, under the watch's timeout; on timeout calls `abandon` and throws
+/// mpi_timeout_error. `sequence` > 0 for a collective (the board names the ranks that did not arrive), 0 for a
+/// message.
+template <class Done, class Abandon>
+void wait_polled(Done&& done, Abandon&& abandon, const mpi_watch& watch, const std::string& call,
+                 std::int64_t sequence) {
   const detail::world_errors_return errors_return;
   const auto start = steady_now{}();
   for (std::size_t poll = 0;; ++poll) {
-    if (test_request(request, watch, call, sequence)) return;
+    if (done()) return;
     const seconds_d waited = steady_now{}() - start;
     if (waited >= watch.timeout) {
       std::string missing;
@@ -373,11 +380,17 @@ inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std
                       ? missing_ranks(watch.board.read(seconds_d(2.0)), sequence, watch.board.window_ranks())
                       : "the ranks that did not arrive are unknown (no progress board: a communicator over another "
                         "parent than MPI_COMM_WORLD)";
-      request = MPI_REQUEST_NULL;  // abandoned: MPI keeps it until the job ends
+      abandon();
       throw mpi_timeout_error(mpi_timeout_message(call, watch.rank, waited, watch, missing));
     }
     thread_pause{}(poll_pause(poll));
   }
+}
+/// Waits for `request` under the watch's timeout; on timeout the request is
+/// abandoned (set to null: MPI keeps it until the job ends) and mpi_timeout_error thrown.
+inline void wait_watched(MPI_Request& request, const mpi_watch& watch, const std::string& call, std::int64_t sequence) {
+  wait_polled([&] { return test_request(request, watch, call, sequence); }, [&] { request = MPI_REQUEST_NULL; },
+              watch, call, sequence);
 }
 
 }  // namespace fusor::comm
