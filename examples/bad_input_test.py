@@ -76,6 +76,34 @@ def label_out_of_range(folder):
         f.write(data)
 
 
+def narrower_test_images(folder):
+    """Test images of 28 x 27 pixels (each row's last pixel dropped)."""
+    path = os.path.join(folder, FILES["test-images"])
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    count = struct.unpack(">I", data[4:8])[0]
+    pixels = b"".join(data[16 + r * 28:16 + r * 28 + 27] for r in range(count * 28))
+    with gzip.open(path, "wb") as f:
+        f.write(data[:4] + struct.pack(">III", count, 28, 27) + pixels)
+
+
+def no_test_images(folder):
+    """A test set of 0 images and 0 labels."""
+    with gzip.open(os.path.join(folder, FILES["test-images"]), "wb") as f:
+        f.write(bytes([0, 0, 8, 3]) + struct.pack(">III", 0, 28, 28))
+    with gzip.open(os.path.join(folder, FILES["test-labels"]), "wb") as f:
+        f.write(bytes([0, 0, 8, 1]) + struct.pack(">I", 0))
+
+
+def two_gzip_members(folder):
+    """The training labels as two gzip members one after another (as `cat a.gz b.gz` makes): valid gzip."""
+    path = os.path.join(folder, FILES["train-labels"])
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(gzip.compress(data[:1000]) + gzip.compress(data[1000:]))
+
+
 def safetensors_with(path, tensors, metadata):
     """A safetensors file: tensors {name: (dtype, shape, bytes)} and string metadata."""
     header, offset, blob = {"__metadata__": metadata}, 0, b""
@@ -154,6 +182,13 @@ def main():
     with open(short_text, "w") as f:
         f.write("To be, or not to be.\n" * 48)  # 1008 characters: the last 100 for validation
 
+    # A distributed save of the data-parallel program (one rank), after its only epoch.
+    dp_saves = os.path.join(root, "dp-saves")
+    made = subprocess.run([dp, *SMALL, "--checkpoint", dp_saves], capture_output=True, text=True, timeout=300)
+    if made.returncode != 0:
+        print("bad_input_test: could not make the data-parallel save:\n" + made.stdout + made.stderr)
+        return 1
+
     cases = [
         # program, arguments, status, text, before training, preexec
         (mlp, ["--epoch", "2"], 2, "unknown option --epoch (did you mean --epochs?)"),
@@ -185,14 +220,18 @@ def main():
         (mlp, ["--checkpoint", "/proc/m.safetensors"], 1, "cannot create a file in '/proc'"),
         (mlp, ["--checkpoint", os.path.join(saves, "m.safetensors")], 1, "the file-size limit (ulimit -f) is 1048576 bytes",
          True, small_file_limit),
-        (mlp, ["--metrics", os.path.join(root, "missing", "m.csv")], 1, "--metrics '"),
-        (mlp, ["--metrics", saves], 1, "cannot write there"),
+        (mlp, ["--metrics", os.path.join(root, "missing", "m.csv")], 1, "metrics destination '"),
+        (mlp, ["--metrics", saves], 1, "is a folder; give the metrics file's name"),
         (mlp, ["--checkpoint", other_model, "--resume"], 1, "other-model.safetensors"),
         (mlp, ["--checkpoint", garbage, "--resume"], 1, "corrupt-checkpoint.safetensors"),
         (mlp, ["--checkpoint", no_epoch, "--resume"], 1, "has no metadata 'epoch'"),
         (mlp, ["--checkpoint", text_epoch, "--resume"], 1, "metadata 'epoch' should be a whole number, but 'three'"),
         (mlp, ["--checkpoint", good, "--resume", "--epochs", "1", "--require-accuracy", "1"], 1, "below the required",
          False),
+        (mlp, ["--data", data_copy(root, "narrow", narrower_test_images)], 1,
+         "the test set in '" + os.path.join(root, "narrow") + "' holds images of 28 x 27 pixels"),
+        (mlp, ["--data", data_copy(root, "no-test", no_test_images)], 1, "holds no images"),
+        (mlp, ["--data", data_copy(root, "members", two_gzip_members)], 0, "final test accuracy", False),
         (cnn, ["--batch", "-3"], 2, "--batch -3: out of range"),
         (gpt, ["--top-k", "500"], 2, "--top-k 500: out of range (accepted: 0 to 96)"),
         (gpt, ["--temperature", "0"], 2, "--temperature 0: out of range"),
@@ -204,11 +243,19 @@ def main():
         (gpt, ["--checkpoint", gpt_later, "--resume"], 2, "was saved at step 5000, beyond the --steps 2", False),
         (gpt, ["--checkpoint", gpt_negative, "--resume"], 1, "metadata 'step' is -5", False),
         (gpt, ["--steps", "0", "--require-below-baseline", "0.1"], 2, "--require-below-baseline needs training steps"),
+        (gpt, ["--prompt", "caf\u00e9"], 2, "--prompt: character 195 is outside the vocabulary"),
+        (gpt, ["--data", root], 1, "is a folder; give the text file's path"),
+        # Resumed at its last step: the saved model is measured, not a NaN (far above the baseline after 2 steps).
+        (gpt, ["--checkpoint", gpt_good, "--resume", "--require-below-baseline", "0.01"], 1, "step 2  validation loss",
+         False),
         (dp, ["--powersgd", "0"], 2, "--powersgd 0: out of range (accepted: 1 to 256)"),
         (dp, ["--powersgd", "2", "--bf16-communication"], 2, "exclude each other"),
         (dp, ["--micro-batches", "3"], 2, "must be a multiple of ranks x micro-batches (3)"),
         (dp, ["--bucket-bytes", "0"], 2, "--bucket-bytes 0"),
         (dp, ["--checkpoint", writable_file], 1, "is a file; this program saves into a folder"),
+        # Resumed after its last epoch: the saved network's accuracy, not 0%.
+        (dp, ["--checkpoint", dp_saves, "--resume", "--require-accuracy", "0.3"], 0, "final test accuracy", False),
+        (dp, ["--checkpoint", saves, "--metrics", saves], 2, "are the same path"),
         (pipe, ["--stage-map", "0,1"], 2, "--stage-map needs 1 first layers"),
         (pipe, ["--schedule", "zigzag"], 2, "'zigzag' is not one of 1f1b|gpipe"),
         (pipe, ["--micro-batches", "5"], 2, "--micro-batches 5 does not divide --batch 128"),
@@ -253,8 +300,36 @@ def main():
         else:
             last = [line for line in output.strip().splitlines() if line.strip()][-1]
             print(f"ok      {os.path.basename(exe)} {shown} -> {run.returncode}: {last.strip()[:150]}")
+    # Nothing lost: a refused command leaves the files of an earlier run as they were.
+    same = os.path.join(root, "same.safetensors")
+    shutil.copy(good, same)
+    earlier_csv = os.path.join(root, "earlier.csv")
+    with open(earlier_csv, "w") as f:
+        f.write("epoch,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_second,seconds\n"
+                "1,0.9,0.7,0.8,0.72,1000.0,1.0\n2,0.6,0.8,0.6,0.79,1000.0,1.0\n")
+    keeps = [
+        ([mlp, *SMALL, "--checkpoint", same, "--metrics", same], 2, same),
+        ([mlp, *SMALL, "--data", os.path.join(root, "nowhere"), "--metrics", earlier_csv], 1, earlier_csv),
+        ([mlp, *SMALL, "--checkpoint", os.path.join(root, "missing", "c.safetensors"), "--metrics", earlier_csv], 1,
+         earlier_csv),
+        ([dp, *SMALL, "--batch", "500", "--metrics", earlier_csv], 2, earlier_csv),
+    ]
+    for full, want_status, kept in keeps:
+        with open(kept, "rb") as f:
+            before = f.read()
+        run = subprocess.run(full, capture_output=True, text=True, timeout=300)
+        with open(kept, "rb") as f:
+            after = f.read()
+        shown = f"{os.path.basename(full[0])} {' '.join(full[len(SMALL) + 1:])}"
+        if run.returncode != want_status or after != before:
+            failures += 1
+            print(f"FAILED  {shown}: exit status {run.returncode} (expected {want_status}); "
+                  f"{os.path.basename(kept)} {'kept' if after == before else 'CHANGED'}")
+        else:
+            print(f"ok      {shown} -> {run.returncode}; {os.path.basename(kept)} kept")
     shutil.rmtree(root, ignore_errors=True)
-    print(f"bad_input_test: {len(cases) - failures} of {len(cases)} cases as documented")
+    total = len(cases) + len(keeps)
+    print(f"bad_input_test: {total - failures} of {total} cases as documented")
     return 1 if failures else 0
 
 

@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <system_error>
 
 #include <fusor/parallel/distributed_checkpoint.hpp>
 
@@ -46,23 +49,33 @@ inline void wait(const fs::cuda_executor& ex) { ex.synchronize(); }
 //
 // Before anything is loaded, the folder is proven writable for this rank's
 // shard of about `shard_bytes` (io::check_destination): a save that cannot
-// work fails now, not after the first epoch.
+// work fails now, not after the first epoch. Then `speaker` starts the --metrics
+// CSV (kept on resume, else cut to its header), as app::fit does.
 template <class Trainer, class Communicator, class Executor>
 int resume_distributed(const options& o, Trainer& trainer, Communicator& world,
                        const fs::parallel::checkpoint_rank& where, const Executor& ex, bool speaker,
                        std::uint64_t shard_bytes) {
+  const auto resolved = [](const std::filesystem::path& p) {  // a path that cannot be resolved: as given
+    std::error_code ec;
+    const std::filesystem::path r = std::filesystem::weakly_canonical(p, ec);
+    return ec ? p : r;
+  };
+  if (!o.checkpoint.empty() && !o.metrics.empty() && resolved(o.checkpoint) == resolved(o.metrics))
+    throw fs::app::usage_error("--checkpoint and --metrics are the same path '" + o.metrics.string() +
+                               "': the checkpoint folder and the CSV file would overwrite each other");
   if (!o.checkpoint.empty()) fs::io::check_destination(o.checkpoint, fs::io::destination_kind::folder, shard_bytes);
-  if (!o.resume) return 0;
-  const auto last = fs::parallel::latest_distributed_save(o.checkpoint);
-  if (!last) {
-    if (speaker) std::printf("no finished save in %s yet: starting afresh\n", o.checkpoint.c_str());
-    return 0;
+  if (speaker && !o.metrics.empty()) fs::io::check_destination(o.metrics, fs::io::destination_kind::file, 0, "metrics");
+  int epoch = 0;
+  if (const auto last = o.resume ? fs::parallel::latest_distributed_save(o.checkpoint) : std::nullopt) {
+    const auto metadata = fs::parallel::load_distributed(*last, trainer, world, where, ex);  // every rank, or none
+    epoch = fs::app::saved_epoch(metadata, *last, o.epochs);
+    if (speaker)
+      std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(),
+                  epoch, metadata.at("training.mesh").c_str());
+  } else if (o.resume && speaker) {
+    std::printf("no finished save in %s yet: starting afresh\n", o.checkpoint.c_str());
   }
-  const auto metadata = fs::parallel::load_distributed(*last, trainer, world, where, ex);  // every rank, or none
-  const int epoch = fs::app::saved_epoch(metadata, *last, o.epochs);
-  if (speaker)
-    std::printf("resumed from %s after epoch %d (saved by a %s data x tensor x pipeline mesh)\n", last->c_str(), epoch,
-                metadata.at("training.mesh").c_str());
+  if (speaker && !o.metrics.empty()) fs::app::start_metrics_csv(o.metrics, epoch > 0);
   return epoch;
 }
 // After epoch `epoch` (counted from 0), when --checkpoint is set: a collective over `world`.

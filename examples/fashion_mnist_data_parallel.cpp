@@ -124,7 +124,15 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
                 memory.parameters / 1e6, memory.gradients / 1e6, memory.optimizer_state / 1e6, memory.communication / 1e6,
                 trainer.bytes_per_step() / 1e6);
   }
-  nn::loss_totals test{};
+  const auto evaluate_test = [&] {
+    trainer.loss().reset(ex);
+    test_loader.start_epoch(0);
+    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
+    example::wait(ex);
+    return trainer.totals();  // every rank calls it: a collective
+  };
+  // Resumed after the last epoch: nothing to train, the saved network is measured.
+  nn::loss_totals test = first_epoch < o.epochs ? nn::loss_totals{} : evaluate_test();
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     trainer.loss().reset(ex);
     train_loader.start_epoch(static_cast<std::uint64_t>(epoch));
@@ -142,11 +150,7 @@ int train(const example::options& o, const fs::parallel::data_parallel_options& 
     example::wait(ex);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const nn::loss_totals trained = trainer.totals();
-    trainer.loss().reset(ex);
-    test_loader.start_epoch(0);
-    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
-    example::wait(ex);
-    test = trainer.totals();
+    test = evaluate_test();
     if (speaker) example::report_epoch(o, epoch, trained, test, seconds);
     example::save_distributed_epoch(o, trainer, ranks, where, epoch, ex);
   }
@@ -160,7 +164,7 @@ int main(int argc, char** argv) {
     return example::on_every_rank(world.rank(), [&] {
       parallel_settings settings;
       const std::optional<example::options> o = example::parse(
-          argc, argv, {}, [&](fs::app::command_line& cli) { settings.declare(cli); },
+          argc, argv, {.checkpoint_folder = true}, [&](fs::app::command_line& cli) { settings.declare(cli); },
           "Trains fashion_mnist_mlp's MLP data-parallel over MPI ranks (one GPU a rank over NCCL in the _cuda build).",
           world.rank() == 0);
       if (!o) return 0;

@@ -27,8 +27,12 @@ void declare_options(fs::app::command_line& cli, options& o) {
       .choice("--device", o.device, {"auto", "host", "cuda"},
               "auto: the GPU when there is one; cuda without a GPU: \"skipped: no GPU\", exit status 77")
       .flag("--no-graph", o.graph, "run the GPU step eagerly instead of replaying a CUDA graph", false)
-      .path("--checkpoint", o.checkpoint, "save parameters and optimizer state there after every epoch (safetensors)")
-      .flag("--resume", o.resume, "continue from --checkpoint")
+      .path("--checkpoint", o.checkpoint,
+            o.checkpoint_folder ? "save every rank's shard of parameters and optimizer state into this folder after "
+                                  "every epoch (a subfolder an epoch; safetensors)"
+                                : "save parameters and optimizer state to this file after every epoch (safetensors)",
+            o.checkpoint_folder ? "DIR" : "FILE")
+      .flag("--resume", o.resume, "continue from --checkpoint (from scratch where it holds no save yet)")
       .number("--require-accuracy", o.require_accuracy, "exit with status 1 when the final test accuracy is below X",
               app::between(0.0, 1.0))
       .flag("--quiet", o.quiet, "no progress bar")
@@ -45,13 +49,8 @@ std::optional<options> parse(int argc, char** argv, options o,
   cli.epilogue(exit_statuses);
   if (!cli.parse(argc, argv)) return std::nullopt;
   if (o.resume && o.checkpoint.empty()) throw fs::app::usage_error("--resume needs --checkpoint");
-  if (!o.metrics.empty() && speaker) {  // an unwritable path fails before any work
-    try {
-      fs::app::start_metrics_csv(o.metrics, o.resume);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("--metrics '" + o.metrics.string() + "': cannot write there (" + e.what() + ")");
-    }
-  }
+  // The metrics CSV is started (an existing one cut to its header, or kept on resume) only once the data set and
+  // the checkpoint are proven good, by app::fit or resume_distributed: a failing command leaves it as it was.
   return o;
 }
 
@@ -67,6 +66,15 @@ data_sets load_data(const options& o, fs::index_t batch) {
               fs::data::load_fashion_mnist(fs::data::split::test, o.data)};
   if (o.train_limit > 0) d.train = fs::data::take_first(d.train, std::min(o.train_limit, d.train.count));
   if (o.test_limit > 0) d.test = fs::data::take_first(d.test, std::min(o.test_limit, d.test.count));
+  // The networks here take 28 x 28 images: another size would fail only at the first evaluation, an epoch later.
+  for (const auto& [set, name] : {std::pair{&d.train, "training"}, std::pair{&d.test, "test"}}) {
+    if (set->rows != 28 || set->cols != 28)
+      throw fs::data_error("the " + std::string(name) + " set in '" + o.data.string() + "' holds images of " +
+                                 std::to_string(set->rows) + " x " + std::to_string(set->cols) +
+                                 " pixels; these examples' networks take Fashion-MNIST's 28 x 28");
+  }
+  if (d.test.count == 0)
+    throw fs::data_error("the test set in '" + o.data.string() + "' holds no images: nothing to measure on");
   if (d.train.count < std::max(batch, o.batch))
     throw fs::app::usage_error("the training set (" + std::to_string(d.train.count) + " images) is smaller than one batch (" +
                                std::to_string(std::max(batch, o.batch)) + "): lower --batch or raise --train-limit");

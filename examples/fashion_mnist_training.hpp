@@ -53,12 +53,13 @@ struct options {
   fs::index_t test_limit = 0;   // 0: all 10000
   std::string device = "auto";  // auto | host | cuda
   bool graph = true;            // CUDA graph of the step (GPU only)
-  std::filesystem::path checkpoint;  // saved after every epoch when set
+  std::filesystem::path checkpoint{};  // saved after every epoch when set
   bool resume = false;          // continue from `checkpoint`
   double require_accuracy = 0;  // exit 1 when the final test accuracy is lower
   bool quiet = false;           // no progress bar (logs, tests)
-  std::filesystem::path metrics;  // a CSV line per epoch when set (scripts/plot_results.py plots it)
+  std::filesystem::path metrics{};  // a CSV line per epoch when set (scripts/plot_results.py plots it)
   int patience = 0;             // early stopping (app::fit): epochs without a lower test loss; 0: never
+  bool checkpoint_folder = false;  // --checkpoint is a folder of saves (the programs of several ranks)
 };
 
 inline constexpr const char* exit_statuses =

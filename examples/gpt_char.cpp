@@ -107,6 +107,10 @@ std::optional<options> parse(int argc, char** argv) {
   if (o.resume && o.checkpoint.empty()) throw app::usage_error("--resume needs --checkpoint");
   if (o.require_below_baseline > 0 && o.steps == 0)
     throw app::usage_error("--require-below-baseline needs training steps to measure; --steps is 0");
+  for (const char c : o.prompt)  // before training: a character the model cannot read is the command line's fault
+    if (vocabulary::encode(static_cast<unsigned char>(c)) < 0)
+      throw app::usage_error("--prompt: character " + std::to_string(int(static_cast<unsigned char>(c))) +
+                             " is outside the vocabulary (printable ASCII and newline)");
   if (o.data.empty()) o.data = default_corpus();
   return o;
 }
@@ -163,7 +167,9 @@ class run {
                                    " asked for: ask for more, or --steps 0 to only generate");
       std::printf("resumed from %s at step %ld\n", o_.checkpoint.c_str(), first);
     }
-    double validation_loss = std::nan("");
+    // Resumed at the last step: nothing to train; the saved model is measured (--require-below-baseline reads it).
+    double validation_loss = first > 0 && first == o_.steps ? validate() : std::nan("");
+    if (!std::isnan(validation_loss)) report_validation(first, validation_loss, "");
     trainer_.loss().reset(ex_);
     auto start = std::chrono::steady_clock::now();
     long tokens_since = 0;
@@ -181,9 +187,7 @@ class run {
       }
       if (evaluate_now) {
         validation_loss = validate();
-        std::printf("%sstep %ld  validation loss %.4f  (unigram baseline %.4f)\n", o_.quiet ? "" : "\n", step + 1,
-                    validation_loss, corpus_.unigram_baseline());
-        std::fflush(stdout);
+        report_validation(step + 1, validation_loss, o_.quiet ? "" : "\n");
         if (!o_.checkpoint.empty())
           fs::optim::save_training_state(o_.checkpoint, trainer_, {{"step", std::to_string(step + 1)}});
         trainer_.loss().reset(ex_);
@@ -192,6 +196,13 @@ class run {
       }
     }
     return validation_loss;
+  }
+
+  // "step N  validation loss L  (unigram baseline B)", after `before` (a newline ends the progress bar's line).
+  void report_validation(long step, double loss, const char* before) const {
+    std::printf("%sstep %ld  validation loss %.4f  (unigram baseline %.4f)\n", before, step, loss,
+                corpus_.unigram_baseline());
+    std::fflush(stdout);
   }
 
   // The mean loss on o.eval_batches fixed windows of the validation text.
@@ -212,12 +223,8 @@ class run {
   void generate() {
     if (o_.generate <= 0) return;
     std::vector<std::int32_t> prompt;
-    for (const char c : o_.prompt) {
-      const std::int32_t t = vocabulary::encode(static_cast<unsigned char>(c));
-      if (t < 0) throw fs::error("--prompt: character " + std::to_string(int(static_cast<unsigned char>(c))) +
-                                 " is outside the vocabulary (printable ASCII and newline)");
-      prompt.push_back(t);
-    }
+    for (const char c : o_.prompt)  // parse() refused characters outside the vocabulary
+      prompt.push_back(vocabulary::encode(static_cast<unsigned char>(c)));
     if (prompt.empty()) prompt.push_back(vocabulary::newline);
     std::printf("--- %ld characters from the prompt (temperature %g, top-k %d) ---\n%s", o_.generate, o_.temperature,
                 o_.top_k, o_.prompt.c_str());

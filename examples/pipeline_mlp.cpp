@@ -114,7 +114,14 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
       std::printf("  stage %d: layers [%.0f, %.0f), %lld micro-batch context(s)\n", r, gathered[std::size_t(2 * r)],
                   gathered[std::size_t(2 * r + 1)], (long long)parallel::pipeline_contexts(shape.schedule, r, shape.stages, shape.micro_batches));
 
-  nn::loss_totals test{};
+  const auto evaluate_test = [&] {
+    pipe.reset_totals(ex);
+    test_loader.start_epoch(0);
+    while (const auto* batch = test_loader.next()) pipe.evaluate(batch->images, batch->labels, ex);
+    return pipe.totals();
+  };
+  // Resumed after the last epoch: nothing to train, the saved network is measured.
+  nn::loss_totals test = first_epoch < o.epochs ? nn::loss_totals{} : evaluate_test();
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     pipe.reset_totals(ex);
     train_loader.start_epoch(std::uint64_t(epoch));
@@ -130,10 +137,7 @@ int train(const example::options& o, const parallel::pipeline_options& p, fs::co
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const nn::loss_totals trained = pipe.totals();
 
-    pipe.reset_totals(ex);
-    test_loader.start_epoch(0);
-    while (const auto* batch = test_loader.next()) pipe.evaluate(batch->images, batch->labels, ex);
-    test = pipe.totals();
+    test = evaluate_test();
     gather(step_seconds > 0 ? idle_seconds / step_seconds : 0.0, seconds);
     if (world.rank() == 0) {
       example::report_epoch(o, epoch, trained, test, seconds);
@@ -157,7 +161,8 @@ int main(int argc, char** argv) {
     return example::on_every_rank(world.rank(), [&] {
       parallel::pipeline_options p;
       const std::optional<example::options> o = example::parse(
-          argc, argv, {}, [&](fs::app::command_line& cli) { declare_pipeline_options(cli, p); },
+          argc, argv, {.checkpoint_folder = true},
+          [&](fs::app::command_line& cli) { declare_pipeline_options(cli, p); },
           "Trains a five-layer MLP pipeline-parallel, one stage per MPI rank (per GPU over NCCL in the _cuda build).",
           world.rank() == 0);
       if (!o) return 0;

@@ -76,7 +76,14 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
                 (long long)net.parameter_count(), tp.split_layers(), (long long)train_set.count,
                 (long long)test_set.count, (long long)o.batch, o.learning_rate, o.epochs);
   }
-  nn::loss_totals test{};
+  const auto evaluate_test = [&] {
+    trainer.loss().reset(ex);
+    test_loader.start_epoch(0);
+    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
+    return trainer.loss().totals();
+  };
+  // Resumed after the last epoch: nothing to train, the saved network is measured.
+  nn::loss_totals test = first_epoch < o.epochs ? nn::loss_totals{} : evaluate_test();
   for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     trainer.loss().reset(ex);
     train_loader.start_epoch(static_cast<std::uint64_t>(epoch));
@@ -92,10 +99,7 @@ int train(const example::options& o, Communicator& ranks, const Executor& ex, co
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // The logits are whole on every rank, so every rank's loss and accuracy are the same.
     const nn::loss_totals trained = trainer.loss().totals();
-    trainer.loss().reset(ex);
-    test_loader.start_epoch(0);
-    while (const auto* batch = test_loader.next()) trainer.evaluate(batch->images, batch->labels, ex);
-    test = trainer.loss().totals();
+    test = evaluate_test();
     if (speaker) example::report_epoch(o, epoch, trained, test, seconds);
     example::save_distributed_epoch(o, trainer, ranks, where, epoch, ex);
   }
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
   return fs::comm::run_ranks(argc, argv, [&](fs::comm::mpi& world) {
     return example::on_every_rank(world.rank(), [&] {
       const std::optional<example::options> o = example::parse(
-          argc, argv, {}, {},
+          argc, argv, {.checkpoint_folder = true}, {},
           "Trains fashion_mnist_mlp's MLP with its hidden layer split over 1, 2, 4 or 8 MPI ranks (GPUs over NCCL in the "
           "_cuda build).",
           world.rank() == 0);

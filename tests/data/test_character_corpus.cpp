@@ -57,6 +57,9 @@ TEST_CASE("character_corpus: tokens, split, carriage returns, and bad bytes name
   } catch (const fusor::data_error& e) {
     CHECK(std::string(e.what()).find("scripts/fetch_shakespeare.sh") != std::string::npos);
   }
+  // A folder opens as a stream on Linux, and its first read fails: named as a folder instead.
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  expect_error<fusor::data_error>([&] { character_corpus::load(folder); }, {folder.c_str(), "is a folder"});
 }
 
 TEST_CASE("character_corpus: the unigram baseline is the add-one frequencies' cross-entropy") {

@@ -175,4 +175,9 @@ TEST_CASE("take_first copies the first samples; validate names what disagrees") 
   wrong.labels[7] = -1;
   expect_error<fusor::data_error>([&] { validate(wrong); }, {"label -1 of sample 7", "[0, 10)"});
   expect_error<fusor::data_error>([&] { take_first(wrong, 3); }, {"label -1 of sample 7"});
+  // Sizes whose product wraps past 2^63 (to 0 here: no pixels) are refused, not taken for an empty image set.
+  labelled_images huge;
+  huge.count = 4, huge.rows = index_t(1) << 62, huge.cols = 1;
+  huge.labels.assign(4, 0);
+  expect_error<fusor::data_error>([&] { validate(huge); }, {"4 * 4611686018427387904 * 1", "overflows"});
 }

@@ -197,6 +197,35 @@ TEST_CASE("read_idx: a gzip stream cut off or corrupted is reported, never read 
   CHECK(read_idx(dir / "whole.gz").bytes.size() == 2000);  // the whole stream alone reads
 }
 
+TEST_CASE("read_idx: gzip members one after another read as one file; junk or a cut member after them do not") {
+  // What `cat a.gz b.gz` or pigz make: valid gzip (gzip -t, zcat), though the last 4 bytes give the last member's
+  // length only.
+  scratch_directory dir;
+  const bytes file = idx_file(0x08, {50, 40}, random_bytes(2000, 17), 1);
+  bytes members;
+  for (const auto& [begin, end] : {std::pair<std::size_t, std::size_t>{0, 700}, {700, 701}, {701, file.size()}}) {
+    write_gzip(dir / "piece.gz", bytes(file.begin() + std::ptrdiff_t(begin), file.begin() + std::ptrdiff_t(end)));
+    const bytes piece = read_raw(dir / "piece.gz");
+    members.insert(members.end(), piece.begin(), piece.end());
+  }
+  write_raw(dir / "members.gz", members);
+  const auto read = read_idx(dir / "members.gz");
+  CHECK(read.bytes == bytes(file.begin() + 12, file.end()));  // after the 4-byte magic and two 4-byte sizes
+
+  bytes junk = members;
+  junk.push_back(0x5a);
+  write_raw(dir / "members_junk.gz", junk);
+  expect_error<fusor::data_error>([&] { read_idx(dir / "members_junk.gz"); },
+                                  {(dir / "members_junk.gz").c_str(), "bytes after its gzip stream"});
+  // A fourth member cut short after the three whole ones.
+  write_gzip(dir / "piece.gz", file);
+  const bytes extra = read_raw(dir / "piece.gz");
+  bytes cut = members;
+  cut.insert(cut.end(), extra.begin(), extra.begin() + std::ptrdiff_t(extra.size() / 2));
+  write_raw(dir / "members_cut.gz", cut);
+  expect_error<fusor::data_error>([&] { read_idx(dir / "members_cut.gz"); }, {(dir / "members_cut.gz").c_str()});
+}
+
 TEST_CASE("read_idx: a header describing more than 2^40 bytes is refused before reading") {
   scratch_directory dir;
   const bytes header = idx_file(0x0E, {65536, 65536, 65536}, {}, 8);

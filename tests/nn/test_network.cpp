@@ -238,6 +238,30 @@ FUSOR_TEST_CASE("load_parameters: a NaN or infinite parameter is refused, naming
   std::filesystem::remove(file);
 }
 
+FUSOR_TEST_CASE("load_parameters: optimizer-like names in a file of parameters alone are unread tensors") {
+  // Only a training state (it records its step count) has optimizer state to pass over.
+  nn::network<mlp, fp32, space> saved(4, {.seed = 1});
+  const auto file = std::filesystem::temp_directory_path() / ("fusor_bogus_" FUSOR_TEST_EXECUTOR_NAME ".safetensors");
+  optim::save_parameters(file, saved);
+  const io::safetensors_file contents = io::checkpoint_reader(file).contents();
+  io::checkpoint_writer writer;
+  for (io::tensor_record t : contents.tensors) {
+    if (t.name == "1.bias") {
+      io::tensor_record extra = t;
+      extra.name = "optimizer.bogus";
+      writer.add_record(std::move(extra));
+    }
+    writer.add_record(std::move(t));
+  }
+  writer.save(file);
+  nn::network<mlp, fp32, space> net(4, {.seed = 2});
+  const std::vector<double> before = host_values(net.group<float>().values());
+  expect_error<io::checkpoint_error>([&] { optim::load_parameters(file, net); },
+                                     {"1 tensor", "'optimizer.bogus'", "nothing was loaded"});
+  CHECK(host_values(net.group<float>().values()) == before);
+  std::filesystem::remove(file);
+}
+
 FUSOR_TEST_CASE("load_parameters: a deeper network's file is refused for its extra layer, or loaded in part when told") {
   // Saved by the same layers plus a fourth: "3.weight" and "3.bias" are what `mlp` does not read.
   using deeper = nn::sequential<nn::features<20>, nn::linear<20, 16, nn::relu>, nn::linear<16, 12, nn::gelu_tanh>,

@@ -80,8 +80,11 @@ struct fit_stream {
 
 // A fresh network, trainer and loaders (seed 7) fitted with `o` (4 epochs' schedule, whatever o.epochs).
 // `batch_size` below 128 with drop_last false leaves a last batch smaller than the others.
+// `train_set` and `test_set`, where given, replace the usual slices.
 app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, float learning_rate = 3e-3f,
-                        bool default_stream = false, index_t batch_size = 128) {
+                        bool default_stream = false, index_t batch_size = 128,
+                        const data::labelled_images* train_set = nullptr,
+                        const data::labelled_images* test_set = nullptr) {
   const fit_stream on(default_stream);  // first: outlives everything that queues work on it
   const executor& ex = on.ex;
   const stream_t stream = executor_stream(ex);
@@ -95,8 +98,8 @@ app::fit_result run_fit(app::fit_options o, const app::fit_hooks& hooks = {}, fl
   data::loader_options test_options = train_options;
   test_options.shuffle = false;
   test_options.drop_last = false;
-  data::loader<space> train(train_slice(), train_options, stream);
-  data::loader<space> test(test_slice(), test_options, stream);
+  data::loader<space> train(train_set ? *train_set : train_slice(), train_options, stream);
+  data::loader<space> test(test_set ? *test_set : test_slice(), test_options, stream);
   o.progress = false;
   o.report = false;
   return app::fit(trainer, train, test, ex, o, hooks);
@@ -214,6 +217,19 @@ FUSOR_TEST_CASE("fit: early stopping ends the run after `patience` epochs withou
   const app::fit_result falling = run_fit({.epochs = 3, .patience = 1});
   CHECK(falling.epochs.size() == 3);
   CHECK(!falling.stopped_early);
+}
+
+FUSOR_TEST_CASE("fit: an empty training or validation set is refused before anything is written") {
+  // Else an empty validation set reports a loss and accuracy of 0 as if measured, and an empty training set
+  // "trains" epochs of nothing.
+  const auto dir = scratch("empty");
+  const data::labelled_images none = data::take_first(test_slice(), 0);
+  const data::labelled_images too_few = data::take_first(train_slice(), 127);  // under one batch, drop_last
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 1, .metrics = dir / "m.csv"}, {}, 3e-3f, false, 128, nullptr, &none),
+                       doctest::Contains("the test loader yields no batch"), app::usage_error);
+  CHECK_THROWS_WITH_AS(run_fit({.epochs = 1, .metrics = dir / "m.csv"}, {}, 3e-3f, false, 128, &too_few),
+                       doctest::Contains("the training loader yields no batch"), app::usage_error);
+  CHECK(!std::filesystem::exists(dir / "m.csv"));
 }
 
 FUSOR_TEST_CASE("fit: a checkpoint beyond the epochs asked for, a foreign metrics file and bad counts are refused") {

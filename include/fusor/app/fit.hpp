@@ -85,9 +85,9 @@ struct fit_result {
 struct fit_hooks {
   /// After the checkpoint destination is proven writable and a resumed state loaded (its epoch, or 0), before
   /// the first epoch: where a program prints its banner, so that no mistake is found after it.
-  std::function<void(int resumed_after)> on_start;
+  std::function<void(int resumed_after)> on_start{};
   /// After each epoch, once its figures are printed and its checkpoint saved.
-  std::function<void(const epoch_result&)> on_epoch;
+  std::function<void(const epoch_result&)> on_epoch{};
 };
 
 /// The header of the CSV that fit_options::metrics names; each epoch adds a line of these columns.
@@ -174,10 +174,18 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
     throw usage_error("fusor::app::fit: min_improvement is " + std::to_string(o.min_improvement) +
                       ", not a finite amount of at least 0");
   if (o.resume && o.checkpoint.empty()) throw usage_error("fusor::app::fit: resume needs a checkpoint file");
+  // An empty set would train nothing, or report a loss and accuracy of 0 as if measured.
+  if (train.batches_per_epoch() <= 0)
+    throw usage_error("fusor::app::fit: the training loader yields no batch an epoch (an empty data set, or "
+                      "fewer samples than a batch with drop_last)");
+  if (validation.batches_per_epoch() <= 0)
+    throw usage_error("fusor::app::fit: the " + std::string(o.validation_name) +
+                      " loader yields no batch (an empty data set?)");
   detail::check_distinct_files(o);
   // A save that cannot work fails now, not after the first epoch.
   for (const std::filesystem::path* save : {&o.checkpoint, &o.best_checkpoint})
     if (!save->empty()) io::check_destination(*save, io::destination_kind::file, optim::training_state_bytes(trainer));
+  if (!o.metrics.empty()) io::check_destination(o.metrics, io::destination_kind::file, 0, "metrics");
 
   fit_result result;
   detail::stopping_state stopping;
@@ -186,6 +194,8 @@ fit_result fit(Trainer& trainer, Loader& train, Loader& validation, const Execut
     result.resumed_after = saved_epoch(metadata, o.checkpoint, o.epochs);
     stopping.restore(metadata, o.checkpoint);
     if (o.report) std::printf("resumed from %s after epoch %d\n", o.checkpoint.c_str(), result.resumed_after);
+  } else if (o.resume && o.report) {
+    std::printf("no checkpoint %s yet: starting afresh\n", o.checkpoint.c_str());
   }
   if (!o.metrics.empty()) start_metrics_csv(o.metrics, result.resumed_after > 0);
   if (hooks.on_start) hooks.on_start(result.resumed_after);

@@ -83,7 +83,9 @@ class idx_source {
   // What a truncation message adds when the cause is a gzip stream cut off.
   std::string early_end_note() const;
   // Once every byte is read: refuses bytes after a gzip stream, which zlib ignores. The stream's last 4 bytes
-  // (ISIZE) hold its length mod 2^32; junk appended to the file ends it with other bytes.
+  // (ISIZE) hold its length mod 2^32; junk appended to the file ends it with other bytes. Where they differ,
+  // the file may still be several gzip members one after another (concatenated files, pigz): then it is
+  // inflated again member by member, and must end at a member's end having given as many bytes.
   void check_nothing_after_stream() const;
 
   [[noreturn]] void fail(const std::string& what) const;

@@ -23,6 +23,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -63,8 +64,10 @@ enum class destination_kind { file, folder };
 /// its parent must exist), a file can be created there (one is created and
 /// removed), the file system has `bytes` free and the file-size limit
 /// (ulimit -f) allows them. For programs to call before training, so that a
-/// destination that cannot work fails in the first second, not at the first save.
-FUSOR_DECL void check_destination(const std::filesystem::path& destination, destination_kind kind, std::uint64_t bytes = 0);
+/// destination that cannot work fails in the first second, not at the first save. `what` names the save in the
+/// messages ("checkpoint", "metrics").
+FUSOR_DECL void check_destination(const std::filesystem::path& destination, destination_kind kind,
+                                  std::uint64_t bytes = 0, std::string_view what = "checkpoint");
 
 /// The whole file's bytes. Throws checkpoint_error naming the file and the system's reason.
 FUSOR_DECL std::vector<std::byte> read_file(const std::filesystem::path& file);

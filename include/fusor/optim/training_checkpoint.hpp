@@ -189,11 +189,11 @@ void save_parameters(const std::filesystem::path& file, const Network& network,
 }
 /// Reads every parameter of `network` from `file` by name and logical shape, as save_parameters writes them
 /// (save_training_state's files too: their optimizer state, step scalars and pruning masks, "optimizer.*",
-/// "controller.*" and "pruning.*", are passed over). Throws io::checkpoint_error, the network unchanged, for a
-/// missing tensor, a different element type or shape, a value that is Inf or NaN, or (unless `unread` is ignore) a
-/// tensor the network does not read. A trainer of 16-bit parameters keeps fp32 master weights: load before
-/// trainer.initialize(), which copies the parameters into them (or call it again after), else the next step starts
-/// from the master weights of before.
+/// "controller.*" and "pruning.*", are passed over; in a file without a step count they are unread tensors).
+/// Throws io::checkpoint_error, the network unchanged, for a missing tensor, a different element type or shape, a
+/// value that is Inf or NaN, or (unless `unread` is ignore) a tensor the network does not read. A trainer of 16-bit
+/// parameters keeps fp32 master weights: load before trainer.initialize(), which copies the parameters into them
+/// (or call it again after), else the next step starts from the master weights of before.
 template <class Network>
 void load_parameters(const std::filesystem::path& file, Network& network,
                      unread_tensors unread = unread_tensors::refuse) {
@@ -202,8 +202,13 @@ void load_parameters(const std::filesystem::path& file, Network& network,
     detail::check_values(record, state_domain::finite, 0,
                          "fusor: checkpoint '" + file.string() + "': tensor '" + name + "'", detail::steps_key);
   });
+  // A training state's optimizer, controller and pruning tensors are passed over; in a file of parameters alone
+  // (no step count: save_parameters or another program) such names are tensors like any other.
+  const bool training_state = reader.contents().metadata.count(detail::steps_key) != 0;
   detail::refuse_unread(detail::unread_names(reader, detail::parameter_names(network),
-                                            detail::training_state_families),
+                                            training_state ? std::span<const std::string_view>(
+                                                                 detail::training_state_families)
+                                                           : std::span<const std::string_view>()),
                         unread, "fusor: checkpoint '" + file.string() + "'", "this network does not read");
   detail::read_parameters(reader, network);
 }

@@ -7,11 +7,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace fusor::data {
@@ -37,11 +40,19 @@ FUSOR_DECL character_corpus::character_corpus(const std::string& text, const std
 }
 
 FUSOR_DECL character_corpus character_corpus::load(const std::string& path, double validation_fraction) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw data_error("fusor::data::character_corpus: " + path + " is a folder; give the text file's path");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw data_error("fusor::data::character_corpus: cannot open " + path +
                      " (the Shakespeare corpus is made by `bash scripts/fetch_shakespeare.sh`)");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {  // libstdc++'s file buffer throws for a read the system refuses
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw data_error("fusor::data::character_corpus: reading " + path + " failed: " + e.what());
+  }
   if (in.bad()) throw data_error("fusor::data::character_corpus: reading " + path + " failed");
   return character_corpus(text, path, validation_fraction);
 }

@@ -54,6 +54,36 @@ FUSOR_DECL std::size_t idx_source::read(void* destination, std::size_t n) {
   return total;
 }
 
+// Whether `path` is nothing but complete gzip members, inflating to `expected` bytes in all.
+FUSOR_DECL bool whole_gzip_members(const std::filesystem::path& path, std::uint64_t expected) {
+  std::ifstream raw(path, std::ios::binary);
+  std::vector<unsigned char> in(1 << 17), out(1 << 17);
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return false;  // 15 + 16: a gzip wrapper
+  std::uint64_t produced = 0;
+  bool member_ended = false, fine = true;
+  while (fine) {
+    if (z.avail_in == 0) {
+      raw.read(reinterpret_cast<char*>(in.data()), std::streamsize(in.size()));
+      z.next_in = in.data();
+      z.avail_in = static_cast<uInt>(raw.gcount());
+      if (z.avail_in == 0) break;  // the file's end
+    }
+    if (member_ended) {  // what follows a member must be another
+      if (inflateReset(&z) != Z_OK) fine = false;
+      member_ended = false;
+    }
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    const int code = inflate(&z, Z_NO_FLUSH);
+    produced += out.size() - z.avail_out;
+    if (code == Z_STREAM_END) member_ended = true;
+    else if (code != Z_OK) fine = false;
+  }
+  inflateEnd(&z);
+  return fine && member_ended && !raw.bad() && produced == expected;
+}
+
 FUSOR_DECL void idx_source::check_nothing_after_stream() const {
   if (gzdirect(file_)) return;  // a raw file: read() saw every byte
   std::ifstream raw(path_, std::ios::binary | std::ios::ate);
@@ -62,7 +92,7 @@ FUSOR_DECL void idx_source::check_nothing_after_stream() const {
     fail("cannot be read again to check its end");
   const std::uint32_t saved = std::uint32_t(isize[0]) | (std::uint32_t(isize[1]) << 8) |
                               (std::uint32_t(isize[2]) << 16) | (std::uint32_t(isize[3]) << 24);
-  if (saved != std::uint32_t(bytes_read_))
+  if (saved != std::uint32_t(bytes_read_) && !whole_gzip_members(path_, bytes_read_))
     fail("has bytes after its gzip stream, or a damaged one: the file's last 4 bytes give a length of " +
          std::to_string(saved) + " (mod 2^32), the stream held " + std::to_string(bytes_read_) + " bytes");
 }

@@ -15,7 +15,10 @@ FUSOR_DECL void validate(const labelled_images& data) {
     fail("negative size: count " + std::to_string(data.count) + ", rows " + std::to_string(data.rows) + ", cols " +
          std::to_string(data.cols));
   if (data.classes <= 0) fail("classes is " + std::to_string(data.classes) + ", must be positive");
-  const index_t pixels = data.count * data.rows * data.cols;
+  index_t image = 0, pixels = 0;  // sizes past index_t would wrap (to 0, say) and pass the check below
+  if (__builtin_mul_overflow(data.rows, data.cols, &image) || __builtin_mul_overflow(data.count, image, &pixels))
+    fail("count * rows * cols = " + std::to_string(data.count) + " * " + std::to_string(data.rows) + " * " +
+         std::to_string(data.cols) + " overflows a 64-bit index");
   if (index_t(data.pixels.size()) != pixels)
     fail("pixels holds " + std::to_string(data.pixels.size()) + " values, count * rows * cols = " +
          std::to_string(data.count) + " * " + std::to_string(data.rows) + " * " + std::to_string(data.cols) + " = " +

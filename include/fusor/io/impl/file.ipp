@@ -109,17 +109,19 @@ FUSOR_DECL void write_file_atomically(const std::filesystem::path& file, std::sp
   if (synced != 0) file_failure(file, "the new file is in place, but fsync of its directory failed", why);
 }
 
-FUSOR_DECL void check_destination(const std::filesystem::path& destination, destination_kind kind, std::uint64_t bytes) {
+FUSOR_DECL void check_destination(const std::filesystem::path& destination, destination_kind kind, std::uint64_t bytes,
+                                  std::string_view what) {
   namespace fs = std::filesystem;
+  const std::string save(what);
   const auto fail = [&](const std::string& why) {
-    throw checkpoint_error("fusor: checkpoint destination '" + destination.string() + "': " + why);
+    throw checkpoint_error("fusor: " + save + " destination '" + destination.string() + "': " + why);
   };
   if (destination.empty()) fail("the path is empty");
   std::error_code ec;
   const fs::file_status status = fs::status(destination, ec);
   const bool exists = fs::exists(status);
   if (kind == destination_kind::file && (!destination.has_filename() || fs::is_directory(status)))
-    fail("is a folder; give the checkpoint file's name");
+    fail("is a folder; give the " + save + " file's name");
   if (kind == destination_kind::folder && exists && !fs::is_directory(status))
     fail("is a file; this program saves into a folder (each rank its shard)");
 
@@ -147,14 +149,14 @@ FUSOR_DECL void check_destination(const std::filesystem::path& destination, dest
   if (bytes > 0 && ::statvfs(directory.c_str(), &space) == 0) {
     const std::uint64_t free_bytes = std::uint64_t(space.f_bavail) * space.f_frsize;
     if (free_bytes < bytes)
-      fail("'" + directory.string() + "' has " + megabytes(free_bytes) + " free, a checkpoint needs about " +
+      fail("'" + directory.string() + "' has " + megabytes(free_bytes) + " free, a " + save + " needs about " +
            megabytes(bytes));
   }
   struct rlimit limit{};
   if (bytes > 0 && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
       std::uint64_t(limit.rlim_cur) < bytes)
-    fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur) + " bytes, a checkpoint needs about " +
-         std::to_string(bytes));
+    fail("the file-size limit (ulimit -f) is " + std::to_string(limit.rlim_cur) + " bytes, a " + save +
+         " needs about " + std::to_string(bytes));
 }
 
 FUSOR_DECL std::vector<std::byte> read_file(const std::filesystem::path& file) {
