@@ -8,7 +8,7 @@ file(READ ${page} page_text)
 set(missing)
 foreach(header expr/operators.hpp expr/functors.hpp kernels/reduce.hpp)
   file(STRINGS ${SOURCE_DIR}/include/fusor/${header} invocations
-       REGEX "^FUSOR_(UNARY_FUNCTION|BINARY_FUNCTION|REDUCTION|BINARY_OPERATOR|UNARY_FUNCTOR|BINARY_FUNCTOR)\\(")
+       REGEX "^FUSOR_(UNARY_FUNCTION|BINARY_FUNCTION|REDUCTION|BINARY_OPERATOR|(FLOATING_)?UNARY_FUNCTOR|BINARY_FUNCTOR)\\(")
   foreach(line IN LISTS invocations)
     string(REGEX MATCH "^FUSOR_([A-Z_]+)\\(([^,)]+)" _ "${line}")
     set(kind ${CMAKE_MATCH_1})

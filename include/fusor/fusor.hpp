@@ -133,6 +133,7 @@
 #include "fusor/optim/flat_state.hpp"
 #include "fusor/optim/gradient_norm.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/optim/initialization_check.hpp"
 #include "fusor/optim/nonfinite_note.hpp"
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"

@@ -185,6 +185,47 @@ FUSOR_TEST_CASE("a comparison met by arithmetic counts as 0 or 1") {
   for (int i = 0; i < 1000; ++i) CHECK(hy(i) == (hx(i) > 0 ? hx(i) : 0.f) + (hx(i) != 0 ? 0.5f : 0.f));
 }
 
+FUSOR_TEST_CASE("functions of real numbers of an integer tensor compute in float; integer arithmetic stays integer") {
+  // In int, exp(2) would be 7 and tanh of anything but 0 would be 0.
+  constexpr int n = 300;
+  host_tensor<std::int32_t, vector_extents> hi(n);
+  std::mt19937 rng(89);
+  for (int k = 0; k < n; ++k) hi(k) = std::int32_t(rng() % 12) + 1;  // 1 to 12: in every function's domain
+  auto i = to_space(hi);
+  static_assert(std::is_same_v<decltype(exp(i.view()))::value_type, float>);
+  static_assert(std::is_same_v<decltype(pow(i.view(), i.view()))::value_type, float>);
+  static_assert(std::is_same_v<decltype(relu(i.view()) + i.view())::value_type, std::int32_t>);
+  const auto expect = [&](const char* what, auto expression, double (*reference)(double)) {
+    space_tensor<float, vector_extents> y(n);
+    poison(y);
+    executor ex{};
+    assign(y, expression, ex);
+    finish(ex);
+    const auto h = to_host(y);
+    int wrong = 0;
+    for (int k = 0; k < n; ++k) wrong += !close(h(k), reference(hi(k)), tolerance<fusor::fp32>());
+    INFO(what, ": ", wrong, " of ", n, " wrong");
+    CHECK(wrong == 0);
+  };
+  const auto v = i.view();
+  expect("exp", exp(v), [](double x) { return std::exp(x); });
+  expect("log", log(v), [](double x) { return std::log(x); });
+  expect("log1p", log1p(v), [](double x) { return std::log1p(x); });
+  expect("sqrt", sqrt(v), [](double x) { return std::sqrt(x); });
+  expect("rsqrt", rsqrt(v), [](double x) { return 1 / std::sqrt(x); });
+  expect("tanh", tanh(v - 6), [](double x) { return std::tanh(x - 6); });
+  expect("erf", erf(v - 6), [](double x) { return std::erf(x - 6); });
+  expect("sigmoid", sigmoid(v - 6), [](double x) { return 1 / (1 + std::exp(6 - x)); });
+  expect("silu", silu(v - 6), [](double x) { return (x - 6) / (1 + std::exp(6 - x)); });
+  expect("softplus", softplus(v - 6), [](double x) { return std::log1p(std::exp(x - 6)); });
+  expect("gelu", gelu(v - 6), [](double x) { return 0.5 * (x - 6) * (1 + std::erf((x - 6) / std::sqrt(2.0))); });
+  expect("gelu_tanh", gelu_tanh(v - 6), [](double x) {
+    const double u = x - 6;
+    return 0.5 * u * (1 + std::tanh(0.79788456080286535588 * (u + 0.044715 * u * u * u)));
+  });
+  expect("pow", pow(v, v - 9), [](double x) { return std::pow(x, x - 9); });
+}
+
 FUSOR_TEST_CASE("an integer operand met by a floating-point literal computes in float, not truncating it") {
   constexpr int n = 1000;
   host_tensor<std::int32_t, vector_extents> hi(n);

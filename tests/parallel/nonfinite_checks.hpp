@@ -95,7 +95,7 @@ void check_stop_and_skip(Trainer& train, StepFn&& step, bool stop, const std::st
 // Step 1 clean, step 2's global batch with two labels outside the 3 classes (7 at row 4, -2 at row 9): every rank
 // stops at step 2; the ranks that read the labels (`names_labels`) count them in the message.
 template <class Trainer, class StepFn>
-void check_labels_named(Trainer& train, StepFn&& step, bool names_labels) {
+void check_labels_named([[maybe_unused]] Trainer& train, StepFn&& step, bool names_labels) {
   step(batch_of(1, false, 0));
   batch_data bad = batch_of(2, false, 0);
   bad.labels.data()[4] = 7;

@@ -400,6 +400,35 @@ FUSOR_TEST_CASE("trainer: bf16 with fp32 master weights, and fp16 with a dynamic
   CHECK(scale == std::ldexp(65536.0f, -int(48 - steps)));
 }
 
+FUSOR_TEST_CASE("trainer: bf16 parameters refuse a step before initialize(), which would zero them; a loaded state "
+                "counts as initialized") {
+  executor ex{};
+  using net_t = nn::network<mlp, bf16, space>;
+  data::loader<space> loader(slice(), {.batch_size = 128, .seed = 5, .drop_last = true, .mean = 0.286f, .std = 0.353f});
+  loader.start_epoch(0);
+  const auto* batch = loader.next();
+  REQUIRE(batch != nullptr);
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor_uninitialized_" FUSOR_TEST_EXECUTOR_NAME);
+  std::filesystem::create_directories(dir);
+  {
+    net_t net(128, {.seed = 3});
+    optim::trainer<net_t, optim::adamw> trainer(net, schedule(10), optim::adamw_options{});
+    const auto before = to_host(net.group<bfloat16>().values());
+    expect_error<fusor::error>([&] { trainer.step(batch->images, batch->labels, ex); },
+                               {"fusor::optim::trainer", "step() before initialize(ex)", "about zero"});
+    const auto after = to_host(net.group<bfloat16>().values());  // refused before anything changed
+    CHECK(std::memcmp(after.data(), before.data(), std::size_t(before.size()) * sizeof(bfloat16)) == 0);
+    trainer.initialize(ex);
+    trainer.step(batch->images, batch->labels, ex);
+    optim::save_training_state(dir / "bf16.safetensors", trainer);
+  }
+  net_t net(128, {.seed = 4});
+  optim::trainer<net_t, optim::adamw> resumed(net, schedule(10), optim::adamw_options{});
+  optim::load_training_state(dir / "bf16.safetensors", resumed);  // master weights from the file
+  resumed.step(batch->images, batch->labels, ex);
+  std::filesystem::remove_all(dir);
+}
+
 FUSOR_TEST_CASE("trainer: pruning zeroes the smallest half of the weights, which stay zero; biases are kept") {
   // Global magnitude pruning over every weight matrix of the group (not per layer).
   executor ex{};

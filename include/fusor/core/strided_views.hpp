@@ -87,4 +87,49 @@ auto slice(const view<P, E, L, S>& v, index_t begin, index_t end) {
                                                    mapping(out_extents(dynamic_sizes), strides));
 }
 
+// Of a tensor: of its view. The tensor must outlive the result, so a temporary tensor is refused.
+template <class Precision, class Extents, class Layout, class Space>
+class tensor;
+namespace detail {
+template <class T>
+inline constexpr bool temporary_tensor_view = false;  // false for every T: a static_assert that names the mistake
+}  // namespace detail
+#define FUSOR_TEMPORARY_TENSOR_VIEW_MESSAGE                                                                  \
+  "fusor: a strided view (transpose, permute, slice) of a temporary tensor would outlive its memory; keep the " \
+  "tensor in a variable"
+
+/// transpose(t.view()): the tensor must outlive the result.
+template <class P, class E, class L, class S>
+auto transpose(const tensor<P, E, L, S>& t) {
+  return transpose(t.view());
+}
+/// Of a temporary tensor: does not compile (the view would outlive its memory).
+template <class P, class E, class L, class S>
+auto transpose(tensor<P, E, L, S>&& t) {
+  static_assert(detail::temporary_tensor_view<E>, FUSOR_TEMPORARY_TENSOR_VIEW_MESSAGE);
+  return transpose(t.view());  // never compiled: the type, so that no second error follows
+}
+/// permute<Perm...>(t.view()): the tensor must outlive the result.
+template <std::size_t... Perm, class P, class E, class L, class S>
+auto permute(const tensor<P, E, L, S>& t) {
+  return permute<Perm...>(t.view());
+}
+/// Of a temporary tensor: does not compile (the view would outlive its memory).
+template <std::size_t... Perm, class P, class E, class L, class S>
+auto permute(tensor<P, E, L, S>&& t) {
+  static_assert(detail::temporary_tensor_view<E>, FUSOR_TEMPORARY_TENSOR_VIEW_MESSAGE);
+  return permute<Perm...>(t.view());  // never compiled: the type, so that no second error follows
+}
+/// slice<Axis>(t.view(), begin, end): the tensor must outlive the result.
+template <std::size_t Axis, class P, class E, class L, class S>
+auto slice(const tensor<P, E, L, S>& t, index_t begin, index_t end) {
+  return slice<Axis>(t.view(), begin, end);
+}
+/// Of a temporary tensor: does not compile (the view would outlive its memory).
+template <std::size_t Axis, class P, class E, class L, class S>
+auto slice(tensor<P, E, L, S>&& t, index_t begin, index_t end) {
+  static_assert(detail::temporary_tensor_view<E>, FUSOR_TEMPORARY_TENSOR_VIEW_MESSAGE);
+  return slice<Axis>(t.view(), begin, end);  // never compiled: the type, so that no second error follows
+}
+
 }  // namespace fusor

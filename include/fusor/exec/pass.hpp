@@ -27,6 +27,7 @@
 #include "fusor/config.hpp"
 #include "fusor/core/error.hpp"
 #include "fusor/core/extents.hpp"
+#include "fusor/core/tensor.hpp"
 #include "fusor/core/view.hpp"
 #include "fusor/expr/node.hpp"
 
@@ -52,6 +53,9 @@ concept assignable = requires(const D& d) {
 /// out(dst, expr): one target of a multi-output assignment.
 template <class D, class E>
 auto out(D&& destination, E&& expr) {
+  // A tensor owns its elements, so a const one keeps them; a view's constness is its element type's.
+  static_assert(!(is_tensor_v<std::remove_cvref_t<D>> && std::is_const_v<std::remove_reference_t<D>>),
+                "fusor: the destination of an assignment is a const tensor: its elements are not to be written");
   auto d = as_expression(std::forward<D>(destination));
   auto e = as_expression(std::forward<E>(expr));
   static_assert(assignable<decltype(d)>, "fusor: the destination of an assignment must be a view or a tensor");

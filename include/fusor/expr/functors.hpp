@@ -30,6 +30,17 @@ namespace fusor::ops {
       return expression;                                                         \
     }                                                                            \
   };
+// Functions of real numbers: an integer operand computes in float (node.hpp), as in PyTorch; exp of an int
+// tensor in int would truncate every value.
+#define FUSOR_FLOATING_UNARY_FUNCTOR(name, expression)                          \
+  struct name {                                                                  \
+    static constexpr const char* spelling = #name; /* for shape errors */        \
+    static constexpr bool floating = true;                                       \
+    template <class T>                                                           \
+    FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T x) const { \
+      return expression;                                                         \
+    }                                                                            \
+  };
 
 // Doxygen does not expand these macros: the cond section keeps their invocations out of the API reference.
 /// \cond
@@ -108,22 +119,29 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_inner(T x) {
 
 /// \cond
 // Transcendentals and friends.
-FUSOR_UNARY_FUNCTOR(exp, detail::exp_of(x))
-FUSOR_UNARY_FUNCTOR(log, ::cuda::std::log(x))
-FUSOR_UNARY_FUNCTOR(log1p, ::cuda::std::log1p(x))
-FUSOR_UNARY_FUNCTOR(tanh, detail::tanh_of(x))
-FUSOR_UNARY_FUNCTOR(erf, ::cuda::std::erf(x))
-FUSOR_UNARY_FUNCTOR(sqrt, ::cuda::std::sqrt(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(exp, detail::exp_of(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(log, ::cuda::std::log(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(log1p, ::cuda::std::log1p(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(tanh, detail::tanh_of(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(erf, ::cuda::std::erf(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(sqrt, ::cuda::std::sqrt(x))
 FUSOR_UNARY_FUNCTOR(abs, ::cuda::std::fabs(x))
-FUSOR_UNARY_FUNCTOR(sigmoid, detail::sigmoid_of(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(sigmoid, detail::sigmoid_of(x))
 // x < 0 rather than x > 0 so that NaN passes through, as in PyTorch.
 FUSOR_UNARY_FUNCTOR(relu, x < T(0) ? T(0) : x)
-FUSOR_UNARY_FUNCTOR(silu, x * detail::sigmoid_of(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(silu, x * detail::sigmoid_of(x))
 // max(x, 0) + log1p(exp(-|x|)): never overflows.
-FUSOR_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
-FUSOR_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
-FUSOR_UNARY_FUNCTOR(gelu_tanh, T(0.5) * x * (T(1) + detail::tanh_of(detail::gelu_tanh_inner(x))))
-FUSOR_BINARY_FUNCTOR(pow, ::cuda::std::pow(a, b))
+FUSOR_FLOATING_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
+FUSOR_FLOATING_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
+FUSOR_FLOATING_UNARY_FUNCTOR(gelu_tanh, T(0.5) * x * (T(1) + detail::tanh_of(detail::gelu_tanh_inner(x))))
+struct pow {  // a function of real numbers, like FUSOR_FLOATING_UNARY_FUNCTOR's
+  static constexpr const char* spelling = "pow";
+  static constexpr bool floating = true;
+  template <class T>
+  FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr auto operator()(T a, T b) const {
+    return ::cuda::std::pow(a, b);
+  }
+};
 /// \endcond
 
 namespace detail {
@@ -157,14 +175,15 @@ FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T gelu_tanh_slope(T x) {
 
 /// \cond
 // The derivatives above, as operations of derivative.hpp's rules.
-FUSOR_UNARY_FUNCTOR(tanh_slope, detail::tanh_slope(x))
-FUSOR_UNARY_FUNCTOR(sigmoid_slope, detail::sigmoid_slope(x))
-FUSOR_UNARY_FUNCTOR(silu_slope, detail::silu_slope(x))
-FUSOR_UNARY_FUNCTOR(gelu_tanh_slope, detail::gelu_tanh_slope(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(tanh_slope, detail::tanh_slope(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(sigmoid_slope, detail::sigmoid_slope(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(silu_slope, detail::silu_slope(x))
+FUSOR_FLOATING_UNARY_FUNCTOR(gelu_tanh_slope, detail::gelu_tanh_slope(x))
 /// \endcond
 
 /// The reciprocal square root, 1 / sqrt(x); the GPU's rsqrt instruction in device code.
 struct rsqrt {
+  static constexpr bool floating = true;  ///< An integer operand computes in float.
   /// 1 / sqrt(x).
   template <class T>
   FUSOR_HOST_DEVICE FUSOR_FORCE_INLINE constexpr T operator()(T x) const {
@@ -203,5 +222,6 @@ struct clamp {
 
 #undef FUSOR_BINARY_FUNCTOR
 #undef FUSOR_UNARY_FUNCTOR
+#undef FUSOR_FLOATING_UNARY_FUNCTOR
 
 }  // namespace fusor::ops

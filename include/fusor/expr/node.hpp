@@ -179,6 +179,17 @@ struct promote {
   using type = typename promote_bound<(std::is_same_v<typename E::value_type, unbound> || ...), E...>::type;
 };
 
+// A function of real numbers (an operation marked `floating`: exp, tanh, sqrt, ...) computes an integer or
+// boolean operand in float.
+template <class Op, class = void>
+struct floating_operation : std::false_type {};
+template <class Op>
+struct floating_operation<Op, std::void_t<decltype(Op::floating)>> : std::bool_constant<Op::floating> {};
+template <class Op, class Compute>
+struct operation_compute {
+  using type = std::conditional_t<floating_operation<Op>::value && std::is_integral_v<Compute>, float, Compute>;
+};
+
 // Every child's value reaches the operation in the compute type: a comparison
 // met by arithmetic counts as 0 or 1 (x * (x > 0)), a condition is true when nonzero.
 template <class Op, class Compute, class... E>
@@ -236,7 +247,8 @@ using promote_t = typename detail::promote<E...>::type;
 template <class Op, class... Args>
 struct node {
   using operation = Op;  ///< The functor applied to the children's values.
-  using compute_type = promote_t<Args...>;  ///< The type every child's value is converted to before `Op`.
+  /// The type every child's value is converted to before `Op` (float for a function of real numbers of integers).
+  using compute_type = typename detail::operation_compute<Op, promote_t<Args...>>::type;
   using value_type = typename detail::result<Op, compute_type, Args...>::type;  ///< What `Op` returns.
   using extents_type = typename detail::broadcast_all<typename Args::extents_type...>::type;  ///< The broadcast shape.
   static constexpr std::size_t rank = extents_type::rank();  ///< The number of axes.

@@ -37,14 +37,14 @@ namespace fusor::nn {
 /// Grouped-query attention: G key/value heads, each shared by Heads / G query heads.
 template <std::size_t G>
 struct kv_heads {
-  static_assert(G > 0, "fusor::nn::kv_heads needs at least one key/value head");
+  static_assert(G > 0, "fusor: nn::kv_heads needs at least one key/value head");
   /// G, the number of key/value heads.
   static constexpr std::size_t value = G;
 };
 /// Rotary position embeddings with this base (LLaMA: 10000).
 template <std::size_t Base = 10000>
 struct rotary {
-  static_assert(Base > 1, "fusor::nn::rotary needs a base above 1");
+  static_assert(Base > 1, "fusor: nn::rotary needs a base above 1");
   /// Base, the base of the rotation frequencies `Base^(-2i / D)`.
   static constexpr std::size_t base = Base;
 };
@@ -91,7 +91,7 @@ constexpr std::size_t first_nonzero() {
 /// HeadDim even) and the usual layer policies.
 template <std::size_t Heads, std::size_t HeadDim, class... Policies>
 struct causal_attention {
-  static_assert(Heads > 0 && HeadDim > 0, "fusor::nn::causal_attention needs at least one head of one column");
+  static_assert(Heads > 0 && HeadDim > 0, "fusor: nn::causal_attention needs at least one head of one column");
   /// The layer policies among Policies (all but kv_heads and rotary), resolved.
   using policies = typename detail::common_policies<std::tuple<>, Policies...>::type;
   /// Heads, the number of query heads.
@@ -104,9 +104,9 @@ struct causal_attention {
   static constexpr std::size_t rotary_base = detail::first_nonzero<0, detail::rotary_base_of<Policies>...>();
   /// Whether q and k are rotated (nn::rotary among Policies).
   static constexpr bool has_rotary = rotary_base != 0;
-  static_assert(Heads % kv_heads == 0, "fusor::nn::causal_attention: nn::kv_heads<G> must divide the query heads");
+  static_assert(Heads % kv_heads == 0, "fusor: nn::causal_attention: nn::kv_heads<G> must divide the query heads");
   static_assert(!has_rotary || HeadDim % 2 == 0,
-                "fusor::nn::rotary rotates pairs of columns: the head size must be even");
+                "fusor: nn::rotary rotates pairs of columns: the head size must be even");
   /// Columns of x per position: `(Heads + 2 kv_heads) * HeadDim`, the queries, then the keys, then the values.
   static constexpr std::size_t input_width = (Heads + 2 * kv_heads) * HeadDim;
   /// Columns of y per position: `Heads * HeadDim`, head h at columns `h * HeadDim`.

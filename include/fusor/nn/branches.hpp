@@ -102,8 +102,8 @@ struct joined_features {
 template <class Join, class... Branches>
 struct branches {
   static_assert(std::is_same_v<Join, join_add> || std::is_same_v<Join, join_concat>,
-                "fusor::nn::branches' first argument is how the branches join: nn::join_add or nn::join_concat");
-  static_assert(sizeof...(Branches) >= 1, "fusor::nn::branches needs at least one branch");
+                "fusor: nn::branches' first argument is how the branches join: nn::join_add or nn::join_concat");
+  static_assert(sizeof...(Branches) >= 1, "fusor: nn::branches needs at least one branch");
   /// Number of branches.
   static constexpr std::size_t count = sizeof...(Branches);
   /// The first branch, as a chain.

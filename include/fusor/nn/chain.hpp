@@ -36,7 +36,7 @@ using inner_chain = feature_chain<0, composite_input, In, Layers...>;
 /// (nn/composite.hpp has its memory scheme).
 template <class... Layers>
 struct chain {
-  static_assert(sizeof...(Layers) >= 1, "fusor::nn::chain needs at least one layer");
+  static_assert(sizeof...(Layers) >= 1, "fusor: nn::chain needs at least one layer");
   /// The first inner layer, which decides what comes in.
   using first_layer = std::tuple_element_t<0, std::tuple<Layers...>>;
   /// Number of inner layers.

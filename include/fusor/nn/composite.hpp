@@ -222,7 +222,7 @@ template <class Precision, class... Inner>
 constexpr bool inner_storage_matches() {
   constexpr bool match = (std::is_same_v<storage_t<typename Inner::precision>, storage_t<Precision>> && ...);
   static_assert(match,
-                "fusor::nn: the layers inside a composite (chain, residual, branches, recomputed) store activations "
+                "fusor: nn: the layers inside a composite (chain, residual, branches, recomputed) store activations "
                 "in the network's element type: an inner layer's precision policy differs in storage (e.g. "
                 "nn::precision<bf16> inside an fp32 network)");
   return match;
@@ -267,7 +267,7 @@ class composite_shards
     : public shard_ways_member<split_inner<Space, Tuple>::any, split_inner<Space, Tuple>::ways> {
   using split = split_inner<Space, Tuple>;
   static_assert(split::agree,
-                "fusor::nn: the split layers inside one composite must be split the same number of ways (one "
+                "fusor: nn: the split layers inside one composite must be split the same number of ways (one "
                 "tensor-parallel group)");
 
  public:

@@ -61,11 +61,11 @@ template <std::size_t InChannels, std::size_t OutChannels, std::size_t Kernel, s
 /// `(H + 2 Padding - K) / Stride + 1`. im2col and one GEMM per product; the columns are kept for backward.
 struct conv2d {
   static_assert(InChannels > 0 && OutChannels > 0 && Kernel > 0 && Stride > 0,
-                "fusor::nn::conv2d needs positive channel counts, kernel size and stride");
+                "fusor: nn::conv2d needs positive channel counts, kernel size and stride");
   /// The layer's policies, resolved (nn/policies.hpp): the layout must be nchw and there is no parallel strategy.
   using policies = layer_policies<nchw, Policies...>;
   static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
-                "fusor::nn::conv2d: no parallel strategy splits a convolution yet");
+                "fusor: nn::conv2d: no parallel strategy splits a convolution yet");
 
   /// An image `features<InChannels, H, W>` of any height and width (one the kernel does not fit is an error when the
   /// output is inferred).

@@ -99,7 +99,7 @@ void run_dropout_mask(const dropout_mask_pass<Element, Compute>& p, const cuda_e
 template <std::size_t RateNumerator, std::size_t RateDenominator = 100, class... Policies>
 struct dropout {
   static_assert(RateDenominator > 0 && RateNumerator < RateDenominator,
-                "fusor::nn::dropout<Numerator, Denominator>: the rate Numerator / Denominator must be in [0, 1)");
+                "fusor: nn::dropout<Numerator, Denominator>: the rate Numerator / Denominator must be in [0, 1)");
   /// p, the probability that an element is dropped.
   static constexpr double rate = double(RateNumerator) / double(RateDenominator);
   /// The layer's policies, resolved (nn/policies.hpp).

@@ -141,8 +141,8 @@ void embedding_scatter_add(const embedding_pass<Element, Accumulator>& p, const 
 /// Weight [Vocabulary, Dimension], initialised with mean 0 and deviation 1, or N / D with `nn::init_std<N, D>`.
 template <std::size_t Vocabulary, std::size_t Dimension, class... Policies>
 struct embedding {
-  static_assert(Vocabulary > 0 && Dimension > 0, "fusor::nn::embedding needs a positive vocabulary and dimension");
-  static_assert(Vocabulary <= 2147483647u, "fusor::nn::embedding: token ids are int32");
+  static_assert(Vocabulary > 0 && Dimension > 0, "fusor: nn::embedding needs a positive vocabulary and dimension");
+  static_assert(Vocabulary <= 2147483647u, "fusor: nn::embedding: token ids are int32");
   /// The layer's policies, resolved (nn/policies.hpp); `nn::init_std<N, D>` sets the initial deviation.
   using policies = layer_policies<row_major, Policies...>;
 

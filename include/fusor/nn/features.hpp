@@ -18,9 +18,9 @@ namespace fusor::nn {
 /// extent is static and positive; the batch, added in front, is the one dynamic extent.
 template <std::size_t... Sizes>
 struct features {
-  static_assert(sizeof...(Sizes) >= 1, "fusor::nn::features needs at least one extent");
+  static_assert(sizeof...(Sizes) >= 1, "fusor: nn::features needs at least one extent");
   static_assert(((Sizes != dynamic && Sizes > 0) && ...),
-                "fusor::nn::features are static and positive: the batch is the only dynamic extent");
+                "fusor: nn::features are static and positive: the batch is the only dynamic extent");
   /// Number of feature axes (the batch not counted).
   static constexpr std::size_t rank = sizeof...(Sizes);
   /// Elements per sample: the product of Sizes.

@@ -26,7 +26,7 @@ namespace fusor::nn {
 /// Every leading feature axis is a row too: `features<Sequence, Features>` normalises each position.
 template <std::size_t Features, class... Policies>
 struct layernorm {
-  static_assert(Features > 0, "fusor::nn::layernorm needs a positive feature count");
+  static_assert(Features > 0, "fusor: nn::layernorm needs a positive feature count");
   /// The layer's policies, resolved (nn/policies.hpp).
   using policies = layer_policies<row_major, Policies...>;
   /// Added to the variance before the square root: 1e-5, as PyTorch's default.

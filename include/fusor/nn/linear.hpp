@@ -87,9 +87,9 @@ inline constexpr bool last_feature_is = [] {
 /// (Megatron's tensor parallelism, nn/sharding.hpp).
 template <std::size_t In, std::size_t Out, class Activation = identity, class... Policies>
 struct linear {
-  static_assert(In > 0 && Out > 0, "fusor::nn::linear needs positive sizes");
+  static_assert(In > 0 && Out > 0, "fusor: nn::linear needs positive sizes");
   static_assert(is_activation_v<Activation>,
-                "fusor::nn::linear's third argument is an activation: nn::identity, nn::relu, nn::gelu_tanh or "
+                "fusor: nn::linear's third argument is an activation: nn::identity, nn::relu, nn::gelu_tanh or "
                 "nn::elementwise<F>");
   /// The layer's policies, resolved (nn/policies.hpp).
   using policies = layer_policies<row_major, Policies...>;

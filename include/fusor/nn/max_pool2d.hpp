@@ -177,7 +177,7 @@ void run_pool_backward(const pool_backward_pass<Element, Compute, G>& pass, inde
 /// as PyTorch's nn.MaxPool2d(Window, Stride); a layer descriptor for sequential<>.
 template <std::size_t Window, std::size_t Stride = Window, class... Policies>
 struct max_pool2d {
-  static_assert(Window > 0 && Stride > 0, "fusor::nn::max_pool2d needs a positive window and stride");
+  static_assert(Window > 0 && Stride > 0, "fusor: nn::max_pool2d needs a positive window and stride");
   /// The layer's policies, defaults filled in; the layout must be nchw.
   using policies = layer_policies<nchw, Policies...>;
 

@@ -107,7 +107,7 @@ struct group_tuple<Space, type_list<E...>> {
 template <class P, class V>
 auto with_precision(const V& v) {
   static_assert(std::is_same_v<storage_t<P>, typename V::element_type>,
-                "fusor::nn: adjacent layers must store activations in the same element type (their precision "
+                "fusor: nn: adjacent layers must store activations in the same element type (their precision "
                 "policies differ in storage)");
   return view<P, typename V::extents_type, typename V::layout_type, typename V::space>(v.data(), v.mapping());
 }
@@ -117,7 +117,7 @@ auto with_precision(const V& v) {
 /// for backward, and its parameters in one flat buffer per element type; forward and backward allocate nothing.
 template <class Sequential, class Precision = fp32, class Space = host_space>
 class network {
-  static_assert(is_sequential_v<Sequential>, "fusor::nn::network's first argument is an nn::sequential<...>");
+  static_assert(is_sequential_v<Sequential>, "fusor: nn::network's first argument is an nn::sequential<...>");
   // The sequential's parts, read without instantiating it: a layer size mismatch is then one static_assert, in
   // the constructors below, where the caller's line is.
   using parts = detail::sequential_parts<Sequential>;
@@ -537,7 +537,7 @@ class network {
 
   template <class V, class Executor>
   void bind_input(const V& x, const Executor& ex) {
-    static_assert(V::rank >= 1, "fusor::nn::network::forward: the input needs a batch axis");
+    static_assert(V::rank >= 1, "fusor: nn::network::forward: the input needs a batch axis");
     const index_t batch = x.extent(0);
     if (batch < 1 || batch > max_batch_)
       throw shape_error("fusor::nn::network::forward: a batch of " + std::to_string(batch) +

@@ -130,7 +130,7 @@ struct parameter_binding {
 /// Throws shape_error when the sizes differ.
 template <class Precision, class Extents, class Space, class Element>
 view<Precision, Extents, row_major, Space> shaped(const flat_view<Element, Space>& flat) {
-  static_assert(std::is_same_v<storage_t<Precision>, Element>, "fusor::nn: a parameter view keeps its element type");
+  static_assert(std::is_same_v<storage_t<Precision>, Element>, "fusor: nn: a parameter view keeps its element type");
   const view<Precision, Extents, row_major, Space> v(flat.data(), typename view<Precision, Extents, row_major, Space>::mapping_type(Extents{}));
   if (v.size() != flat.size())
     throw shape_error("fusor::nn: a parameter of " + std::to_string(flat.size()) + " elements viewed as shape " +

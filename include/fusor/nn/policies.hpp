@@ -38,7 +38,7 @@ struct layout {
 /// nn.Embedding. The draw is uniform with that deviation.
 template <std::size_t Numerator, std::size_t Denominator>
 struct init_std {
-  static_assert(Numerator > 0 && Denominator > 0, "fusor::nn::init_std<N, D> is N / D, both positive");
+  static_assert(Numerator > 0 && Denominator > 0, "fusor: nn::init_std<N, D> is N / D, both positive");
   /// Numerator / Denominator
   static constexpr double value = double(Numerator) / double(Denominator);
 };
@@ -88,7 +88,7 @@ struct find_init_std<Default, First, Rest...> {
 template <class DefaultLayout, class... Policies>
 struct layer_policies {
   static_assert((detail::is_policy_v<Policies> && ...),
-                "fusor::nn: a layer's policies are nn::precision<P>, nn::layout<L>, nn::parallel<S> and (tables) "
+                "fusor: nn: a layer's policies are nn::precision<P>, nn::layout<L>, nn::parallel<S> and (tables) "
                 "nn::init_std<N, D>");
   /// The precision policy's P, or inherit (the network's) when none is given.
   using precision = typename detail::find_policy<nn::precision, nn::precision<inherit>, Policies...>::type::type;

@@ -33,7 +33,7 @@ namespace fusor::nn {
 template <std::size_t Positions, std::size_t Channels, class... Policies>
 struct position_embedding {
   static_assert(Positions > 0 && Channels > 0,
-                "fusor::nn::position_embedding needs a positive number of positions and channels");
+                "fusor: nn::position_embedding needs a positive number of positions and channels");
   /// The layer's policies, defaults filled in
   using policies = layer_policies<row_major, Policies...>;
 

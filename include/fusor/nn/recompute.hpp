@@ -48,7 +48,7 @@ struct recomputed_block<Layer> {
 /// the block's forward again, then its backward. Wraps one composite, or nn::chain<Layers...> otherwise.
 template <class... Layers>
 struct recomputed {
-  static_assert(sizeof...(Layers) >= 1, "fusor::nn::recomputed needs a block (or layers) to recompute");
+  static_assert(sizeof...(Layers) >= 1, "fusor: nn::recomputed needs a block (or layers) to recompute");
   /// The wrapped block: Layers when it is one composite, else nn::chain<Layers...>.
   using block = typename detail::recomputed_block<Layers...>::type;
   /// Whether features In can come in: whatever the block accepts.

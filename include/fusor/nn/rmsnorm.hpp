@@ -24,7 +24,7 @@ namespace fusor::nn {
 /// nn.RMSNorm(Features, eps=1e-5); a layer descriptor for sequential<>.
 template <std::size_t Features, class... Policies>
 struct rmsnorm {
-  static_assert(Features > 0, "fusor::nn::rmsnorm needs a positive feature count");
+  static_assert(Features > 0, "fusor: nn::rmsnorm needs a positive feature count");
   /// The layer's policies, defaults filled in
   using policies = layer_policies<row_major, Policies...>;
   /// Added to mean(x^2) before the square root

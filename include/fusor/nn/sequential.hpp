@@ -90,9 +90,9 @@ struct sequential_parts {};
 template <class Input, class... Layers>
 struct sequential_parts<sequential<Input, Layers...>> {
   static_assert(is_features_v<Input>,
-                "fusor::nn::sequential's first argument is what one sample is: nn::features<...> (e.g. "
+                "fusor: nn::sequential's first argument is what one sample is: nn::features<...> (e.g. "
                 "nn::features<784> or nn::features<1, 28, 28>)");
-  static_assert(sizeof...(Layers) >= 1, "fusor::nn::sequential needs at least one layer");
+  static_assert(sizeof...(Layers) >= 1, "fusor: nn::sequential needs at least one layer");
   using input_features = Input;
   using layers = type_list<Layers...>;
   using chain = feature_chain<0, network_input, Input, Layers...>;

@@ -31,11 +31,11 @@ namespace fusor::nn {
 /// position Owner (weight tying, as GPT-2's output head); a layer descriptor for sequential<>.
 template <std::size_t In, std::size_t Out, std::size_t Owner, class... Policies>
 struct tied_linear {
-  static_assert(In > 0 && Out > 0, "fusor::nn::tied_linear needs positive sizes");
+  static_assert(In > 0 && Out > 0, "fusor: nn::tied_linear needs positive sizes");
   /// The layer's policies; parallel must be no_parallel
   using policies = layer_policies<row_major, Policies...>;
   static_assert(std::is_same_v<typename policies::parallel, no_parallel>,
-                "fusor::nn::tied_linear cannot be split for tensor parallelism");
+                "fusor: nn::tied_linear cannot be split for tensor parallelism");
 
   /// Whether features F can come in: any features<..., In> (applied per token).
   template <class F>

@@ -33,6 +33,7 @@
 #include "fusor/nn/network.hpp"
 #include "fusor/nn/sharding.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/optim/initialization_check.hpp"
 #include "fusor/optim/nonfinite_note.hpp"
 #include "fusor/optim/pruning.hpp"
 #include "fusor/optim/scalar_operand.hpp"
@@ -119,6 +120,7 @@ class trainer {
   void initialize(const Executor& ex) {
     streams_.use_on(executor_stream(ex));
     for_each_group_and_optimizer([&](auto& group, auto& optimizer) { optimizer.initialize(group.values(), ex); });
+    initialized_.mark();
   }
 
   /// One step on a batch: images [batch, features...] (any element type the
@@ -138,6 +140,7 @@ class trainer {
                     " ways (tensor parallelism), so clipping and the loss scale's Inf/NaN skip need the norm of "
                     "every rank's gradients: call reduce_gradient_norm_with(tp) with the parallel::tensor_parallel "
                     "before the first step");
+      initialized_.require(detail::keeps_master_weights(*this), "fusor::optim::trainer");
       streams_.use_on(executor_stream(ex));
       nn::run_mode mode{true, host_steps_, controller_.scalars().step().data()};
       graph::host_effect([this] { ++host_steps_; });  // repeated by each replay of a captured step
@@ -278,7 +281,10 @@ class trainer {
     });
   }
   /// After loading the state back, the host-side step count (dropout's stream of masks).
-  void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
+  void set_steps_taken(std::uint64_t steps) {
+    host_steps_ = steps;
+    initialized_.mark();  // the loaded state holds the master weights
+  }
   /// fn(parameter group, its optimizer, where the optimizer holds the group's
   /// elements): each optimizer holds its whole group.
   template <class Fn>
@@ -327,6 +333,7 @@ class trainer {
   bool pruning_applies_ = false;
   nonfinite_note<space> stop_note_;  // where the host reads stopped_at_step without waiting
   std::uint64_t host_steps_ = 0;
+  detail::initialization_check initialized_;  // initialize() or a loaded state came before the first step
   gradient_norm_reduction<space>* norm_reduction_ = nullptr;
   int split_ways_ = 1;  // the most ways a layer is split (tensor parallelism)
   // Last: destroyed first, so the frees above wait for the last stream that ran a step.

@@ -16,7 +16,7 @@ namespace fusor::parallel::detail {
 // extent): rank 1 stays [count], higher ranks become [count, elements per sample].
 template <class V>
 auto batch_rows(const V& v, index_t begin, index_t count) {
-  static_assert(V::rank >= 1, "fusor::parallel: a batch needs a batch axis");
+  static_assert(V::rank >= 1, "fusor: parallel: a batch needs a batch axis");
   if (!v.is_contiguous() || !std::is_same_v<typename V::layout_type, row_major>)
     throw shape_error("fusor::parallel: a batch of shape " + shape_string(v.extents()) +
                       " must be contiguous and row-major to be split into rows");

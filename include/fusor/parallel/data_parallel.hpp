@@ -60,6 +60,7 @@
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/optim/initialization_check.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/trainer.hpp"
 #include "fusor/optim/update_controller.hpp"
@@ -139,6 +140,7 @@ class data_parallel {
     wait_for(ex);
     for_each_group([&](auto& g) { g.initialize(ex); });
     if (parallel_.shard_parameters) network_.rebind_layers(0, Network::depth - 1);  // to the value slabs
+    initialized_.mark();
   }
 
   /// One step on the GLOBAL batch (the same images and labels on every rank):
@@ -148,6 +150,7 @@ class data_parallel {
   template <class Images, class Labels, class Executor>
   void step(const Images& images, const Labels& labels, const Executor& ex) {
     refuse_graph_capture(ex, "fusor::parallel::data_parallel::step");
+    initialized_.require(optim::detail::keeps_master_weights(*this), "fusor::parallel::data_parallel");
     check_norm_reduction();
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
@@ -320,6 +323,7 @@ class data_parallel {
   void set_steps_taken(std::uint64_t steps) {
     steps_ = steps;
     forwards_ = steps * std::uint64_t(parallel_.micro_batches);
+    initialized_.mark();  // the loaded state holds the master weights
   }
   /// fn(parameter group, its optimizer, where the optimizer holds the group's
   /// elements: all of them, or this rank's shard under ZeRO-1).
@@ -639,6 +643,7 @@ class data_parallel {
   std::array<std::size_t, group_count> forward_next_{};                        // ZeRO-3: buckets forward has yet to reach
   step_timeline timeline_;
   std::uint64_t steps_ = 0;
+  optim::detail::initialization_check initialized_;  // initialize() or a loaded state came before the first step
   bool batch_checked_ = false;  // check_same_global_batch ran (enough over a stream-ordered communicator)
   optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
   optim::gradient_norm_reduction<space>* norm_reduction_ = nullptr;

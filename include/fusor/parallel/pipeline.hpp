@@ -68,6 +68,7 @@
 #include "fusor/nn/loss.hpp"
 #include "fusor/nn/network.hpp"
 #include "fusor/optim/gradient_norm_reduction.hpp"
+#include "fusor/optim/initialization_check.hpp"
 #include "fusor/optim/scalar_operand.hpp"
 #include "fusor/optim/state_layout.hpp"
 #include "fusor/optim/trainer.hpp"
@@ -229,6 +230,7 @@ class pipeline {
       wait_for(ex);
     }
     for_each_group([&](auto& g) { g.initialize(ex); });
+    initialized_.mark();
   }
 
   /// One training step on the global batch: images [global batch, features...]
@@ -240,6 +242,7 @@ class pipeline {
     messages_.reset_idle();
     require_stream(ex);
     refuse_graph_capture(ex, "fusor::parallel::pipeline::step");
+    initialized_.require(optim::detail::keeps_master_weights(*this), "fusor::parallel::pipeline");
     const auto& x = as_view(images);
     const auto& y = as_view(labels);
     if (stage_ == 0) require_batch(x.extent(0), global_batch_, "images", "step");
@@ -377,7 +380,10 @@ class pipeline {
   /// Calls of step() (skipped ones too), counted on the host.
   std::uint64_t steps_taken() const { return host_steps_; }
   /// After loading a checkpoint, the host-side step count (dropout's stream of masks).
-  void set_steps_taken(std::uint64_t steps) { host_steps_ = steps; }
+  void set_steps_taken(std::uint64_t steps) {
+    host_steps_ = steps;
+    initialized_.mark();  // the loaded state holds the master weights
+  }
   /// fn(parameter group, its optimizer, where the optimizer holds the group's
   /// elements) for each group this stage holds: the whole group, or under
   /// ZeRO-1 this rank's chunk of each bucket.
@@ -595,6 +601,7 @@ class pipeline {
   std::vector<request_type> requests_;  // the data group's collectives in flight
   detail::rank_numbers<Space, Communicator> rank_numbers_;  // loss totals and the construction check
   std::uint64_t host_steps_ = 0;
+  optim::detail::initialization_check initialized_;  // initialize() or a loaded state came before the first step
   double idle_seconds_ = 0, step_seconds_ = 0;
   optim::nonfinite_note<space> stop_note_{true};  // stopped_at_step, read in step order on every rank
 };
