@@ -6,9 +6,9 @@
 set(page ${SOURCE_DIR}/docs/expressions.md)
 file(READ ${page} page_text)
 set(missing)
+set(macros "UNARY_FUNCTION|BINARY_FUNCTION|REDUCTION|BINARY_OPERATOR|(FLOATING_)?UNARY_FUNCTOR|BINARY_FUNCTOR")
 foreach(header expr/operators.hpp expr/functors.hpp kernels/reduce.hpp)
-  file(STRINGS ${SOURCE_DIR}/include/fusor/${header} invocations
-       REGEX "^FUSOR_(UNARY_FUNCTION|BINARY_FUNCTION|REDUCTION|BINARY_OPERATOR|(FLOATING_)?UNARY_FUNCTOR|BINARY_FUNCTOR)\\(")
+  file(STRINGS ${SOURCE_DIR}/include/fusor/${header} invocations REGEX "^FUSOR_(${macros})\\(")
   foreach(line IN LISTS invocations)
     string(REGEX MATCH "^FUSOR_([A-Z_]+)\\(([^,)]+)" _ "${line}")
     set(kind ${CMAKE_MATCH_1})

@@ -131,7 +131,8 @@ FUSOR_FLOATING_UNARY_FUNCTOR(sigmoid, detail::sigmoid_of(x))
 FUSOR_UNARY_FUNCTOR(relu, x < T(0) ? T(0) : x)
 FUSOR_FLOATING_UNARY_FUNCTOR(silu, x * detail::sigmoid_of(x))
 // max(x, 0) + log1p(exp(-|x|)): never overflows.
-FUSOR_FLOATING_UNARY_FUNCTOR(softplus, (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
+FUSOR_FLOATING_UNARY_FUNCTOR(softplus,
+                             (x > T(0) ? x : T(0)) + ::cuda::std::log1p(::cuda::std::exp(-::cuda::std::fabs(x))))
 FUSOR_FLOATING_UNARY_FUNCTOR(gelu, T(0.5) * x * (T(1) + ::cuda::std::erf(x * T(0.70710678118654752440))))
 FUSOR_FLOATING_UNARY_FUNCTOR(gelu_tanh, T(0.5) * x * (T(1) + detail::tanh_of(detail::gelu_tanh_inner(x))))
 struct pow {  // a function of real numbers, like FUSOR_FLOATING_UNARY_FUNCTOR's

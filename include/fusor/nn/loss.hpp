@@ -152,7 +152,8 @@ class softmax_cross_entropy {
   static auto as_rows(const Logits& logits) {
     const auto& v = as_view(logits);
     using V = std::remove_cvref_t<decltype(v)>;
-    static_assert(V::rank >= 2, "fusor: nn::softmax_cross_entropy: logits are [rows, classes] or [batch, ..., classes]");
+    static_assert(V::rank >= 2,
+                  "fusor: nn::softmax_cross_entropy: logits are [rows, classes] or [batch, ..., classes]");
     if constexpr (V::rank == 2) {
       return v;
     } else {
