@@ -162,7 +162,7 @@ nn::loss_totals evaluate(Trainer& trainer, Loader& data, const Executor& ex) {
 /// batches_per_epoch()), evaluating on `validation` after each epoch; see the
 /// top of app/fit.hpp. The trainer must be initialize()d. Throws what a step
 /// throws (Inf/NaN gradients: optim::nonfinite_error), io errors naming the
-/// file, and usage_error for a checkpoint saved beyond `epochs`, all of these
+/// file, and usage_error for a checkpoint saved beyond `epochs` or a loader that yields no batch, all of these
 /// before the first step; fusor::error after an epoch that met a label outside
 /// the classes (before its checkpoint). `hooks` run at the start and after each epoch.
 template <class Trainer, class Loader, class Executor>

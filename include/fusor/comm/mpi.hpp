@@ -93,7 +93,6 @@ class [[nodiscard]] mpi_request {
   mpi_request(MPI_Request r, std::string call, const mpi_watch* watch, std::int64_t sequence,
               std::function<void()> after = {})
       : request_(r), call_(std::move(call)), watch_(watch), sequence_(sequence), after_(std::move(after)) {}
-  /// Moved: the new request waits; the old one is left empty.
   /// A checked recv (comm/mpi_receives.hpp): its MPI request comes once its message has been measured.
   mpi_request(std::shared_ptr<detail::checked_receive> receive, const mpi_watch* watch)
       : request_(MPI_REQUEST_NULL), call_(receive->call), watch_(watch), sequence_(0), receive_(std::move(receive)) {}
